@@ -1,0 +1,13 @@
+//! ragtime: train and evaluate retrieval controllers for dynamic retrieval-augmented generation.
+//!
+//! Module map (one file per method where the papers vary):
+//! - [`corpus`]: readers for text collections (WikiExtractor dumps, ...).
+//! - [`step`]: what the decoder hands a controller for every generated token.
+
+pub mod corpus;
+pub mod step;
+
+/// Path of the shared data folder (`../shared/data` beside the repository), used by tests and demos.
+pub fn shared_data_dir() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/data")
+}
