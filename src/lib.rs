@@ -3,9 +3,13 @@
 //! Module map (one file per method where the papers vary):
 //! - [`corpus`]: readers for text collections (WikiExtractor dumps, ...).
 //! - [`step`]: what the decoder hands a controller for every generated token.
+//! - [`trigger`] (when to retrieve), [`query`] (what to ask), [`retrieval`] (where from).
 
 pub mod corpus;
+pub mod query;
+pub mod retrieval;
 pub mod step;
+pub mod trigger;
 
 /// Path of the shared data folder (`../shared/data` beside the repository), used by tests and demos.
 pub fn shared_data_dir() -> std::path::PathBuf {
