@@ -1,11 +1,15 @@
 //! ragtime: train and evaluate retrieval controllers for dynamic retrieval-augmented generation.
 //!
 //! Module map (one file per method where the papers vary):
+//! - [`model`]: the decoder runtime (GGUF/safetensors loading, burn forward pass, KV-cached sessions).
+//! - [`device`]: cpu / cuda selection.
 //! - [`corpus`]: readers for text collections (WikiExtractor dumps, ...).
 //! - [`step`]: what the decoder hands a controller for every generated token.
 //! - [`trigger`] (when to retrieve), [`query`] (what to ask), [`retrieval`] (where from).
 
 pub mod corpus;
+pub mod device;
+pub mod model;
 pub mod query;
 pub mod retrieval;
 pub mod step;

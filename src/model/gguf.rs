@@ -1,0 +1,270 @@
+//! GGUF files: metadata, tokenizer vocabulary and tensors de-quantized to f32 (through candle-core, which knows
+//! every ggml block format: F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K..Q8_K).
+//!
+//! Tensors are handed out under Hugging Face names (`model.layers.3.self_attn.q_proj.weight`) in Hugging Face
+//! layout (`[out, in]`). llama.cpp's converter permutes the rows of Q and K for the `llama` architecture (it
+//! stores them for GPT-J-style interleaved RoPE); [`GgufFile::tensor`] undoes that so the forward pass applies
+//! RoPE exactly as transformers does (rotate-half). `qwen2` files are stored unpermuted.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::BufReader;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use candle_core::quantized::gguf_file::{Content, Value};
+
+use super::config::{Arch, ModelConfig};
+use super::weights::{HostTensor, WeightSource};
+
+pub struct GgufFile {
+    path: PathBuf,
+    content: Content,
+    arch: Arch,
+    config: ModelConfig,
+}
+
+fn meta_u64(c: &Content, key: &str) -> Option<u64> {
+    c.metadata.get(key).and_then(|v| v.to_u64().ok().or_else(|| v.to_u32().ok().map(|x| x as u64)).or_else(|| v.to_i32().ok().map(|x| x as u64)))
+}
+
+fn meta_f32(c: &Content, key: &str) -> Option<f32> {
+    c.metadata.get(key).and_then(|v| v.to_f32().ok().or_else(|| v.to_f64().ok().map(|x| x as f32)))
+}
+
+impl GgufFile {
+    pub fn open(path: &Path) -> Result<Self> {
+        let file = File::open(path).with_context(|| format!("{}: cannot open model file", path.display()))?;
+        let file_len = file.metadata()?.len();
+        let mut reader = BufReader::new(file);
+        let content = Content::read(&mut reader)
+            .map_err(|e| anyhow::anyhow!("{}: not a readable GGUF file ({e})", path.display()))?;
+        // A truncated download keeps a valid header: check every tensor fits before trusting the file.
+        for (name, info) in &content.tensor_infos {
+            let elems = info.shape.elem_count();
+            let bytes = elems / info.ggml_dtype.block_size() * info.ggml_dtype.type_size();
+            let end = content.tensor_data_offset + info.offset + bytes as u64;
+            if end > file_len {
+                bail!(
+                    "{}: file is truncated: tensor '{name}' needs bytes up to {end} but the file has {file_len}",
+                    path.display()
+                );
+            }
+        }
+        let arch_name = content
+            .metadata
+            .get("general.architecture")
+            .and_then(|v| v.to_string().ok().cloned())
+            .with_context(|| format!("{}: GGUF metadata lacks general.architecture", path.display()))?;
+        let arch = match arch_name.as_str() {
+            "llama" => Arch::Llama,
+            "qwen2" => Arch::Qwen2,
+            other => bail!("{}: GGUF architecture '{other}' is not supported (llama, qwen2)", path.display()),
+        };
+        let a = arch_name.as_str();
+        let need = |key: String| -> Result<usize> {
+            meta_u64(&content, &key).map(|x| x as usize).with_context(|| format!("{}: GGUF metadata lacks {key}", path.display()))
+        };
+        let hidden_size = need(format!("{a}.embedding_length"))?;
+        let num_heads = need(format!("{a}.attention.head_count"))?;
+        let num_kv_heads = meta_u64(&content, &format!("{a}.attention.head_count_kv")).map(|x| x as usize).unwrap_or(num_heads);
+        let head_dim = meta_u64(&content, &format!("{a}.attention.key_length")).map(|x| x as usize).unwrap_or(hidden_size / num_heads);
+        let vocab_size = match content.metadata.get("tokenizer.ggml.tokens") {
+            Some(Value::Array(v)) => v.len(),
+            _ => content
+                .tensor_infos
+                .get("token_embd.weight")
+                .map(|i| i.shape.dims()[0])
+                .with_context(|| format!("{}: no token_embd.weight", path.display()))?,
+        };
+        let eos = meta_u64(&content, "tokenizer.ggml.eos_token_id").map(|x| x as u32);
+        let mut eos_token_ids: Vec<u32> = eos.into_iter().collect();
+        if let Some(eot) = meta_u64(&content, "tokenizer.ggml.eot_token_id").map(|x| x as u32) {
+            if !eos_token_ids.contains(&eot) {
+                eos_token_ids.push(eot);
+            }
+        }
+        let config = ModelConfig {
+            arch,
+            hidden_size,
+            intermediate_size: need(format!("{a}.feed_forward_length"))?,
+            num_layers: need(format!("{a}.block_count"))?,
+            num_heads,
+            num_kv_heads,
+            head_dim,
+            vocab_size,
+            max_position_embeddings: meta_u64(&content, &format!("{a}.context_length")).unwrap_or(4096) as usize,
+            rope_theta: meta_f32(&content, &format!("{a}.rope.freq_base")).unwrap_or(10000.0),
+            rms_norm_eps: meta_f32(&content, &format!("{a}.attention.layer_norm_rms_epsilon")).unwrap_or(1e-5),
+            tie_word_embeddings: !content.tensor_infos.contains_key("output.weight"),
+            bos_token_id: meta_u64(&content, "tokenizer.ggml.bos_token_id").map(|x| x as u32),
+            eos_token_ids,
+        };
+        Ok(GgufFile { path: path.to_path_buf(), content, arch, config })
+    }
+
+    pub fn config(&self) -> &ModelConfig {
+        &self.config
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn metadata(&self) -> &HashMap<String, Value> {
+        &self.content.metadata
+    }
+
+    pub fn meta_str(&self, key: &str) -> Option<String> {
+        self.content.metadata.get(key).and_then(|v| v.to_string().ok().cloned())
+    }
+
+    pub fn meta_u64(&self, key: &str) -> Option<u64> {
+        meta_u64(&self.content, key)
+    }
+
+    pub fn meta_bool(&self, key: &str) -> Option<bool> {
+        self.content.metadata.get(key).and_then(|v| v.to_bool().ok())
+    }
+
+    pub fn meta_strings(&self, key: &str) -> Option<Vec<String>> {
+        match self.content.metadata.get(key) {
+            Some(Value::Array(v)) => v.iter().map(|x| x.to_string().ok().cloned()).collect(),
+            _ => None,
+        }
+    }
+
+    pub fn meta_i32s(&self, key: &str) -> Option<Vec<i32>> {
+        match self.content.metadata.get(key) {
+            Some(Value::Array(v)) => v.iter().map(|x| x.to_i32().ok().or_else(|| x.to_u32().ok().map(|u| u as i32))).collect(),
+            _ => None,
+        }
+    }
+
+    /// Tensor storage formats present, with counts (for `ragtime inspect`-style summaries).
+    pub fn dtype_summary(&self) -> Vec<(String, usize)> {
+        let mut m: HashMap<String, usize> = HashMap::new();
+        for info in self.content.tensor_infos.values() {
+            *m.entry(format!("{:?}", info.ggml_dtype)).or_default() += 1;
+        }
+        let mut v: Vec<_> = m.into_iter().collect();
+        v.sort();
+        v
+    }
+
+    fn read_raw(&self, gguf_name: &str) -> Result<Option<HostTensor>> {
+        let Some(info) = self.content.tensor_infos.get(gguf_name) else { return Ok(None) };
+        let file = File::open(&self.path).with_context(|| format!("{}: cannot open", self.path.display()))?;
+        let mut reader = BufReader::new(file);
+        let q = info
+            .read(&mut reader, self.content.tensor_data_offset, &candle_core::Device::Cpu)
+            .map_err(|e| anyhow::anyhow!("{}: tensor '{gguf_name}': {e}", self.path.display()))?;
+        let t = q
+            .dequantize(&candle_core::Device::Cpu)
+            .map_err(|e| anyhow::anyhow!("{}: tensor '{gguf_name}': cannot de-quantize ({e})", self.path.display()))?;
+        let shape = t.dims().to_vec();
+        let data = t
+            .flatten_all()
+            .and_then(|t| t.to_dtype(candle_core::DType::F32))
+            .and_then(|t| t.to_vec1::<f32>())
+            .map_err(|e| anyhow::anyhow!("{}: tensor '{gguf_name}': {e}", self.path.display()))?;
+        Ok(Some(HostTensor { data, shape }))
+    }
+}
+
+/// GGUF tensor name for a Hugging Face parameter name.
+fn gguf_name(hf: &str) -> Option<String> {
+    let fixed = match hf {
+        "model.embed_tokens.weight" => Some("token_embd.weight"),
+        "model.norm.weight" => Some("output_norm.weight"),
+        "lm_head.weight" => Some("output.weight"),
+        _ => None,
+    };
+    if let Some(f) = fixed {
+        return Some(f.to_string());
+    }
+    let rest = hf.strip_prefix("model.layers.")?;
+    let (layer, rest) = rest.split_once('.')?;
+    let mapped = match rest {
+        "self_attn.q_proj.weight" => "attn_q.weight",
+        "self_attn.k_proj.weight" => "attn_k.weight",
+        "self_attn.v_proj.weight" => "attn_v.weight",
+        "self_attn.o_proj.weight" => "attn_output.weight",
+        "self_attn.q_proj.bias" => "attn_q.bias",
+        "self_attn.k_proj.bias" => "attn_k.bias",
+        "self_attn.v_proj.bias" => "attn_v.bias",
+        "mlp.gate_proj.weight" => "ffn_gate.weight",
+        "mlp.up_proj.weight" => "ffn_up.weight",
+        "mlp.down_proj.weight" => "ffn_down.weight",
+        "input_layernorm.weight" => "attn_norm.weight",
+        "post_attention_layernorm.weight" => "ffn_norm.weight",
+        _ => return None,
+    };
+    Some(format!("blk.{layer}.{mapped}"))
+}
+
+/// Undo llama.cpp's Q/K row permutation: rows were reordered from `[n_head, 2, hd/2]` to `[n_head, hd/2, 2]`.
+pub fn unpermute_rows(t: &HostTensor, n_head: usize) -> HostTensor {
+    let rows = t.shape[0];
+    let cols: usize = t.shape[1..].iter().product::<usize>().max(1);
+    let hd = rows / n_head;
+    let half = hd / 2;
+    let mut out = vec![0f32; t.data.len()];
+    for h in 0..n_head {
+        for i in 0..half {
+            for j in 0..2 {
+                // stored row (h, i, j) holds original row (h, j, i)
+                let src = h * hd + i * 2 + j;
+                let dst = h * hd + j * half + i;
+                out[dst * cols..(dst + 1) * cols].copy_from_slice(&t.data[src * cols..(src + 1) * cols]);
+            }
+        }
+    }
+    HostTensor { data: out, shape: t.shape.clone() }
+}
+
+impl WeightSource for GgufFile {
+    fn describe(&self) -> String {
+        self.path.display().to_string()
+    }
+
+    fn tensor(&self, hf_name: &str) -> Result<Option<HostTensor>> {
+        let Some(name) = gguf_name(hf_name) else { return Ok(None) };
+        let Some(t) = self.read_raw(&name)? else { return Ok(None) };
+        if self.arch == Arch::Llama {
+            if hf_name.ends_with("q_proj.weight") || hf_name.ends_with("q_proj.bias") {
+                return Ok(Some(unpermute_rows(&t, self.config.num_heads)));
+            }
+            if hf_name.ends_with("k_proj.weight") || hf_name.ends_with("k_proj.bias") {
+                return Ok(Some(unpermute_rows(&t, self.config.num_kv_heads)));
+            }
+        }
+        Ok(Some(t))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unpermute_inverts_llama_cpp_permute() {
+        // llama.cpp: w.reshape(n_head, 2, hd/2, cols).swapaxes(1, 2). One head, hd = 4, one column:
+        // original rows [a0 a1 | b0 b1] (halves a, b) are stored interleaved as [a0 b0 a1 b1].
+        let stored = HostTensor { data: vec![0.0, 2.0, 1.0, 3.0], shape: vec![4, 1] };
+        assert_eq!(unpermute_rows(&stored, 1).data, vec![0.0, 1.0, 2.0, 3.0]);
+        // two heads, two columns
+        let stored = HostTensor {
+            data: vec![0., 0., 2., 2., 1., 1., 3., 3., 4., 4., 6., 6., 5., 5., 7., 7.],
+            shape: vec![8, 2],
+        };
+        assert_eq!(unpermute_rows(&stored, 2).data, vec![0., 0., 1., 1., 2., 2., 3., 3., 4., 4., 5., 5., 6., 6., 7., 7.]);
+    }
+
+    #[test]
+    fn names_map_to_gguf() {
+        assert_eq!(gguf_name("model.layers.12.self_attn.k_proj.bias").unwrap(), "blk.12.attn_k.bias");
+        assert_eq!(gguf_name("model.embed_tokens.weight").unwrap(), "token_embd.weight");
+        assert!(gguf_name("model.rotary_emb.inv_freq").is_none());
+    }
+}

@@ -1,0 +1,484 @@
+//! The model runtime: load a GGUF file or a Hugging Face safetensors folder into the burn decoder
+//! ([`llama::Llama`]), and decode with a KV cache while capturing what dynamic-RAG controllers read.
+//!
+//! ```text
+//! let lm = Lm::load(Path::new("checkpoints/smollm2-135m-instruct-q4_1.gguf"), DeviceKind::Cpu, None)?;
+//! let mut s = lm.session();
+//! s.prefill(&lm.tokenizer.encode("The capital of France is", true)?)?;
+//! let step = s.step(&mut Sampler::greedy())?;   // TokenStep: id, text, entropy, prob, attn, hidden states
+//! s.truncate(3);                                 // rewind: keep positions 0..3, no recomputation
+//! ```
+
+pub mod config;
+pub mod gguf;
+pub mod llama;
+pub mod safetensors;
+pub mod sampling;
+pub mod tokenizer;
+pub mod weights;
+
+use std::path::Path;
+
+use anyhow::{bail, Context, Result};
+use burn::module::Param;
+use burn::prelude::Backend;
+use burn::tensor::{Int, Tensor, TensorData};
+
+use crate::device::DeviceKind;
+use crate::step::TokenStep;
+pub use config::{Arch, ModelConfig};
+use llama::{Attention, Block, Capture, KvCache, Linear, Llama, Mlp, RmsNorm, Rope};
+pub use sampling::Sampler;
+pub use tokenizer::{Message, Tokenizer};
+use weights::{HostTensor, WeightSource};
+
+fn tensor1<B: Backend>(t: HostTensor, device: &B::Device) -> Tensor<B, 1> {
+    let n = t.data.len();
+    Tensor::from_data(TensorData::new(t.data, [n]), device)
+}
+
+/// `[out, in]` (Hugging Face) -> `[in, out]`.
+fn transposed<B: Backend>(t: HostTensor, device: &B::Device) -> Tensor<B, 2> {
+    let (rows, cols) = (t.shape[0], t.shape[1]);
+    let mut out = vec![0f32; rows * cols];
+    for r in 0..rows {
+        for c in 0..cols {
+            out[c * rows + r] = t.data[r * cols + c];
+        }
+    }
+    Tensor::from_data(TensorData::new(out, [cols, rows]), device)
+}
+
+/// Builds the decoder from Hugging Face-named weights, checking every shape against the config.
+pub fn build_llama<B: Backend>(src: &dyn WeightSource, cfg: &ModelConfig, device: &B::Device) -> Result<Llama<B>> {
+    let (d, hd, h, kv, ff) = (cfg.hidden_size, cfg.head_dim, cfg.num_heads, cfg.num_kv_heads, cfg.intermediate_size);
+    let lin = |name: &str, out: usize, inp: usize, bias: bool| -> Result<Linear<B>> {
+        let w = src.require(&format!("{name}.weight"), &[out, inp])?;
+        let b = if bias { Some(Param::from_tensor(tensor1(src.require(&format!("{name}.bias"), &[out])?, device))) } else { None };
+        Ok(Linear { weight: Param::from_tensor(transposed(w, device)), bias: b })
+    };
+    let norm = |name: &str| -> Result<RmsNorm<B>> {
+        Ok(RmsNorm { weight: Param::from_tensor(tensor1(src.require(name, &[d])?, device)), eps: cfg.rms_norm_eps as f64 })
+    };
+    let embed = src.require("model.embed_tokens.weight", &[cfg.vocab_size, d])?;
+    let embed_tokens = Param::from_tensor(Tensor::from_data(TensorData::new(embed.data, [cfg.vocab_size, d]), device));
+    let mut layers = Vec::with_capacity(cfg.num_layers);
+    for l in 0..cfg.num_layers {
+        let p = format!("model.layers.{l}");
+        let bias = cfg.arch.qkv_bias();
+        layers.push(Block {
+            input_layernorm: norm(&format!("{p}.input_layernorm.weight"))?,
+            self_attn: Attention {
+                q_proj: lin(&format!("{p}.self_attn.q_proj"), h * hd, d, bias)?,
+                k_proj: lin(&format!("{p}.self_attn.k_proj"), kv * hd, d, bias)?,
+                v_proj: lin(&format!("{p}.self_attn.v_proj"), kv * hd, d, bias)?,
+                o_proj: lin(&format!("{p}.self_attn.o_proj"), d, h * hd, false)?,
+                num_heads: h,
+                num_kv_heads: kv,
+                head_dim: hd,
+            },
+            post_attention_layernorm: norm(&format!("{p}.post_attention_layernorm.weight"))?,
+            mlp: Mlp {
+                gate_proj: lin(&format!("{p}.mlp.gate_proj"), ff, d, false)?,
+                up_proj: lin(&format!("{p}.mlp.up_proj"), ff, d, false)?,
+                down_proj: lin(&format!("{p}.mlp.down_proj"), d, ff, false)?,
+            },
+        });
+    }
+    let lm_head = if cfg.tie_word_embeddings {
+        None
+    } else {
+        Some(Param::from_tensor(transposed(src.require("lm_head.weight", &[cfg.vocab_size, d])?, device)))
+    };
+    Ok(Llama { embed_tokens, layers, norm: norm("model.norm.weight")?, lm_head })
+}
+
+/// Random weights in Hugging Face layout (normal(0, 0.02), norms at 1) for tests and tiny demos.
+pub fn random_weights(cfg: &ModelConfig, seed: u64) -> Vec<(String, HostTensor)> {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let mut normal = |shape: Vec<usize>, std: f32| -> HostTensor {
+        let n: usize = shape.iter().product();
+        // Box-Muller
+        let data = (0..n)
+            .map(|_| {
+                let u1: f32 = rng.random::<f32>().max(1e-7);
+                let u2: f32 = rng.random::<f32>();
+                std * (-2.0 * u1.ln()).sqrt() * (2.0 * std::f32::consts::PI * u2).cos()
+            })
+            .collect();
+        HostTensor { data, shape }
+    };
+    let ones = |n: usize| HostTensor { data: vec![1.0; n], shape: vec![n] };
+    let (d, hd, h, kv, ff) = (cfg.hidden_size, cfg.head_dim, cfg.num_heads, cfg.num_kv_heads, cfg.intermediate_size);
+    let mut w = vec![("model.embed_tokens.weight".to_string(), normal(vec![cfg.vocab_size, d], 0.5))];
+    for l in 0..cfg.num_layers {
+        let p = format!("model.layers.{l}");
+        w.push((format!("{p}.input_layernorm.weight"), ones(d)));
+        w.push((format!("{p}.post_attention_layernorm.weight"), ones(d)));
+        for (n, o, i) in [("self_attn.q_proj", h * hd, d), ("self_attn.k_proj", kv * hd, d), ("self_attn.v_proj", kv * hd, d), ("self_attn.o_proj", d, h * hd), ("mlp.gate_proj", ff, d), ("mlp.up_proj", ff, d), ("mlp.down_proj", d, ff)] {
+            w.push((format!("{p}.{n}.weight"), normal(vec![o, i], 0.2)));
+            if cfg.arch.qkv_bias() && matches!(n, "self_attn.q_proj" | "self_attn.k_proj" | "self_attn.v_proj") {
+                w.push((format!("{p}.{n}.bias"), normal(vec![o], 0.1)));
+            }
+        }
+    }
+    w.push(("model.norm.weight".into(), ones(d)));
+    if !cfg.tie_word_embeddings {
+        w.push(("lm_head.weight".into(), normal(vec![cfg.vocab_size, d], 0.2)));
+    }
+    w
+}
+
+/// In-memory weights as a [`WeightSource`].
+pub struct MemoryWeights(pub std::collections::HashMap<String, HostTensor>);
+
+impl WeightSource for MemoryWeights {
+    fn describe(&self) -> String {
+        "<in-memory weights>".into()
+    }
+    fn tensor(&self, name: &str) -> Result<Option<HostTensor>> {
+        Ok(self.0.get(name).cloned())
+    }
+}
+
+/// The decoder's weights back in Hugging Face names and layout (for saving safetensors).
+pub fn export_llama<B: Backend>(m: &Llama<B>) -> Vec<(String, HostTensor)> {
+    let host2 = |t: Tensor<B, 2>| -> HostTensor {
+        let [r, c] = t.dims();
+        HostTensor { data: t.into_data().convert::<f32>().to_vec::<f32>().unwrap(), shape: vec![r, c] }
+    };
+    let host1 = |t: Tensor<B, 1>| -> HostTensor {
+        let n = t.dims()[0];
+        HostTensor { data: t.into_data().convert::<f32>().to_vec::<f32>().unwrap(), shape: vec![n] }
+    };
+    let lin = |out: &mut Vec<(String, HostTensor)>, name: String, l: &Linear<B>| {
+        out.push((format!("{name}.weight"), host2(l.weight.val().transpose())));
+        if let Some(b) = &l.bias {
+            out.push((format!("{name}.bias"), host1(b.val())));
+        }
+    };
+    let mut out = vec![("model.embed_tokens.weight".to_string(), host2(m.embed_tokens.val()))];
+    for (l, b) in m.layers.iter().enumerate() {
+        let p = format!("model.layers.{l}");
+        out.push((format!("{p}.input_layernorm.weight"), host1(b.input_layernorm.weight.val())));
+        out.push((format!("{p}.post_attention_layernorm.weight"), host1(b.post_attention_layernorm.weight.val())));
+        lin(&mut out, format!("{p}.self_attn.q_proj"), &b.self_attn.q_proj);
+        lin(&mut out, format!("{p}.self_attn.k_proj"), &b.self_attn.k_proj);
+        lin(&mut out, format!("{p}.self_attn.v_proj"), &b.self_attn.v_proj);
+        lin(&mut out, format!("{p}.self_attn.o_proj"), &b.self_attn.o_proj);
+        lin(&mut out, format!("{p}.mlp.gate_proj"), &b.mlp.gate_proj);
+        lin(&mut out, format!("{p}.mlp.up_proj"), &b.mlp.up_proj);
+        lin(&mut out, format!("{p}.mlp.down_proj"), &b.mlp.down_proj);
+    }
+    out.push(("model.norm.weight".into(), host1(m.norm.weight.val())));
+    if let Some(w) = &m.lm_head {
+        out.push(("lm_head.weight".into(), host2(w.val().transpose())));
+    }
+    out
+}
+
+/// What one forward call should hand back, for a chunk of `t` tokens.
+#[derive(Debug, Clone, Copy)]
+struct Want {
+    /// Logits for chunk rows `>= logits_from`.
+    logits_from: usize,
+    /// Attention rows and hidden states for chunk rows `>= capture_from` (`None`: none).
+    capture_from: Option<usize>,
+}
+
+#[derive(Debug, Default)]
+struct ChunkOut {
+    logits: Vec<Vec<f32>>,
+    attn: Vec<Vec<Vec<f32>>>,
+    hidden_final: Vec<Vec<f32>>,
+    hidden_mean: Vec<Vec<f32>>,
+}
+
+trait Engine: Send + Sync {
+    fn open(&self, capacity: usize) -> Box<dyn EngineSession + '_>;
+}
+
+trait EngineSession {
+    fn forward(&mut self, ids: &[u32], want: Want) -> Result<ChunkOut>;
+    fn truncate(&mut self, len: usize);
+    fn len(&self) -> usize;
+}
+
+/// The burn decoder on one backend.
+pub struct BurnEngine<B: Backend> {
+    pub model: Llama<B>,
+    pub rope: Rope<B>,
+    pub cfg: ModelConfig,
+    pub device: B::Device,
+}
+
+struct BurnSession<'a, B: Backend> {
+    e: &'a BurnEngine<B>,
+    cache: KvCache<B>,
+}
+
+impl<B: Backend> Engine for BurnEngine<B>
+where
+    Llama<B>: Send + Sync,
+    Rope<B>: Send + Sync,
+{
+    fn open(&self, capacity: usize) -> Box<dyn EngineSession + '_> {
+        Box::new(BurnSession { e: self, cache: KvCache::new(&self.cfg, 1, capacity, &self.device) })
+    }
+}
+
+fn rows<B: Backend>(t: Tensor<B, 3>) -> Vec<Vec<f32>> {
+    let [_, n, d] = t.dims();
+    let v = t.into_data().convert::<f32>().to_vec::<f32>().unwrap();
+    (0..n).map(|i| v[i * d..(i + 1) * d].to_vec()).collect()
+}
+
+impl<B: Backend> EngineSession for BurnSession<'_, B> {
+    fn forward(&mut self, ids: &[u32], want: Want) -> Result<ChunkOut> {
+        let t = ids.len();
+        let start = self.cache.len;
+        if start + t > self.e.rope.max_pos() {
+            bail!("sequence of {} tokens exceeds the model's {} positions", start + t, self.e.rope.max_pos());
+        }
+        let data: Vec<i32> = ids.iter().map(|&i| i as i32).collect();
+        let ids_t = Tensor::<B, 2, Int>::from_data(TensorData::new(data, [1, t]), &self.e.device);
+        let capture = Capture { attn_from: want.capture_from, layer_sum: want.capture_from.is_some() };
+        let out = self.e.model.forward(ids_t, &self.e.rope, start, Some(&mut self.cache), capture);
+        let d = self.e.cfg.hidden_size;
+        let mut res = ChunkOut::default();
+        if want.logits_from < t {
+            let h = out.hidden.clone().slice([0..1, want.logits_from..t, 0..d]);
+            res.logits = rows(self.e.model.logits(h));
+        }
+        if let Some(from) = want.capture_from.filter(|&f| f < t) {
+            res.hidden_final = rows(out.hidden.slice([0..1, from..t, 0..d]));
+            let n = self.e.cfg.num_layers as f64;
+            res.hidden_mean = rows(out.layer_sum.unwrap().slice([0..1, from..t, 0..d]).div_scalar(n));
+            let a = out.attn.unwrap(); // [1, h, rows, keys]
+            let [_, nh, nr, nk] = a.dims();
+            let v = a.into_data().convert::<f32>().to_vec::<f32>().unwrap();
+            for r in 0..nr {
+                let pos = start + from + r;
+                res.attn.push((0..nh).map(|hh| v[(hh * nr + r) * nk..(hh * nr + r) * nk + pos + 1].to_vec()).collect());
+            }
+        }
+        Ok(res)
+    }
+
+    fn truncate(&mut self, len: usize) {
+        self.cache.truncate(len);
+    }
+
+    fn len(&self) -> usize {
+        self.cache.len
+    }
+}
+
+/// A loaded language model: decoder + tokenizer.
+pub struct Lm {
+    engine: Box<dyn Engine>,
+    pub tokenizer: Tokenizer,
+    pub config: ModelConfig,
+    /// Short identifier (file or folder name), recorded in datasets and checkpoints trained on this model.
+    pub name: String,
+    pub device: DeviceKind,
+}
+
+/// Maximum RoPE table length (positions) we precompute.
+const MAX_POSITIONS: usize = 32768;
+
+impl Lm {
+    /// Loads a `.gguf` file or a Hugging Face folder (config.json + safetensors + tokenizer.json).
+    /// `tokenizer` overrides the tokenizer (a tokenizer.json).
+    pub fn load(path: &Path, device: DeviceKind, tokenizer: Option<&Path>) -> Result<Lm> {
+        if !path.exists() {
+            bail!("{}: model not found (run scripts/setup.sh to fetch the default model)", path.display());
+        }
+        let (src, cfg, tok): (Box<dyn WeightSource>, ModelConfig, Tokenizer) = if path.is_dir() {
+            let st = safetensors::SafetensorsDir::open(path)?;
+            let cfg = st.config().clone();
+            let tok_path = tokenizer.map(Path::to_path_buf).unwrap_or_else(|| path.join("tokenizer.json"));
+            let tok = Tokenizer::from_file(&tok_path)?;
+            (Box::new(st), cfg, tok)
+        } else {
+            let g = gguf::GgufFile::open(path)?;
+            let cfg = g.config().clone();
+            let tok = match tokenizer {
+                Some(p) => Tokenizer::from_file(p)?,
+                None => Tokenizer::from_gguf(&g)?,
+            };
+            (Box::new(g), cfg, tok)
+        };
+        if tok.vocab_size() > cfg.vocab_size {
+            bail!(
+                "tokenizer {} has {} tokens but the model {} has an embedding for {}: wrong tokenizer for this model?",
+                tok.source,
+                tok.vocab_size(),
+                path.display(),
+                cfg.vocab_size
+            );
+        }
+        let name = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "model".into());
+        let mut tok = tok;
+        if tok.bos_id.is_none() {
+            tok.bos_id = cfg.bos_token_id;
+        }
+        Self::from_source(src.as_ref(), cfg, tok, name, device)
+    }
+
+    /// Builds from any weight source (used by [`Lm::load`] and by tests with random weights).
+    pub fn from_source(src: &dyn WeightSource, cfg: ModelConfig, tokenizer: Tokenizer, name: String, device: DeviceKind) -> Result<Lm> {
+        let max_pos = cfg.max_position_embeddings.min(MAX_POSITIONS);
+        let engine: Box<dyn Engine> = match device {
+            DeviceKind::Cpu => {
+                let dev = burn::backend::flex::FlexDevice;
+                let model = build_llama::<burn::backend::Flex>(src, &cfg, &dev)?;
+                let rope = Rope::new(&cfg, max_pos, &dev);
+                Box::new(BurnEngine { model, rope, cfg: cfg.clone(), device: dev })
+            }
+            DeviceKind::Cuda(n) => {
+                crate::device::check_cuda(n)?;
+                #[cfg(feature = "cuda")]
+                {
+                    let dev = burn::backend::cuda::CudaDevice::new(n);
+                    let model = build_llama::<burn::backend::Cuda>(src, &cfg, &dev)?;
+                    let rope = crate::device::guard("CUDA initialisation failed", || Rope::new(&cfg, max_pos, &dev))?;
+                    Box::new(BurnEngine { model, rope, cfg: cfg.clone(), device: dev })
+                }
+                #[cfg(not(feature = "cuda"))]
+                unreachable!()
+            }
+        };
+        Ok(Lm { engine, tokenizer, config: cfg, name, device })
+    }
+
+    /// A fresh decoding session (empty KV cache).
+    pub fn session(&self) -> Session<'_> {
+        Session {
+            lm: self,
+            inner: self.engine.open(512),
+            ids: Vec::new(),
+            last_logits: None,
+            stream: tokenizer::TextStream::default(),
+            forward_tokens: 0,
+        }
+    }
+}
+
+/// One sequence being decoded: its KV cache, ids, and the distribution for the next position.
+pub struct Session<'a> {
+    pub lm: &'a Lm,
+    inner: Box<dyn EngineSession + 'a>,
+    ids: Vec<u32>,
+    last_logits: Option<Vec<f32>>,
+    stream: tokenizer::TextStream,
+    /// Tokens pushed through the model so far (prefill + decode), for efficiency accounting.
+    pub forward_tokens: usize,
+}
+
+impl<'a> Session<'a> {
+    /// Number of positions in the cache.
+    pub fn len(&self) -> usize {
+        self.inner.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn ids(&self) -> &[u32] {
+        &self.ids
+    }
+
+    /// Logits for the next position (after the last fed token).
+    pub fn logits(&self) -> Option<&[f32]> {
+        self.last_logits.as_deref()
+    }
+
+    /// Feeds tokens without capturing internals (prompt prefill); only the last position's logits are kept.
+    pub fn prefill(&mut self, ids: &[u32]) -> Result<()> {
+        self.feed(ids, ids.len()).map(|_| ())
+    }
+
+    /// Feeds `ids` and returns a [`TokenStep`] for each of `ids[steps_from..]`: its entropy and probability
+    /// under the distribution it was drawn from (the previous position's logits), and the attention row and
+    /// hidden states computed as it passed through the model.
+    pub fn feed(&mut self, ids: &[u32], steps_from: usize) -> Result<Vec<TokenStep>> {
+        if ids.is_empty() {
+            return Ok(vec![]);
+        }
+        let t = ids.len();
+        let start = self.len();
+        if let Some(&bad) = ids.iter().find(|&&i| i as usize >= self.lm.config.vocab_size) {
+            bail!("token id {bad} is outside the model's vocabulary of {}", self.lm.config.vocab_size);
+        }
+        let logits_from = if steps_from < t { steps_from.saturating_sub(1) } else { t - 1 };
+        let capture_from = (steps_from < t).then_some(steps_from);
+        let out = crate::device::guard("model forward failed", || self.inner.forward(ids, Want { logits_from, capture_from }))??;
+        self.forward_tokens += t;
+        let mut steps = Vec::with_capacity(t.saturating_sub(steps_from));
+        for (i, &id) in ids.iter().enumerate() {
+            let text = self.stream.push(self.lm.tokenizer.token_bytes(id));
+            if i < steps_from {
+                continue;
+            }
+            // distribution this token was drawn from: logits at the previous position
+            let prev: Option<&[f32]> = if i == 0 {
+                self.last_logits.as_deref()
+            } else {
+                Some(&out.logits[i - 1 - logits_from])
+            };
+            let (entropy, prob) = match prev {
+                Some(l) => sampling::entropy_and_prob(l, id),
+                None => (f32::NAN, f32::NAN),
+            };
+            let r = i - steps_from;
+            steps.push(TokenStep {
+                pos: start + i,
+                id,
+                text,
+                entropy,
+                prob,
+                attn: out.attn[r].clone(),
+                hidden_final: out.hidden_final[r].clone(),
+                hidden_mean: out.hidden_mean[r].clone(),
+            });
+        }
+        self.ids.extend_from_slice(ids);
+        self.last_logits = out.logits.into_iter().last();
+        Ok(steps)
+    }
+
+    /// Chooses the next token from the current distribution, feeds it, and returns its step.
+    pub fn step(&mut self, sampler: &mut Sampler) -> Result<TokenStep> {
+        let logits = self.last_logits.as_deref().context("nothing fed yet: prefill a prompt first")?;
+        let id = sampler.pick(logits);
+        Ok(self.feed(&[id], 0)?.pop().unwrap())
+    }
+
+    /// Generates up to `max_new` tokens, stopping after a stop token (included in the result).
+    pub fn generate(&mut self, max_new: usize, sampler: &mut Sampler) -> Result<Vec<TokenStep>> {
+        let mut out = Vec::new();
+        for _ in 0..max_new {
+            let s = self.step(sampler)?;
+            let stop = self.lm.tokenizer.is_stop(s.id);
+            out.push(s);
+            if stop {
+                break;
+            }
+        }
+        Ok(out)
+    }
+
+    /// Rewinds to the first `len` positions, keeping their cached keys/values. The next-token distribution is
+    /// unknown until something is fed again.
+    pub fn truncate(&mut self, len: usize) {
+        if len < self.len() {
+            self.inner.truncate(len);
+            self.ids.truncate(len);
+            self.last_logits = None;
+            self.stream.clear();
+        }
+    }
+}

@@ -1,0 +1,101 @@
+//! Hugging Face model folders: `config.json` + `model.safetensors` (or shards listed in
+//! `model.safetensors.index.json`), weights in f32, f16 or bf16.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use memmap2::Mmap;
+use safetensors::{Dtype, SafeTensors};
+
+use super::config::ModelConfig;
+use super::weights::{HostTensor, WeightSource};
+
+pub struct SafetensorsDir {
+    dir: PathBuf,
+    /// Memory maps of the shard files.
+    shards: Vec<(PathBuf, Mmap)>,
+    /// Tensor name -> shard index.
+    index: HashMap<String, usize>,
+    config: ModelConfig,
+}
+
+impl SafetensorsDir {
+    pub fn open(dir: &Path) -> Result<Self> {
+        let config = ModelConfig::from_hf_config(&dir.join("config.json"))?;
+        let index_path = dir.join("model.safetensors.index.json");
+        let files: Vec<PathBuf> = if index_path.exists() {
+            let text = std::fs::read_to_string(&index_path)?;
+            let v: serde_json::Value =
+                serde_json::from_str(&text).with_context(|| format!("{}: not valid JSON", index_path.display()))?;
+            let map = v
+                .get("weight_map")
+                .and_then(|m| m.as_object())
+                .with_context(|| format!("{}: no weight_map", index_path.display()))?;
+            let mut names: Vec<String> = map.values().filter_map(|x| x.as_str().map(String::from)).collect();
+            names.sort();
+            names.dedup();
+            names.into_iter().map(|n| dir.join(n)).collect()
+        } else if dir.join("model.safetensors").exists() {
+            vec![dir.join("model.safetensors")]
+        } else {
+            bail!("{}: no model.safetensors or model.safetensors.index.json", dir.display());
+        };
+        let mut shards = Vec::new();
+        let mut index = HashMap::new();
+        for (i, f) in files.iter().enumerate() {
+            let file = std::fs::File::open(f).with_context(|| format!("{}: cannot open", f.display()))?;
+            // SAFETY: read-only map of a file we do not modify while it is mapped.
+            let mmap = unsafe { Mmap::map(&file) }.with_context(|| format!("{}: cannot map", f.display()))?;
+            let st = SafeTensors::deserialize(&mmap)
+                .map_err(|e| anyhow::anyhow!("{}: not a valid safetensors file ({e})", f.display()))?;
+            for name in st.names() {
+                index.insert(name.to_string(), i);
+            }
+            shards.push((f.clone(), mmap));
+        }
+        Ok(SafetensorsDir { dir: dir.to_path_buf(), shards, index, config })
+    }
+
+    pub fn config(&self) -> &ModelConfig {
+        &self.config
+    }
+}
+
+impl WeightSource for SafetensorsDir {
+    fn describe(&self) -> String {
+        self.dir.display().to_string()
+    }
+
+    fn tensor(&self, name: &str) -> Result<Option<HostTensor>> {
+        let Some(&i) = self.index.get(name) else { return Ok(None) };
+        let (path, mmap) = &self.shards[i];
+        let st = SafeTensors::deserialize(mmap).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        let view = st.tensor(name).map_err(|e| anyhow::anyhow!("{}: tensor '{name}': {e}", path.display()))?;
+        let bytes = view.data();
+        let data: Vec<f32> = match view.dtype() {
+            Dtype::F32 => bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect(),
+            Dtype::F16 => bytes.chunks_exact(2).map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32()).collect(),
+            Dtype::BF16 => bytes.chunks_exact(2).map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f32()).collect(),
+            other => bail!("{}: tensor '{name}' has dtype {other:?} (f32, f16, bf16 supported)", path.display()),
+        };
+        Ok(Some(HostTensor { data, shape: view.shape().to_vec() }))
+    }
+}
+
+/// Writes f32 tensors as a safetensors file (Hugging Face names), atomically (temporary file + rename).
+pub fn write_safetensors(path: &Path, tensors: &[(String, HostTensor)], metadata: Option<HashMap<String, String>>) -> Result<()> {
+    let bytes: Vec<(String, Vec<u8>, Vec<usize>)> = tensors
+        .iter()
+        .map(|(n, t)| (n.clone(), t.data.iter().flat_map(|x| x.to_le_bytes()).collect(), t.shape.clone()))
+        .collect();
+    let views: Vec<(String, safetensors::tensor::TensorView)> = bytes
+        .iter()
+        .map(|(n, b, s)| Ok((n.clone(), safetensors::tensor::TensorView::new(Dtype::F32, s.clone(), b)?)))
+        .collect::<Result<_, safetensors::SafeTensorError>>()
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let tmp = path.with_extension("safetensors.tmp");
+    safetensors::serialize_to_file(views, metadata, &tmp).map_err(|e| anyhow::anyhow!("{}: {e}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("{}: cannot rename into place", path.display()))?;
+    Ok(())
+}

@@ -1,0 +1,333 @@
+//! Tokenizers: Hugging Face `tokenizer.json`, or one built from a GGUF file's own vocabulary and merges, plus the
+//! ChatML chat template and per-token byte strings (so streamed text never splits a UTF-8 character).
+
+use std::collections::HashSet;
+use std::path::Path;
+
+use anyhow::{bail, Context, Result};
+
+use super::gguf::GgufFile;
+
+/// A chat turn.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Message {
+    pub role: String,
+    pub content: String,
+}
+
+impl Message {
+    pub fn new(role: &str, content: impl Into<String>) -> Self {
+        Message { role: role.to_string(), content: content.into() }
+    }
+}
+
+pub struct Tokenizer {
+    inner: tokenizers::Tokenizer,
+    /// Bytes each token stands for (byte-level BPE undone; special tokens as their text).
+    token_bytes: Vec<Vec<u8>>,
+    special: HashSet<u32>,
+    /// Ids that end a generation (EOS, `<|im_end|>`, `<|endoftext|>`).
+    pub stop_ids: Vec<u32>,
+    pub bos_id: Option<u32>,
+    /// Prepend BOS when encoding a prompt (Llama 2/3 do; SmolLM2 and Qwen2 do not).
+    pub add_bos: bool,
+    /// System prompt the model's template inserts when none is given.
+    pub default_system: Option<String>,
+    pub source: String,
+}
+
+/// GPT-2's byte-to-unicode table, inverted: the printable char a byte-level BPE vocab uses for each byte.
+fn byte_decoder() -> std::collections::HashMap<char, u8> {
+    let mut bs: Vec<u32> = (b'!' as u32..=b'~' as u32).chain(0xA1..=0xAC).chain(0xAE..=0xFF).collect();
+    let mut cs = bs.clone();
+    let mut n = 0;
+    for b in 0..256u32 {
+        if !bs.contains(&b) {
+            bs.push(b);
+            cs.push(256 + n);
+            n += 1;
+        }
+    }
+    bs.into_iter().zip(cs).map(|(b, c)| (char::from_u32(c).unwrap(), b as u8)).collect()
+}
+
+fn is_byte_level(json: &serde_json::Value) -> bool {
+    let s = json.to_string();
+    s.contains("\"ByteLevel\"")
+}
+
+impl Tokenizer {
+    /// Reads a Hugging Face `tokenizer.json`.
+    pub fn from_file(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path).with_context(|| format!("{}: cannot read tokenizer", path.display()))?;
+        let json: serde_json::Value =
+            serde_json::from_str(&text).with_context(|| format!("{}: not valid JSON", path.display()))?;
+        let inner = tokenizers::Tokenizer::from_bytes(text.as_bytes())
+            .map_err(|e| anyhow::anyhow!("{}: not a valid tokenizer.json ({e})", path.display()))?;
+        let mut tok = Self::assemble(inner, &json, path.display().to_string())?;
+        // tokenizer_config.json beside it says whether BOS is added and which token ends a turn.
+        if let Some(dir) = path.parent() {
+            let cfg = dir.join("tokenizer_config.json");
+            if let Ok(t) = std::fs::read_to_string(&cfg) {
+                if let Ok(v) = serde_json::from_str::<serde_json::Value>(&t) {
+                    if let Some(b) = v.get("add_bos_token").and_then(|x| x.as_bool()) {
+                        tok.add_bos = b;
+                    }
+                    if let Some(tpl) = v.get("chat_template").and_then(|x| x.as_str()) {
+                        tok.default_system = default_system_from_template(tpl);
+                    }
+                }
+            }
+        }
+        Ok(tok)
+    }
+
+    /// Builds the tokenizer stored in a GGUF file (`tokenizer.ggml.*`).
+    pub fn from_gguf(g: &GgufFile) -> Result<Self> {
+        let file = g.path().display().to_string();
+        let model = g.meta_str("tokenizer.ggml.model").unwrap_or_default();
+        if model != "gpt2" {
+            bail!("{file}: GGUF tokenizer model '{model}' is not supported (byte-level BPE 'gpt2' is); pass --tokenizer tokenizer.json");
+        }
+        let tokens = g.meta_strings("tokenizer.ggml.tokens").with_context(|| format!("{file}: GGUF has no tokenizer.ggml.tokens"))?;
+        let merges = g.meta_strings("tokenizer.ggml.merges").with_context(|| format!("{file}: GGUF has no tokenizer.ggml.merges"))?;
+        let types = g.meta_i32s("tokenizer.ggml.token_type").unwrap_or_else(|| vec![1; tokens.len()]);
+        let pre = g.meta_str("tokenizer.ggml.pre").unwrap_or_else(|| "default".into());
+        let vocab: serde_json::Map<String, serde_json::Value> =
+            tokens.iter().enumerate().map(|(i, t)| (t.clone(), serde_json::json!(i))).collect();
+        let added: Vec<serde_json::Value> = tokens
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| matches!(types.get(*i), Some(3) | Some(4)))
+            .map(|(i, t)| {
+                serde_json::json!({"id": i, "content": t, "single_word": false, "lstrip": false, "rstrip": false,
+                                    "normalized": false, "special": types[i] == 3})
+            })
+            .collect();
+        let byte_level = |use_regex: bool, trim: bool| {
+            serde_json::json!({"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": trim, "use_regex": use_regex})
+        };
+        let split = |pattern: &str| {
+            serde_json::json!({"type": "Split", "pattern": {"Regex": pattern}, "behavior": "Isolated", "invert": false})
+        };
+        let (normalizer, pre_tokenizer) = match pre.as_str() {
+            "smollm" => (
+                serde_json::Value::Null,
+                serde_json::json!({"type": "Sequence", "pretokenizers": [
+                    {"type": "Digits", "individual_digits": true}, byte_level(true, true)]}),
+            ),
+            "qwen2" => (
+                serde_json::json!({"type": "NFC"}),
+                serde_json::json!({"type": "Sequence", "pretokenizers": [
+                    split(r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"),
+                    byte_level(false, false)]}),
+            ),
+            "llama-bpe" | "llama3" => (
+                serde_json::Value::Null,
+                serde_json::json!({"type": "Sequence", "pretokenizers": [
+                    split(r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"),
+                    byte_level(false, true)]}),
+            ),
+            _ => (serde_json::Value::Null, byte_level(true, true)),
+        };
+        let json = serde_json::json!({
+            "version": "1.0", "truncation": null, "padding": null,
+            "added_tokens": added,
+            "normalizer": normalizer,
+            "pre_tokenizer": pre_tokenizer,
+            "post_processor": null,
+            "decoder": {"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": true, "use_regex": true},
+            "model": {"type": "BPE", "dropout": null, "unk_token": null, "continuing_subword_prefix": null,
+                      "end_of_word_suffix": null, "fuse_unk": false, "byte_fallback": false, "ignore_merges": false,
+                      "vocab": vocab, "merges": merges},
+        });
+        let inner = tokenizers::Tokenizer::from_bytes(json.to_string().as_bytes())
+            .map_err(|e| anyhow::anyhow!("{file}: cannot build a tokenizer from the GGUF vocabulary ({e})"))?;
+        let mut tok = Self::assemble(inner, &json, format!("{file} (GGUF vocabulary)"))?;
+        tok.bos_id = g.meta_u64("tokenizer.ggml.bos_token_id").map(|x| x as u32);
+        tok.add_bos = g.meta_bool("tokenizer.ggml.add_bos_token").unwrap_or(false);
+        for key in ["tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id"] {
+            if let Some(id) = g.meta_u64(key) {
+                if !tok.stop_ids.contains(&(id as u32)) {
+                    tok.stop_ids.push(id as u32);
+                }
+            }
+        }
+        if let Some(tpl) = g.meta_str("tokenizer.chat_template") {
+            tok.default_system = default_system_from_template(&tpl);
+        }
+        Ok(tok)
+    }
+
+    fn assemble(inner: tokenizers::Tokenizer, json: &serde_json::Value, source: String) -> Result<Self> {
+        let vocab_size = inner.get_vocab_size(true);
+        let decoder = byte_decoder();
+        let byte_level = is_byte_level(json);
+        let mut special = HashSet::new();
+        if let Some(added) = json.get("added_tokens").and_then(|a| a.as_array()) {
+            for t in added {
+                if let Some(id) = t.get("id").and_then(|x| x.as_u64()) {
+                    special.insert(id as u32);
+                }
+            }
+        }
+        let mut token_bytes = Vec::with_capacity(vocab_size);
+        for id in 0..vocab_size as u32 {
+            let piece = inner.id_to_token(id).unwrap_or_default();
+            let bytes = if special.contains(&id) {
+                piece.into_bytes()
+            } else if byte_level {
+                piece.chars().map(|c| decoder.get(&c).copied().unwrap_or(b'?')).collect()
+            } else if let Some(hex) = piece.strip_prefix("<0x").and_then(|s| s.strip_suffix('>')) {
+                vec![u8::from_str_radix(hex, 16).unwrap_or(b'?')]
+            } else {
+                piece.replace('\u{2581}', " ").into_bytes()
+            };
+            token_bytes.push(bytes);
+        }
+        let mut stop_ids = Vec::new();
+        for s in ["<|im_end|>", "<|endoftext|>", "</s>", "<|eot_id|>", "<|end_of_text|>"] {
+            if let Some(id) = inner.token_to_id(s) {
+                stop_ids.push(id);
+            }
+        }
+        Ok(Tokenizer { inner, token_bytes, special, stop_ids, bos_id: None, add_bos: false, default_system: None, source })
+    }
+
+    pub fn vocab_size(&self) -> usize {
+        self.token_bytes.len()
+    }
+
+    /// Encodes text; special-token strings in it (`<|im_start|>`) become their ids. Adds BOS if the model wants it
+    /// and `bos` is true.
+    pub fn encode(&self, text: &str, bos: bool) -> Result<Vec<u32>> {
+        let enc = self.inner.encode(text, false).map_err(|e| anyhow::anyhow!("{}: cannot encode text ({e})", self.source))?;
+        let mut ids = Vec::with_capacity(enc.len() + 1);
+        if bos && self.add_bos {
+            if let Some(b) = self.bos_id {
+                ids.push(b);
+            }
+        }
+        ids.extend_from_slice(enc.get_ids());
+        Ok(ids)
+    }
+
+    /// Character offsets (start, end) of each token of `text` (no BOS).
+    pub fn encode_with_offsets(&self, text: &str) -> Result<(Vec<u32>, Vec<(usize, usize)>)> {
+        let enc = self.inner.encode(text, false).map_err(|e| anyhow::anyhow!("{}: cannot encode text ({e})", self.source))?;
+        Ok((enc.get_ids().to_vec(), enc.get_offsets().to_vec()))
+    }
+
+    pub fn decode(&self, ids: &[u32]) -> String {
+        let bytes: Vec<u8> = ids.iter().flat_map(|&i| self.token_bytes(i).iter().copied()).collect();
+        String::from_utf8_lossy(&bytes).into_owned()
+    }
+
+    /// The bytes token `id` stands for.
+    pub fn token_bytes(&self, id: u32) -> &[u8] {
+        self.token_bytes.get(id as usize).map(|v| v.as_slice()).unwrap_or(&[])
+    }
+
+    pub fn is_special(&self, id: u32) -> bool {
+        self.special.contains(&id)
+    }
+
+    pub fn token_id(&self, token: &str) -> Option<u32> {
+        self.inner.token_to_id(token)
+    }
+
+    pub fn is_stop(&self, id: u32) -> bool {
+        self.stop_ids.contains(&id)
+    }
+
+    /// ChatML (`<|im_start|>role\ncontent<|im_end|>\n`), the template of SmolLM2 and Qwen2.5, with the model's
+    /// default system prompt when the messages have none; ends with the assistant header when
+    /// `add_generation_prompt`.
+    pub fn apply_chat_template(&self, messages: &[Message], add_generation_prompt: bool) -> String {
+        let mut out = String::new();
+        if !messages.first().is_some_and(|m| m.role == "system") {
+            if let Some(sys) = &self.default_system {
+                out.push_str(&format!("<|im_start|>system\n{sys}<|im_end|>\n"));
+            }
+        }
+        for m in messages {
+            out.push_str(&format!("<|im_start|>{}\n{}<|im_end|>\n", m.role, m.content));
+        }
+        if add_generation_prompt {
+            out.push_str("<|im_start|>assistant\n");
+        }
+        out
+    }
+}
+
+/// The system prompt a Jinja chat template inserts when the conversation has none (SmolLM2's and Qwen2.5's
+/// templates hard-code one). We do not run Jinja; we read the literal.
+fn default_system_from_template(tpl: &str) -> Option<String> {
+    let marker = "<|im_start|>system\\n";
+    let mut search = tpl;
+    while let Some(i) = search.find(marker) {
+        let rest = &search[i + marker.len()..];
+        if let Some(end) = rest.find("<|im_end|>") {
+            let lit = &rest[..end];
+            if !lit.contains('{') && !lit.contains('\'') && !lit.is_empty() {
+                return Some(lit.replace("\\n", "\n"));
+            }
+        }
+        search = rest;
+    }
+    None
+}
+
+/// Turns token bytes into text without ever splitting a UTF-8 character: bytes of an incomplete character are
+/// held until the next token completes it.
+#[derive(Debug, Default, Clone)]
+pub struct TextStream {
+    pending: Vec<u8>,
+}
+
+impl TextStream {
+    pub fn push(&mut self, bytes: &[u8]) -> String {
+        self.pending.extend_from_slice(bytes);
+        let valid = match std::str::from_utf8(&self.pending) {
+            Ok(_) => self.pending.len(),
+            Err(e) => {
+                if e.error_len().is_some() {
+                    // invalid sequence, not merely incomplete: emit lossily
+                    self.pending.len()
+                } else {
+                    e.valid_up_to()
+                }
+            }
+        };
+        let out = String::from_utf8_lossy(&self.pending[..valid]).into_owned();
+        self.pending.drain(..valid);
+        out
+    }
+
+    pub fn clear(&mut self) {
+        self.pending.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_stream_holds_incomplete_chars() {
+        let mut s = TextStream::default();
+        let e = "é".as_bytes(); // 2 bytes
+        assert_eq!(s.push(&e[..1]), "");
+        assert_eq!(s.push(&e[1..]), "é");
+        assert_eq!(s.push(b" ok"), " ok");
+    }
+
+    #[test]
+    fn default_system_is_read_from_template() {
+        let tpl = "{% if messages[0]['role'] != 'system' %}{{ '<|im_start|>system\\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\\n' }}{% endif %}";
+        assert_eq!(
+            default_system_from_template(tpl).unwrap(),
+            "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
+        );
+    }
+}
