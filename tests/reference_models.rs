@@ -8,7 +8,7 @@
 use std::path::PathBuf;
 
 use ragtime::device::DeviceKind;
-use ragtime::model::{sampling, Lm, Sampler};
+use ragtime::model::{sampling, Lm, Message, Sampler};
 use serde_json::Value;
 
 fn root() -> PathBuf {
@@ -52,6 +52,10 @@ fn check_against(model_file: &str, reference: &str) {
     for case in reference["cases"].as_array().unwrap() {
         let name = case["name"].as_str().unwrap();
         let prompt_ids = ids(&case["prompt_ids"]);
+        if name == "chat_capital" {
+            let chat = lm.tokenizer.apply_chat_template(&[Message::new("user", "What is the capital of France?")], true);
+            assert_eq!(chat, case["prompt"].as_str().unwrap(), "chat template");
+        }
         assert_eq!(lm.tokenizer.encode(case["prompt"].as_str().unwrap(), true).unwrap(), prompt_ids, "{name}: prompt ids");
         let expected = ids(&case["generated_ids"]);
         let mut s = lm.session();

@@ -3,6 +3,10 @@
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 
+mod generate;
+mod inspect;
+pub mod model_args;
+
 #[derive(Parser, Debug)]
 #[command(name = "ragtime", version, about = "Train and evaluate retrieval controllers for dynamic RAG")]
 pub struct Cli {
@@ -11,8 +15,16 @@ pub struct Cli {
 }
 
 #[derive(Subcommand, Debug)]
-pub enum Command {}
+pub enum Command {
+    /// Continue a prompt with the model.
+    Generate(generate::Args),
+    /// Print per-token internals (entropy, top-5 logits, last-layer attention, hidden states) as JSON lines.
+    Inspect(inspect::Args),
+}
 
 pub fn run(cli: Cli) -> Result<()> {
-    match cli.command {}
+    match cli.command {
+        Command::Generate(a) => generate::run(a),
+        Command::Inspect(a) => inspect::run(a),
+    }
 }

@@ -304,10 +304,16 @@ impl<B: Backend> Llama<B> {
 
     /// hidden: [b, t, d] -> logits [b, t, vocab]
     pub fn logits(&self, hidden: Tensor<B, 3>) -> Tensor<B, 3> {
-        let w = match &self.lm_head {
-            Some(w) => w.val(),                          // [d, vocab]
-            None => self.embed_tokens.val().transpose(), // [d, vocab]
-        };
-        hidden.matmul(w.unsqueeze::<3>())
+        match &self.lm_head {
+            Some(w) => hidden.matmul(w.val().unsqueeze::<3>()), // [d, vocab]
+            None => {
+                // tied: embed [vocab, d] @ hidden^T [d, b*t], so the big matrix is never transposed (copied)
+                let [b, t, d] = hidden.dims();
+                let ht = hidden.reshape([b * t, d]).transpose(); // [d, b*t]
+                let l = self.embed_tokens.val().matmul(ht); // [vocab, b*t]
+                let v = l.dims()[0];
+                l.transpose().reshape([b, t, v])
+            }
+        }
     }
 }

@@ -263,14 +263,15 @@ impl Tokenizer {
 /// The system prompt a Jinja chat template inserts when the conversation has none (SmolLM2's and Qwen2.5's
 /// templates hard-code one). We do not run Jinja; we read the literal.
 fn default_system_from_template(tpl: &str) -> Option<String> {
-    let marker = "<|im_start|>system\\n";
-    let mut search = tpl;
+    let tpl = tpl.replace("\\n", "\n");
+    let marker = "<|im_start|>system\n";
+    let mut search = tpl.as_str();
     while let Some(i) = search.find(marker) {
         let rest = &search[i + marker.len()..];
         if let Some(end) = rest.find("<|im_end|>") {
             let lit = &rest[..end];
             if !lit.contains('{') && !lit.contains('\'') && !lit.is_empty() {
-                return Some(lit.replace("\\n", "\n"));
+                return Some(lit.to_string());
             }
         }
         search = rest;

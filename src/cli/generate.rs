@@ -1,0 +1,84 @@
+//! `ragtime generate`: print a continuation.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use clap::Args as ClapArgs;
+
+use ragtime::model::{Message, Sampler};
+
+use super::model_args::ModelArgs;
+
+#[derive(ClapArgs, Debug)]
+pub struct Args {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Prompt text.
+    #[arg(long, conflicts_with = "prompt_file", required_unless_present = "prompt_file")]
+    pub prompt: Option<String>,
+    /// File holding the prompt.
+    #[arg(long)]
+    pub prompt_file: Option<PathBuf>,
+    /// Wrap the prompt as a user turn in the model's chat template.
+    #[arg(long)]
+    pub chat: bool,
+    #[arg(long, default_value_t = 128)]
+    pub max_new_tokens: usize,
+    /// 0 = greedy.
+    #[arg(long, default_value_t = 0.0)]
+    pub temperature: f32,
+    #[arg(long, default_value_t = 1.0)]
+    pub top_p: f32,
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Print tokens/s to stderr.
+    #[arg(long)]
+    pub stats: bool,
+}
+
+pub fn read_prompt(prompt: &Option<String>, file: &Option<PathBuf>) -> Result<String> {
+    match (prompt, file) {
+        (Some(p), _) => Ok(p.clone()),
+        (None, Some(f)) => std::fs::read_to_string(f).with_context(|| format!("{}: cannot read prompt file", f.display())),
+        (None, None) => anyhow::bail!("give --prompt or --prompt-file"),
+    }
+}
+
+pub fn run(args: Args) -> Result<()> {
+    let lm = args.model.load()?;
+    let mut text = read_prompt(&args.prompt, &args.prompt_file)?;
+    if args.chat {
+        text = lm.tokenizer.apply_chat_template(&[Message::new("user", text)], true);
+    }
+    let ids = lm.tokenizer.encode(&text, true)?;
+    let mut sampler = Sampler::new(args.temperature, args.top_p, args.seed);
+    let mut s = lm.session();
+    let t0 = std::time::Instant::now();
+    s.prefill(&ids)?;
+    let t_prefill = t0.elapsed();
+    let mut out = std::io::stdout().lock();
+    let t1 = std::time::Instant::now();
+    let mut n = 0;
+    for _ in 0..args.max_new_tokens {
+        let step = s.step(&mut sampler)?;
+        n += 1;
+        if lm.tokenizer.is_stop(step.id) {
+            break;
+        }
+        write!(out, "{}", step.text)?;
+        out.flush()?;
+    }
+    writeln!(out)?;
+    if args.stats {
+        let dt = t1.elapsed().as_secs_f64();
+        eprintln!(
+            "prompt {} tokens in {:.3}s ({:.1} tok/s); generated {n} tokens in {dt:.3}s ({:.1} tok/s)",
+            ids.len(),
+            t_prefill.as_secs_f64(),
+            ids.len() as f64 / t_prefill.as_secs_f64(),
+            n as f64 / dt
+        );
+    }
+    Ok(())
+}
