@@ -6,6 +6,9 @@
 //! - [`trigger`] (when to retrieve), [`query`] (what to ask), [`retrieval`] (where from).
 
 pub mod corpus;
+pub mod eval;
+pub mod prompt;
+pub mod qa;
 pub mod query;
 pub mod retrieval;
 pub mod step;

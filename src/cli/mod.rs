@@ -3,6 +3,8 @@
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 
+mod report;
+
 #[derive(Parser, Debug)]
 #[command(name = "ragtime", version, about = "Train and evaluate retrieval controllers for dynamic RAG")]
 pub struct Cli {
@@ -11,8 +13,13 @@ pub struct Cli {
 }
 
 #[derive(Subcommand, Debug)]
-pub enum Command {}
+pub enum Command {
+    /// Compare evaluation runs: Markdown table, optional HTML page with generations.
+    Report(report::Args),
+}
 
 pub fn run(cli: Cli) -> Result<()> {
-    match cli.command {}
+    match cli.command {
+        Command::Report(args) => report::run(args),
+    }
 }
