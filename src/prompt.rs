@@ -264,6 +264,9 @@ pub fn pattern_key(pattern: &str) -> String {
 /// What DRAGIN appends when the answer pattern is missing (after a space-trimmed generation).
 pub const ANSWER_SUFFIX: &str = " So the answer is";
 
+/// How many tokens DRAGIN's evaluation generates after [`ANSWER_SUFFIX`].
+pub const ANSWER_SUFFIX_TOKENS: usize = 20;
+
 /// The final answer of a generation: the text after the first "the answer is" (case-insensitive, an optional
 /// ':' skipped) up to the end of its sentence, without the final period. With no pattern, the whole (stop-cut)
 /// generation, trimmed, as DRAGIN does for 2Wiki/HotpotQA.

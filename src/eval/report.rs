@@ -129,7 +129,7 @@ th{background:#f3f3f3}.q{border-top:2px solid #888;margin-top:2em;padding-top:.5
 .ok{color:#2a7}.bad{color:#c33}.legend span{padding:0 6px;margin-right:4px}small{color:#666}";
 
 fn token_span(text: &str, entropy: f32, score: Option<f32>, max_score: f32) -> String {
-    let a = (entropy / ENTROPY_SCALE).clamp(0.0, 1.0);
+    let a = if entropy.is_finite() { (entropy / ENTROPY_SCALE).clamp(0.0, 1.0) } else { 0.0 };
     let mut style = format!("background:rgba(220,50,47,{a:.2})");
     let mut title = format!("entropy {entropy:.3}");
     if let Some(sc) = score {

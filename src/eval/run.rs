@@ -58,10 +58,16 @@ impl RetrievalRecord {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TraceToken {
     pub text: String,
-    /// Entropy (nats) of the distribution the token was drawn from.
+    /// Entropy (nats) of the distribution the token was drawn from. A non-finite value is written as `null`
+    /// (JSON has no NaN) and read back as NaN.
+    #[serde(deserialize_with = "f32_or_nan")]
     pub entropy: f32,
     /// The trigger's score for this token, when the method has one.
     pub score: Option<f32>,
+}
+
+fn f32_or_nan<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<f32, D::Error> {
+    Ok(Option::<f32>::deserialize(d)?.unwrap_or(f32::NAN))
 }
 
 /// One line of predictions.jsonl.
@@ -216,6 +222,58 @@ impl RunWriter {
         write_metrics(&self.dir, &s)?;
         Ok(s)
     }
+}
+
+/// Running averages for the progress line of `ragtime eval`.
+#[derive(Debug, Clone, Default)]
+pub struct Progress {
+    pub total: usize,
+    pub done: usize,
+    updates: usize,
+    em: f64,
+    f1: f64,
+    acc: f64,
+    acc_n: usize,
+    retrievals: usize,
+    seconds: f64,
+}
+
+impl Progress {
+    /// `total`: questions in this run (resumed ones included); `already`: predictions already written.
+    pub fn new(total: usize, already: usize) -> Self {
+        Progress { total, done: already, ..Default::default() }
+    }
+
+    /// Adds one new prediction and returns the progress line, e.g.
+    /// `[12/250] EM 0.417 F1 0.512 acc - | 1.25 retrievals/q | 3.20 s/q | ETA 12m 46s` (averages over the
+    /// predictions of this session).
+    pub fn update(&mut self, r: &PredictionRecord) -> String {
+        self.done += 1;
+        self.updates += 1;
+        let k = self.updates as f64;
+        self.em += r.metrics.em;
+        self.f1 += r.metrics.f1;
+        if let Some(a) = r.metrics.accuracy {
+            self.acc += a;
+            self.acc_n += 1;
+        }
+        self.retrievals += r.retrievals.len();
+        self.seconds += r.seconds;
+        let acc = if self.acc_n == 0 { "-".to_string() } else { format!("{:.3}", self.acc / self.acc_n as f64) };
+        let eta = (self.seconds / k * self.total.saturating_sub(self.done) as f64).round() as u64;
+        format!(
+            "[{}/{}] EM {:.3} F1 {:.3} acc {acc} | {:.2} retrievals/q | {:.2} s/q | ETA {}m {:02}s",
+            self.done,
+            self.total,
+            self.em / k,
+            self.f1 / k,
+            self.retrievals as f64 / k,
+            self.seconds / k,
+            eta / 60,
+            eta % 60
+        )
+    }
+
 }
 
 /// Writes `summary` as metrics.json in `dir`.
@@ -433,6 +491,53 @@ pub(crate) mod tests {
         let err = format!("{:#}", summarise(&run).unwrap_err());
         assert!(err.contains("predictions.jsonl:1: malformed prediction"), "{err}");
         assert!(summarise(dir.path()).unwrap_err().to_string().contains("not a run directory"));
+    }
+
+    #[test]
+    fn progress_line_by_hand() {
+        let dir = tempfile::tempdir().unwrap();
+        let run = dir.path().join("r");
+        fake_run(&run, "dragin").unwrap();
+        let recs = read_predictions(&run).unwrap();
+        // Resumed after 10 of 14 questions; two new predictions: q1 (EM 1, 2 retrievals, 1.5 s) and q2 (EM 0,
+        // F1 6/7, 1 retrieval, 0.5 s). EM 1/2, F1 (1 + 6/7)/2 = 13/14 = 0.929, 1.5 retrievals/q, 1 s/q,
+        // 2 questions left -> ETA 2 s.
+        let mut p = Progress::new(14, 10);
+        p.update(&recs[0]);
+        let line = p.update(&recs[1]);
+        assert_eq!(line, "[12/14] EM 0.500 F1 0.929 acc - | 1.50 retrievals/q | 1.00 s/q | ETA 0m 02s");
+        let line = p.update(&recs[2]);
+        assert!(line.starts_with("[13/14] EM 0.667") && line.contains("acc 1.000"), "{line}");
+    }
+
+    #[test]
+    fn dataset_spec_serialises_into_the_run_config() {
+        #[derive(Serialize)]
+        struct RunConfig {
+            method: String,
+            dataset: crate::eval::DatasetSpec,
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let run = dir.path().join("r");
+        let cfg = RunConfig { method: "dragin".into(), dataset: crate::eval::DatasetSpec::load("bioasq").unwrap() };
+        RunWriter::create(&run, &cfg).unwrap();
+        let text = std::fs::read_to_string(run.join(CONFIG_FILE)).unwrap();
+        assert!(text.contains("kinds = [\"yes_no\"]"), "{text}");
+        let back: toml::Value = toml::from_str(&text).unwrap();
+        let spec: crate::eval::DatasetSpec = back["dataset"].clone().try_into().unwrap();
+        assert_eq!(spec, cfg.dataset);
+        RunWriter::create(&run, &cfg).expect("same config resumes");
+        let s = summarise(&run).unwrap();
+        assert_eq!((s.method.as_str(), s.dataset.as_str(), s.questions), ("dragin", "bioasq", 0));
+    }
+
+    #[test]
+    fn non_finite_entropy_round_trips_as_null() {
+        let t = TraceToken { text: "x".into(), entropy: f32::NAN, score: Some(f32::INFINITY) };
+        let j = serde_json::to_string(&t).unwrap();
+        assert_eq!(j, r#"{"text":"x","entropy":null,"score":null}"#);
+        let back: TraceToken = serde_json::from_str(&j).unwrap();
+        assert!(back.entropy.is_nan() && back.score.is_none());
     }
 
     #[test]

@@ -64,6 +64,35 @@ mod tests {
     }
 
     #[test]
+    fn every_supporting_paragraph_is_in_the_shared_corpus() {
+        // The corpus (DPR layout id\ttext\ttitle, whitespace collapsed) holds every context paragraph; the
+        // title+text match of Example::is_supporting must find each supporting one there.
+        let corpus = std::fs::read_to_string(shared("corpus/hotpotqa_paragraphs.tsv")).unwrap();
+        let rows: Vec<(&str, &str)> = corpus
+            .lines()
+            .skip(1)
+            .map(|l| {
+                let f: Vec<&str> = l.split('\t').collect();
+                (f[2], f[1])
+            })
+            .collect();
+        let by_title: std::collections::HashMap<&str, Vec<&str>> = rows.iter().fold(Default::default(), |mut m, (t, x)| {
+            m.entry(*t).or_default().push(*x);
+            m
+        });
+        let ex = load(&shared("qa/hotpotqa/ircot_dev_250.jsonl")).unwrap();
+        let mut n = 0;
+        for e in &ex {
+            for d in &e.supporting {
+                let texts = by_title.get(d.title.trim()).unwrap_or_else(|| panic!("{}: title {} not in corpus", e.id, d.title));
+                assert!(texts.iter().any(|x| e.is_supporting(&d.title, x)), "{}: {}", e.id, d.title);
+                n += 1;
+            }
+        }
+        assert!(n >= 500, "{n} supporting paragraphs checked");
+    }
+
+    #[test]
     fn malformed_line_names_file_and_line() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("h.jsonl");
