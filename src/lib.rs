@@ -10,6 +10,9 @@
 pub mod corpus;
 pub mod device;
 pub mod model;
+pub mod eval;
+pub mod prompt;
+pub mod qa;
 pub mod query;
 pub mod retrieval;
 pub mod step;

@@ -6,6 +6,7 @@ use clap::{Parser, Subcommand};
 mod generate;
 mod inspect;
 pub mod model_args;
+mod report;
 
 #[derive(Parser, Debug)]
 #[command(name = "ragtime", version, about = "Train and evaluate retrieval controllers for dynamic RAG")]
@@ -20,11 +21,14 @@ pub enum Command {
     Generate(generate::Args),
     /// Print per-token internals (entropy, top-5 logits, last-layer attention, hidden states) as JSON lines.
     Inspect(inspect::Args),
+    /// Compare evaluation runs: Markdown table, optional HTML page with generations.
+    Report(report::Args),
 }
 
 pub fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Generate(a) => generate::run(a),
         Command::Inspect(a) => inspect::run(a),
+        Command::Report(args) => report::run(args),
     }
 }

@@ -1,0 +1,348 @@
+//! Reports over run directories: a Markdown comparison table, and a self-contained HTML page with the table and,
+//! for chosen questions, each run's generated tokens coloured by entropy, underlined by trigger score, with the
+//! retrieval points marked.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Result};
+
+use super::run::{read_predictions, summarise, PredictionRecord, Summary, PREDICTIONS_FILE};
+
+/// A run loaded for reporting.
+pub struct LoadedRun {
+    pub dir: PathBuf,
+    pub summary: Summary,
+    pub predictions: Vec<PredictionRecord>,
+}
+
+/// Loads every run directory in `dirs`; paths that are not run directories (no predictions.jsonl; e.g. the
+/// HTML page itself when called as `report runs/*`) are skipped with a warning on stderr.
+pub fn load_runs(dirs: &[PathBuf]) -> Result<Vec<LoadedRun>> {
+    let mut out = Vec::new();
+    for d in dirs {
+        if !d.join(PREDICTIONS_FILE).is_file() {
+            eprintln!("warning: {}: not a run directory (no {PREDICTIONS_FILE}), skipped", d.display());
+            continue;
+        }
+        out.push(LoadedRun { dir: d.clone(), summary: summarise(d)?, predictions: read_predictions(d)? });
+    }
+    if out.is_empty() {
+        bail!("no run directories among the {} paths given", dirs.len());
+    }
+    Ok(out)
+}
+
+fn opt(v: Option<f64>, digits: usize) -> String {
+    v.map_or_else(|| "–".to_string(), |x| format!("{x:.digits$}"))
+}
+
+/// The row label: the method, with the run directory's name added when two runs share method and dataset.
+fn labels(summaries: &[&Summary]) -> Vec<String> {
+    summaries
+        .iter()
+        .map(|s| {
+            let dup = summaries.iter().filter(|o| o.method == s.method && o.dataset == s.dataset).count() > 1;
+            if dup && s.run != s.method {
+                format!("{} ({})", s.method, s.run)
+            } else {
+                s.method.clone()
+            }
+        })
+        .collect()
+}
+
+/// The comparison table in Markdown. The accuracy column appears when some run has yes/no questions.
+pub fn markdown_table(summaries: &[Summary]) -> String {
+    let refs: Vec<&Summary> = summaries.iter().collect();
+    let (header, rows) = table_cells(&refs);
+    let mut s = String::new();
+    let _ = writeln!(s, "| {} |", header.join(" | "));
+    let _ = writeln!(s, "|{}|", header.iter().enumerate().map(|(i, _)| if i < 2 { "---" } else { "---:" }).collect::<Vec<_>>().join("|"));
+    for r in rows {
+        let _ = writeln!(s, "| {} |", r.join(" | "));
+    }
+    s
+}
+
+fn table_cells(summaries: &[&Summary]) -> (Vec<String>, Vec<Vec<String>>) {
+    let with_acc = summaries.iter().any(|s| s.accuracy.is_some());
+    let mut header: Vec<&str> = vec!["method", "dataset", "n", "EM", "F1"];
+    if with_acc {
+        header.push("accuracy");
+    }
+    header.extend(["retrievals/q", "supporting hit", "gen tokens/q", "fwd tokens/q", "s/q"]);
+    let labels = labels(summaries);
+    let rows = summaries
+        .iter()
+        .zip(labels)
+        .map(|(s, label)| {
+            let mut r = vec![label, s.dataset.clone(), s.questions.to_string(), format!("{:.3}", s.em), format!("{:.3}", s.f1)];
+            if with_acc {
+                r.push(opt(s.accuracy, 3));
+            }
+            r.push(format!("{:.2}", s.retrievals_per_question));
+            r.push(opt(s.supporting_hit_rate, 3));
+            r.push(format!("{:.1}", s.generated_tokens_per_question));
+            r.push(format!("{:.1}", s.forward_tokens_per_question));
+            r.push(format!("{:.3}", s.seconds_per_question));
+            r
+        })
+        .collect();
+    (header.into_iter().map(str::to_string).collect(), rows)
+}
+
+/// Which questions the HTML page shows.
+#[derive(Debug, Clone)]
+pub enum Selection {
+    /// The first n questions of the first run.
+    First(usize),
+    /// These ids, in this order.
+    Ids(Vec<String>),
+}
+
+/// Escapes text for HTML element content and attribute values.
+pub fn escape(s: &str) -> String {
+    let mut o = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => o.push_str("&amp;"),
+            '<' => o.push_str("&lt;"),
+            '>' => o.push_str("&gt;"),
+            '"' => o.push_str("&quot;"),
+            '\'' => o.push_str("&#39;"),
+            _ => o.push(c),
+        }
+    }
+    o
+}
+
+/// Entropy (nats) at which the colour saturates.
+pub const ENTROPY_SCALE: f32 = 4.0;
+
+const CSS: &str = "body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}\
+table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:4px 8px}td.n{text-align:right}\
+th{background:#f3f3f3}.q{border-top:2px solid #888;margin-top:2em;padding-top:.5em}\
+.gen{font-family:ui-monospace,monospace;white-space:pre-wrap;line-height:1.9;border:1px solid #ddd;padding:.5em;background:#fff}\
+.tok{border-radius:2px}.ret{background:#268bd2;color:#fff;border-radius:3px;padding:0 3px;margin:0 2px;font-size:.8em;cursor:help}\
+.ok{color:#2a7}.bad{color:#c33}.legend span{padding:0 6px;margin-right:4px}small{color:#666}";
+
+fn token_span(text: &str, entropy: f32, score: Option<f32>, max_score: f32) -> String {
+    let a = if entropy.is_finite() { (entropy / ENTROPY_SCALE).clamp(0.0, 1.0) } else { 0.0 };
+    let mut style = format!("background:rgba(220,50,47,{a:.2})");
+    let mut title = format!("entropy {entropy:.3}");
+    if let Some(sc) = score {
+        let u = if max_score > 0.0 { (sc / max_score).clamp(0.0, 1.0) } else { 0.0 };
+        let _ = write!(style, ";text-decoration:underline;text-decoration-thickness:3px;text-decoration-color:rgba(38,139,210,{u:.2})");
+        let _ = write!(title, " · trigger score {sc:.3}");
+    }
+    format!("<span class=\"tok\" style=\"{style}\" title=\"{}\">{}</span>", escape(&title), escape(text))
+}
+
+fn generation_html(p: &PredictionRecord) -> String {
+    let mut s = String::from("<div class=\"gen\">");
+    let marker = |i: usize, r: &super::run::RetrievalRecord| {
+        let t = format!("retrieval {}: query \"{}\" → {}", i + 1, r.query, r.passage_ids.join(", "));
+        format!("<span class=\"ret\" title=\"{}\">⟲R{}</span>", escape(&t), i + 1)
+    };
+    if p.trace.is_empty() {
+        for (i, r) in p.retrievals.iter().enumerate() {
+            s.push_str(&marker(i, r));
+        }
+        s.push_str(&escape(&p.raw_output));
+    } else {
+        let max_score = p.trace.iter().filter_map(|t| t.score).fold(0.0f32, f32::max);
+        for (pos, t) in p.trace.iter().enumerate() {
+            for (i, r) in p.retrievals.iter().enumerate().filter(|(_, r)| r.token_pos == pos) {
+                s.push_str(&marker(i, r));
+            }
+            s.push_str(&token_span(&t.text, t.entropy, t.score, max_score));
+        }
+        for (i, r) in p.retrievals.iter().enumerate().filter(|(_, r)| r.token_pos >= p.trace.len()) {
+            s.push_str(&marker(i, r));
+        }
+    }
+    s.push_str("</div>");
+    if !p.retrievals.is_empty() {
+        s.push_str("<table><tr><th>#</th><th>at token</th><th>query</th><th>passages</th><th>supporting</th></tr>");
+        for (i, r) in p.retrievals.iter().enumerate() {
+            let hit = match r.hit_supporting {
+                Some(true) => "<span class=\"ok\">yes</span>",
+                Some(false) => "<span class=\"bad\">no</span>",
+                None => "–",
+            };
+            let _ = write!(
+                s,
+                "<tr><td>R{}</td><td class=\"n\">{}</td><td>{}</td><td>{}</td><td>{hit}</td></tr>",
+                i + 1,
+                r.token_pos,
+                escape(&r.query),
+                escape(&r.passage_ids.join(", "))
+            );
+        }
+        s.push_str("</table>");
+    }
+    s
+}
+
+/// The HTML page: the comparison table, a legend, and the selected questions with every run's generation.
+pub fn html_page(runs: &[LoadedRun], selection: &Selection) -> String {
+    let mut s = String::from("<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>ragtime report</title><style>");
+    s.push_str(CSS);
+    s.push_str("</style></head><body>\n<h1>ragtime report</h1>\n");
+    let refs: Vec<&Summary> = runs.iter().map(|r| &r.summary).collect();
+    let (header, rows) = table_cells(&refs);
+    s.push_str("<table><tr>");
+    for h in &header {
+        let _ = write!(s, "<th>{}</th>", escape(h));
+    }
+    s.push_str("</tr>\n");
+    for (row, run) in rows.iter().zip(runs) {
+        s.push_str("<tr>");
+        for (i, c) in row.iter().enumerate() {
+            let class = if i >= 2 { " class=\"n\"" } else { "" };
+            let cell = if i == 0 { format!("{} <small>{}</small>", escape(c), escape(&run.dir.display().to_string())) } else { escape(c) };
+            let _ = write!(s, "<td{class}>{cell}</td>");
+        }
+        s.push_str("</tr>\n");
+    }
+    s.push_str("</table>\n");
+    let _ = write!(
+        s,
+        "<p class=\"legend\">Token background: entropy, <span style=\"background:rgba(220,50,47,0.05)\">0</span>\
+         <span style=\"background:rgba(220,50,47,0.5)\">{:.1}</span><span style=\"background:rgba(220,50,47,1)\">≥ {:.1} nats</span>; \
+         blue underline: trigger score (relative to the question's highest); <span class=\"ret\">⟲R1</span> retrieval \
+         (hover for the query). Hover a token for its numbers.</p>\n",
+        ENTROPY_SCALE / 2.0,
+        ENTROPY_SCALE
+    );
+    let ids: Vec<String> = match selection {
+        Selection::First(n) => runs[0].predictions.iter().take(*n).map(|p| p.id.clone()).collect(),
+        Selection::Ids(ids) => ids.clone(),
+    };
+    let maps: Vec<HashMap<&str, &PredictionRecord>> =
+        runs.iter().map(|r| r.predictions.iter().map(|p| (p.id.as_str(), p)).collect()).collect();
+    let labels = labels(&refs);
+    for id in &ids {
+        let Some(first) = maps.iter().find_map(|m| m.get(id.as_str())) else {
+            let _ = write!(s, "<div class=\"q\"><h3>{}</h3><p>not in any run</p></div>\n", escape(id));
+            continue;
+        };
+        let _ = write!(
+            s,
+            "<div class=\"q\"><h3>{}</h3><p><small>id {}</small> · gold: <b>{}</b></p>\n",
+            escape(&first.question),
+            escape(id),
+            escape(&first.gold.join(" | "))
+        );
+        for ((m, label), run) in maps.iter().zip(&labels).zip(runs) {
+            let _ = write!(s, "<h4>{} <small>{}</small></h4>", escape(label), escape(&run.summary.dataset));
+            match m.get(id.as_str()) {
+                None => s.push_str("<p><small>not answered in this run</small></p>"),
+                Some(p) => {
+                    let cls = if p.metrics.em >= 1.0 { "ok" } else { "bad" };
+                    let acc = p.metrics.accuracy.map(|a| format!(" · acc {a:.0}")).unwrap_or_default();
+                    let _ = write!(
+                        s,
+                        "<p>prediction: <b class=\"{cls}\">{}</b> · EM {:.0} · F1 {:.3}{acc} · {} retrievals · {} generated tokens · {:.2} s</p>",
+                        escape(&p.prediction),
+                        p.metrics.em,
+                        p.metrics.f1,
+                        p.retrievals.len(),
+                        p.generated_tokens,
+                        p.seconds
+                    );
+                    s.push_str(&generation_html(p));
+                }
+            }
+        }
+        s.push_str("</div>\n");
+    }
+    s.push_str("</body></html>\n");
+    s
+}
+
+/// Writes the HTML page to `path`.
+pub fn write_html(path: &Path, runs: &[LoadedRun], selection: &Selection) -> Result<()> {
+    std::fs::write(path, html_page(runs, selection)).map_err(|e| anyhow::anyhow!("{}: cannot write: {e}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::eval::run::tests::fake_run;
+
+    #[test]
+    fn markdown_table_by_hand() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = dir.path().join("dragin-hotpot");
+        let b = dir.path().join("dragin-hotpot-2");
+        fake_run(&a, "dragin").unwrap();
+        fake_run(&b, "dragin").unwrap();
+        let runs = load_runs(&[a, b, dir.path().join("report.html")]).unwrap();
+        assert_eq!(runs.len(), 2, "the non-run path is skipped");
+        let t = markdown_table(&runs.iter().map(|r| r.summary.clone()).collect::<Vec<_>>());
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(lines[0], "| method | dataset | n | EM | F1 | accuracy | retrievals/q | supporting hit | gen tokens/q | fwd tokens/q | s/q |");
+        assert_eq!(lines[1], "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+        // EM 2/3, F1 20/21 = 0.952, accuracy 1, 1 retrieval/q, hit 1/3, 20 / 300 tokens, 1 s (see run::tests).
+        assert_eq!(lines[2], "| dragin (dragin-hotpot) | hotpotqa | 3 | 0.667 | 0.952 | 1.000 | 1.00 | 0.333 | 20.0 | 300.0 | 1.000 |");
+        assert_eq!(lines.len(), 4);
+    }
+
+    #[test]
+    fn accuracy_column_only_when_some_run_has_it() {
+        let s = Summary {
+            run: "r".into(),
+            method: "flare".into(),
+            dataset: "nq".into(),
+            questions: 2,
+            em: 0.5,
+            f1: 0.75,
+            precision: 0.75,
+            recall: 0.75,
+            accuracy: None,
+            contains: 0.5,
+            retrievals_per_question: 1.5,
+            supporting_hit_rate: None,
+            generated_tokens_per_question: 12.0,
+            forward_tokens_per_question: 100.25,
+            seconds_per_question: 0.5,
+            truncated_tail: false,
+        };
+        let t = markdown_table(&[s]);
+        assert!(!t.contains("accuracy"));
+        assert!(t.lines().nth(2).unwrap() == "| flare | nq | 2 | 0.500 | 0.750 | 1.50 | – | 12.0 | 100.2 | 0.500 |", "{t}");
+    }
+
+    #[test]
+    fn html_marks_tokens_and_retrievals() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = dir.path().join("run-a");
+        fake_run(&a, "dragin").unwrap();
+        let runs = load_runs(&[a]).unwrap();
+        let html = html_page(&runs, &Selection::First(1));
+        assert!(html.starts_with("<!DOCTYPE html>") && html.contains("<style>"));
+        // q1 has two trace tokens; entropy 0.2 -> alpha 0.05, entropy 2.5 -> 0.625 (shown 0.62/0.63);
+        // scores 0.1 and 1.9 relative to the max 1.9 -> underline alpha 0.05 and 1.00.
+        assert!(html.contains("background:rgba(220,50,47,0.05);text-decoration:underline;text-decoration-thickness:3px;text-decoration-color:rgba(38,139,210,0.05)"), "{html}");
+        assert!(html.contains("text-decoration-color:rgba(38,139,210,1.00)\" title=\"entropy 2.500 · trigger score 1.900\"> Temple</span>"));
+        // R1 before token 0, R2 (token_pos 4, beyond the 2-token trace) at the end.
+        let r1 = html.find("⟲R1</span><span class=\"tok\"").expect("R1 before the first token");
+        let r2 = html.find("> Temple</span><span class=\"ret\"").expect("R2 after the last token");
+        assert!(r1 < r2);
+        assert!(html.contains("query &quot;Corliss Archer&quot; → 7, 9"));
+        assert!(html.contains("<span class=\"ok\">yes</span>") && html.contains("<span class=\"bad\">no</span>"));
+        // Only the first question is shown.
+        assert!(html.contains("question q1?") && !html.contains("question q2?"));
+        let by_id = html_page(&runs, &Selection::Ids(vec!["q3".into(), "zz".into()]));
+        assert!(by_id.contains("question q3?") && by_id.contains("not in any run"));
+        assert!(by_id.contains("Thus not. So the answer is no."), "a run without a trace shows the raw output");
+    }
+
+    #[test]
+    fn escapes_html() {
+        assert_eq!(escape("<a href=\"x\">&'"), "&lt;a href=&quot;x&quot;&gt;&amp;&#39;");
+    }
+}

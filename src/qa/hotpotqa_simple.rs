@@ -1,0 +1,44 @@
+//! HotpotQA "simplified" (ReAct's hotpot_dev_v1_simplified.json): a JSON array of {question, answer, type}, no
+//! paragraphs and no ids; the id is the 0-based record index.
+
+use std::path::Path;
+
+use anyhow::{bail, Result};
+use serde_json::Value;
+
+use super::{non_empty_answers, read_json, str_field, At, AnswerKind, Example};
+
+pub fn load(path: &Path) -> Result<Vec<Example>> {
+    let Value::Array(items) = read_json(path)? else { bail!("{}: expected a JSON array of questions", path.display()) };
+    items
+        .iter()
+        .enumerate()
+        .map(|(index, v)| {
+            let at = At { path, line: None, index };
+            Ok(Example {
+                id: v.get("_id").and_then(Value::as_str).map(str::to_string).unwrap_or_else(|| index.to_string()),
+                question: str_field(v, "question", &at)?,
+                answers: non_empty_answers(vec![str_field(v, "answer", &at)?], &at)?,
+                kind: AnswerKind::Span,
+                supporting: vec![],
+                contexts: vec![],
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::qa::shared;
+
+    #[test]
+    fn reads_shared_file() {
+        let ex = load(&shared("qa/hotpotqa/hotpot_dev_simplified.json")).unwrap();
+        assert_eq!(ex.len(), 7155);
+        assert_eq!(ex[0].answers, vec!["Chief of Protocol"]);
+        assert_eq!(ex[2].id, "2");
+        // 378 comparison questions answer yes or no (counted with Python when the file was examined).
+        assert_eq!(ex.iter().filter(|e| e.answers[0] == "yes" || e.answers[0] == "no").count(), 378);
+    }
+}

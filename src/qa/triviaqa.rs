@@ -1,0 +1,49 @@
+//! TriviaQA as JSON lines {id, question, answers: [aliases]} (the layout of CtrlA's triviaqa_test.jsonl).
+
+use std::path::Path;
+
+use anyhow::Result;
+
+use super::{non_empty_answers, read_jsonl, str_field, str_list, At, AnswerKind, Example};
+
+pub fn load(path: &Path) -> Result<Vec<Example>> {
+    read_jsonl(path)?
+        .into_iter()
+        .enumerate()
+        .map(|(index, (line, v))| {
+            let at = At { path, line: Some(line), index };
+            let id = if v.get("id").is_some() { str_field(&v, "id", &at)? } else { index.to_string() };
+            Ok(Example {
+                id,
+                question: str_field(&v, "question", &at)?,
+                answers: non_empty_answers(str_list(&v, "answers", &at)?, &at)?,
+                kind: AnswerKind::Span,
+                supporting: vec![],
+                contexts: vec![],
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::qa::shared;
+
+    #[test]
+    fn reads_shared_file() {
+        let ex = load(&shared("qa/triviaqa/triviaqa_test_1000.jsonl")).unwrap();
+        assert_eq!(ex.len(), 1000);
+        assert_eq!(ex[0].id, "qw_2021");
+        assert!(ex[0].answers.iter().any(|a| a == "Yuri Gagarin"));
+    }
+
+    #[test]
+    fn missing_answers_names_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("t.jsonl");
+        std::fs::write(&p, "{\"id\":\"a\",\"question\":\"q\",\"answers\":[\"x\"]}\n\n{\"id\":\"b\",\"question\":\"q\"}\n").unwrap();
+        let err = format!("{:#}", load(&p).unwrap_err());
+        assert!(err.contains("t.jsonl:3: missing field 'answers'"), "{err}");
+    }
+}
