@@ -38,3 +38,14 @@ pub fn build(name: &str, config: &toml::Value) -> anyhow::Result<Box<dyn QueryFo
         other => anyhow::bail!("unknown query former '{other}' (known: {})", NAMES.join(", ")),
     })
 }
+
+/// Builds from a whole config file (after [`crate::trigger::resolve_dataset`]): its `[query]` table, whose
+/// `name` key picks the method.
+pub fn build_section(root: &toml::Value) -> anyhow::Result<Box<dyn QueryFormer>> {
+    let section = root.get("query").ok_or_else(|| anyhow::anyhow!("config: missing [query] table"))?;
+    let name = section
+        .get("name")
+        .and_then(|v| v.as_str())
+        .ok_or_else(|| anyhow::anyhow!("config: [query] needs a string 'name' (one of: {})", NAMES.join(", ")))?;
+    build(name, section)
+}

@@ -112,3 +112,14 @@ pub fn build(name: &str, config: &toml::Value) -> anyhow::Result<Box<dyn Trigger
         other => anyhow::bail!("unknown trigger '{other}' (known: {})", NAMES.join(", ")),
     })
 }
+
+/// Builds from a whole config file (after [`crate::trigger::resolve_dataset`]): its `[trigger]` table, whose
+/// `name` key picks the method.
+pub fn build_section(root: &toml::Value) -> anyhow::Result<Box<dyn Trigger>> {
+    let section = root.get("trigger").ok_or_else(|| anyhow::anyhow!("config: missing [trigger] table"))?;
+    let name = section
+        .get("name")
+        .and_then(|v| v.as_str())
+        .ok_or_else(|| anyhow::anyhow!("config: [trigger] needs a string 'name' (one of: {})", NAMES.join(", ")))?;
+    build(name, section)
+}

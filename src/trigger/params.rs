@@ -202,4 +202,47 @@ mod tests {
         let r = resolve_dataset(&v, Some("iirc")).unwrap();
         assert_eq!(r["trigger"]["theta"].as_float(), Some(1.2));
     }
+
+    /// Every `configs/*.toml` parses, resolves for each dataset, and builds its trigger and query former.
+    #[test]
+    fn shipped_configs_build() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("configs");
+        let mut seen = Vec::new();
+        for name in ["none", "single", "fixed-length", "fixed-sentence", "flare", "rind", "etc"] {
+            let path = dir.join(format!("{name}.toml"));
+            let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            let root: Value = toml::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            for ds in [None, Some("2wikimultihopqa"), Some("hotpotqa"), Some("iirc"), Some("strategyqa")] {
+                let r = resolve_dataset(&root, ds).unwrap();
+                let t = crate::trigger::build_section(&r).unwrap_or_else(|e| panic!("{}: {e:#}", path.display()));
+                let q = crate::query::build_section(&r).unwrap_or_else(|e| panic!("{}: {e:#}", path.display()));
+                assert_eq!(t.name(), name);
+                if name == "fixed-length" && q.name() == "last-tokens" {
+                    assert_eq!(r["trigger"]["n"], r["query"]["n"], "{}: trigger n != query n", path.display());
+                }
+                seen.push((t.name().to_string(), q.name().to_string()));
+            }
+        }
+        // the per-dataset merge reached the trigger: DRAGIN's HotpotQA threshold
+        let root: Value = toml::from_str(&std::fs::read_to_string(dir.join("rind.toml")).unwrap()).unwrap();
+        assert_eq!(resolve_dataset(&root, Some("hotpotqa")).unwrap()["trigger"]["theta"].as_float(), Some(1.4));
+        assert!(seen.contains(&("rind".into(), "qfs".into())) && seen.contains(&("flare".into(), "flare-masked".into())));
+    }
+
+    #[test]
+    fn registries_name_what_they_know() {
+        let empty = Value::Table(Default::default());
+        let e = crate::trigger::build("dragin", &empty).err().unwrap().to_string();
+        assert!(e.contains("unknown trigger 'dragin'") && e.contains("rind"), "{e}");
+        let e = crate::query::build("qfz", &empty).err().unwrap().to_string();
+        assert!(e.contains("unknown query former 'qfz'") && e.contains("qfs"), "{e}");
+        let root: Value = toml::from_str("[trigger]\ntheta = 1.0").unwrap();
+        let e = crate::trigger::build_section(&root).err().unwrap().to_string();
+        assert!(e.contains("[trigger] needs a string 'name'"), "{e}");
+        let e = crate::trigger::build("etc", &toml::from_str("alpha = 1.0\nvariant = \"both\"").unwrap())
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("etc: config key 'variant': expected one of [\"paper\", \"code\"]"), "{e}");
+    }
 }

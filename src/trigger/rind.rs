@@ -262,6 +262,12 @@ mod tests {
         // theta 1.2: Eiffel 1.05 is below; "was" would score 3.0*0.8 = 2.4 but s = 0 (stop word)
         let mut r = Rind::new(1.2, Variant::Paper);
         assert_eq!(r.judge(&GenView { question: "q", tokens: &ts, new_from: 2 }).decision, Decision::Continue);
+        // a_max only sees tokens decoded so far: with the view ending after "was" (index 5), Eiffel's witnesses
+        // are el (0.4 to Eiff, 0.2 to el) and was (0, 0.2): a = 0.4, S = 1.5 * 0.4 = 0.6 <= 1.0, no trigger yet
+        let mut r = Rind::new(1.0, Variant::Paper);
+        let j = r.judge(&GenView { question: "q", tokens: &ts[..6], new_from: 2 });
+        assert_eq!(j.decision, Decision::Continue);
+        assert!(close(&j.scores, &[0.0, 0.6, 0.6, 0.0]), "{:?}", j.scores);
     }
 
     #[test]
