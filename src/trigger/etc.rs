@@ -29,6 +29,9 @@
 //! sentence start. The threshold `α` has no default here: the paper's value could not be checked offline; the
 //! value in `configs/etc.toml` is marked as such.
 //!
+//! `accept_after_retrieval = true` accepts the first sentence after a retrieval unjudged, as DRAGIN's code
+//! (which ETC's builds on) does; off by default for both forms, since we could not check ETC's code for it.
+//!
 //! Scores: the word's `|d̃2_t|` (paper) or `|d̃2_t| · a_pay` (code) over its sub-tokens; NaN for non-content
 //! words and the first two content words (no second difference yet).
 
@@ -53,6 +56,9 @@ pub struct Etc {
     variant: Variant,
     truncate: Truncate,
     lookahead: Lookahead,
+    accept_after_retrieval: bool,
+    pending_accept: bool,
+    max_sentence_tokens: usize,
 }
 
 /// Smoothed second differences of `h` (`None` for the first two entries).
@@ -94,11 +100,20 @@ pub fn a_pay(tokens: &[TokenStep], w: &Word) -> f32 {
 
 impl Etc {
     pub fn new(alpha: f32, variant: Variant) -> Self {
-        Etc { alpha, variant, truncate: Truncate::Token, lookahead: Lookahead::Sentence { max_tokens: 64 } }
+        Etc {
+            alpha,
+            variant,
+            truncate: Truncate::Token,
+            lookahead: Lookahead::Sentence { max_tokens: 64 },
+            accept_after_retrieval: false,
+            pending_accept: false,
+            max_sentence_tokens: 64,
+        }
     }
 
     /// Config keys: `alpha` (required), `variant` (`"paper"` | `"code"`), `truncate` (`"token"` default |
-    /// `"sentence"`), `lookahead` (`"sentence"` default, or a token count), `max_sentence_tokens` (64).
+    /// `"sentence"`), `lookahead` (`"sentence"` default, or a token count), `max_sentence_tokens` (64),
+    /// `accept_after_retrieval` (false).
     pub fn from_config(config: &toml::Value) -> Result<Self> {
         let p = Params::new("etc", config)?;
         let alpha = p.f32("alpha", None)?;
@@ -109,6 +124,8 @@ impl Etc {
         let mut e = Etc::new(alpha, variant);
         e.truncate = Truncate::read(&p, e.truncate)?;
         e.lookahead = read_lookahead(&p, e.lookahead)?;
+        e.max_sentence_tokens = p.usize("max_sentence_tokens", Some(64))?;
+        e.accept_after_retrieval = p.bool("accept_after_retrieval", false)?;
         p.finish()?;
         Ok(e)
     }
@@ -127,10 +144,23 @@ impl Trigger for Etc {
         "etc"
     }
     fn lookahead(&self) -> Lookahead {
-        self.lookahead
+        if self.pending_accept {
+            Lookahead::Sentence { max_tokens: self.max_sentence_tokens }
+        } else {
+            self.lookahead
+        }
+    }
+    fn reset(&mut self) {
+        self.pending_accept = false;
+    }
+    fn on_retrieval(&mut self) {
+        self.pending_accept = self.accept_after_retrieval;
     }
     fn judge(&mut self, view: &GenView) -> Judgement {
         let tokens = view.tokens;
+        if std::mem::take(&mut self.pending_accept) {
+            return Judgement::new(Decision::Continue, vec![f32::NAN; tokens.len() - view.new_from]);
+        }
         let content: Vec<Word> = words::words(tokens).into_iter().filter(Word::is_content).collect();
         let h: Vec<f32> = content.iter().map(|w| self.word_entropy(tokens, w)).collect();
         let sm = smoothed_d2(&h, self.variant);

@@ -31,7 +31,11 @@
 //!   with a `value > θ` triggers, at its first such word;
 //! - no content-word factor in the score (`check_real_words` only filters the query words, see `qfs`);
 //! - truncation at the start of the triggering sentence (`truncate` defaults to `"sentence"`), and the code
-//!   judges a whole generated block (`lookahead` defaults to 64 tokens = `generate_max_length` on 2Wiki).
+//!   judges a whole generated block (`lookahead` defaults to 64 tokens = `generate_max_length` on 2Wiki);
+//! - after a retrieval the code regenerates and keeps the first sentence *unjudged* (`get_top_sentence`), then
+//!   resumes judging blocks: `accept_after_retrieval = true` (default for the code form) makes
+//!   [`Trigger::lookahead`] ask for one sentence after [`Trigger::on_retrieval`] and accept it. This relies on
+//!   the loop calling `lookahead()` before every block, as the protocol in [`crate::trigger`] describes.
 //!
 //! Not reproduced from the code: it re-runs the model on the generated text alone (no prompt) to get the
 //! attention, where we use the rows captured while decoding under the full prompt; and its truncation keeps
@@ -60,6 +64,11 @@ pub struct Rind {
     variant: Variant,
     truncate: Truncate,
     lookahead: Lookahead,
+    /// Accept the first sentence after a retrieval without judging it (DRAGIN's code).
+    accept_after_retrieval: bool,
+    /// A retrieval happened and the next sentence is to be accepted.
+    pending_accept: bool,
+    max_sentence_tokens: usize,
 }
 
 /// `a_max(i)`: the largest head-averaged attention token `i` receives from a later token of the view.
@@ -98,12 +107,20 @@ impl Rind {
             Variant::Paper => (Truncate::Token, Lookahead::Sentence { max_tokens: 64 }),
             Variant::Code => (Truncate::Sentence, Lookahead::Tokens(64)),
         };
-        Rind { theta, variant, truncate, lookahead }
+        Rind {
+            theta,
+            variant,
+            truncate,
+            lookahead,
+            accept_after_retrieval: variant == Variant::Code,
+            pending_accept: false,
+            max_sentence_tokens: 64,
+        }
     }
 
     /// Config keys: `theta` (DRAGIN's `hallucination_threshold`, required), `variant` (`"paper"` | `"code"`),
     /// `truncate` (`"token"` | `"sentence"`, default by variant), `lookahead` (`"sentence"` or a token count,
-    /// default by variant) and `max_sentence_tokens`.
+    /// default by variant) and `max_sentence_tokens` (64), `accept_after_retrieval` (default by variant).
     pub fn from_config(config: &toml::Value) -> Result<Self> {
         let p = Params::new("rind", config)?;
         let theta = p.f32("theta", None)?;
@@ -114,6 +131,8 @@ impl Rind {
         let mut r = Rind::new(theta, variant);
         r.truncate = Truncate::read(&p, r.truncate)?;
         r.lookahead = read_lookahead(&p, r.lookahead)?;
+        r.max_sentence_tokens = p.usize("max_sentence_tokens", Some(64))?;
+        r.accept_after_retrieval = p.bool("accept_after_retrieval", r.accept_after_retrieval)?;
         p.finish()?;
         Ok(r)
     }
@@ -159,11 +178,24 @@ impl Trigger for Rind {
         "rind"
     }
     fn lookahead(&self) -> Lookahead {
-        self.lookahead
+        if self.pending_accept {
+            Lookahead::Sentence { max_tokens: self.max_sentence_tokens }
+        } else {
+            self.lookahead
+        }
+    }
+    fn reset(&mut self) {
+        self.pending_accept = false;
+    }
+    fn on_retrieval(&mut self) {
+        self.pending_accept = self.accept_after_retrieval;
     }
     fn judge(&mut self, view: &GenView) -> Judgement {
         let tokens = view.tokens;
         let block_len = tokens.len() - view.new_from;
+        if std::mem::take(&mut self.pending_accept) {
+            return Judgement::new(Decision::Continue, vec![f32::NAN; block_len]);
+        }
         let ws: Vec<Word> = words::words(tokens).into_iter().filter(|w| w.tokens.end > view.new_from).collect();
         let word_scores = match self.variant {
             Variant::Paper => self.paper_scores(tokens, &ws),
@@ -304,10 +336,30 @@ mod tests {
     }
 
     #[test]
+    fn code_form_accepts_the_first_sentence_after_a_retrieval() {
+        let ts = example();
+        let mut r = Rind::new(2.0, Variant::Code);
+        assert_eq!(r.lookahead(), Lookahead::Tokens(64));
+        r.on_retrieval();
+        // one sentence, accepted unjudged (it would trigger: Eiffel 2.54 > 2.0), then back to 64-token blocks
+        assert_eq!(r.lookahead(), Lookahead::Sentence { max_tokens: 64 });
+        let j = r.judge(&GenView { question: "q", tokens: &ts, new_from: 2 });
+        assert_eq!(j.decision, Decision::Continue);
+        assert!(j.scores.iter().all(|s| s.is_nan()));
+        assert_eq!(r.lookahead(), Lookahead::Tokens(64));
+        assert_eq!(r.judge(&GenView { question: "q", tokens: &ts, new_from: 2 }).decision, Decision::Retrieve { keep: 2, at: 3 });
+        // the paper form keeps judging
+        let mut r = Rind::new(1.0, Variant::Paper);
+        r.on_retrieval();
+        assert_eq!(r.judge(&GenView { question: "q", tokens: &ts, new_from: 2 }).decision, Decision::Retrieve { keep: 3, at: 3 });
+    }
+
+    #[test]
     fn config_reads_variant_and_overrides() {
         let r = Rind::from_config(&toml::from_str("theta = 1.2\nvariant = \"code\"\ntruncate = \"token\"").unwrap())
             .unwrap();
         assert_eq!((r.variant, r.truncate, r.lookahead), (Variant::Code, Truncate::Token, Lookahead::Tokens(64)));
+        assert!(r.accept_after_retrieval);
         let e = Rind::from_config(&toml::from_str("variant = \"paper\"").unwrap()).unwrap_err().to_string();
         assert!(e.contains("'theta' is required"), "{e}");
     }
