@@ -5,8 +5,11 @@
 //! token that
 //! - begins with whitespace, or
 //! - begins with punctuation (so `.` `,` `'s` `-` are words of their own, like spaCy's tokens), or
-//! - follows a token that ends with whitespace or punctuation (so `(Paris` gives `(` and `Paris`).
+//! - follows a token that ends with whitespace or punctuation (so `(Paris` gives `(` and `Paris`),
 //!
+//! except that a token right after a blank token (only whitespace) continues the blank token's word: byte-level
+//! BPEs (SmolLM2, Qwen2.5) write ` 1889` as ` `, `1`, `8`, `8`, `9`, and `\nThe` as `\n`, `The`, so the blank
+//! token is the word's leading space (its first token, where truncation at the word cuts).
 //! Otherwise the token continues the current word. A [`Word`] carries its token index range and its text
 //! (the concatenated token texts, trimmed).
 //!
@@ -104,6 +107,9 @@ pub fn starts_word(prev: Option<&str>, cur: &str) -> bool {
     let Some(first) = cur.chars().next() else { return false };
     if first.is_whitespace() || is_punct(first) {
         return true;
+    }
+    if !prev.is_empty() && prev.chars().all(char::is_whitespace) {
+        return false; // a blank token is the leading space of the word that follows (" " + "1" "8" "8" "9")
     }
     matches!(prev.chars().last(), Some(c) if c.is_whitespace() || is_punct(c))
 }
@@ -295,10 +301,12 @@ mod tests {
 
     #[test]
     fn punctuation_before_a_token_starts_a_word() {
-        let w = words_from_texts(&[" (", "Par", "is", ")", "\n", "Born"]);
+        let w = words_from_texts(&[" (", "Par", "is", ")", "\n", "Born", " ", "1", "9"]);
         let texts: Vec<&str> = w.iter().map(|w| w.text.as_str()).collect();
-        assert_eq!(texts, vec!["(", "Paris", ")", "", "Born"]);
+        assert_eq!(texts, vec!["(", "Paris", ")", "Born", "19"]);
         assert_eq!(w[1].tokens, 1..3);
+        assert_eq!(w[3].tokens, 4..6); // "\n" + "Born"
+        assert_eq!(w[4].tokens, 6..9); // " " + "1" + "9"
     }
 
     #[test]
@@ -330,5 +338,27 @@ mod tests {
         let t3 = [" He", " said", " \"", "yes", ".\"", " Then"];
         assert!(ends_sentence(&t3, 4));
         assert_eq!(sentence_spans(&t3), vec![0..5, 5..6]);
+    }
+
+    /// Real sub-tokens: SmolLM2's byte-level BPE (shared data), each id decoded alone as the decoder does.
+    #[test]
+    fn smollm2_sub_tokens_merge_into_words() {
+        let path = crate::shared_data_dir().join("models/smollm2-135m-instruct/tokenizer.json");
+        let tok = tokenizers::Tokenizer::from_file(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let text = " The Eiffel Tower, completed in 1889, is in Paris. It's 330 m tall.";
+        let ids = tok.encode(text, false).unwrap().get_ids().to_vec();
+        let texts: Vec<String> = ids.iter().map(|&id| tok.decode(&[id], false).unwrap()).collect();
+        assert_eq!(texts.concat(), text, "decoding token by token must give the text back");
+        let got: Vec<String> = words_from_texts(&texts).into_iter().map(|w| w.text).collect();
+        let want = [
+            "The", "Eiffel", "Tower", ",", "completed", "in", "1889", ",", "is", "in", "Paris", ".", "It", "'s", "330",
+            "m", "tall", ".",
+        ];
+        assert_eq!(got, want, "tokens: {texts:?}");
+        let content: Vec<&str> = want.iter().copied().filter(|w| is_content_word(w)).collect();
+        assert_eq!(content, ["Eiffel", "Tower", "completed", "1889", "Paris", "330", "m", "tall"]);
+        let spans = sentence_spans(&texts);
+        assert_eq!(spans.len(), 2, "{spans:?} over {texts:?}");
+        assert_eq!(texts[spans[1].clone()].concat(), " It's 330 m tall.");
     }
 }
