@@ -8,14 +8,16 @@
 //! - `E_t` = running mean of `d2` up to and including `t`;
 //! - dynamic weight `w_t = |d2_{t-1} - E_t| / (|d2_t - E_t| + |d2_{t-1} - E_t|)` (a `d2_t` far from the mean,
 //!   relative to the previous one, gets a small weight; `0/0` gives `w_t = 1/2`);
-//! - smoothed second difference `d̃2_t = w_t · d2_t + (1 - w_t) · d̃2_{t-1}`, `d̃2` = `d2` at the first one;
+//! - smoothed second difference `d̃2_t = w_t · d2_t + (1 - w_t) · d̃2_{t-1}`, `d̃2` = `d2` at the first one
+//!   (exponential smoothing on the previous *smoothed* value: our reading of the paper, set against the code's
+//!   use of the raw previous `d2`; the paper's text could not be re-checked offline);
 //! - retrieval triggers at the first content word with `|d̃2_t| >= α`, truncating at that word.
 //!
 //! # Paper vs code (`variant = "paper"`, default, or `"code"`)
 //!
 //! | | paper (default) | code |
 //! |---|---|---|
-//! | word entropy from sub-tokens | mean (the paper does not say; DRAGIN's choice) | max |
+//! | word entropy from sub-tokens | mean (as DRAGIN's code; not checked against the paper) | max |
 //! | smoothing | `w_t d2_t + (1 - w_t) d̃2_{t-1}` | `λ d2_t + (1 - λ) d2_{t-1}`, `λ = 0.9 + 0.1 w_t`, raw previous `d2` |
 //! | score compared with `α` | `|d̃2_t|` | `|d̃2_t| · a_pay(w)` |
 //! | truncation | at the word | at the word |

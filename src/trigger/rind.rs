@@ -4,7 +4,7 @@
 //!
 //! # Paper form (`variant = "paper"`, default)
 //!
-//! Eq. (1)–(3): for a generated token `t_i`,
+//! For a generated token `t_i`:
 //! - `H_i = -Σ_v p_i(v) log p_i(v)`, the entropy of the distribution `t_i` was drawn from
 //!   ([`TokenStep::entropy`]);
 //! - `a_max(i) = max_{j > i} A_{j,i}`, the largest attention `t_i` *receives* from any later token, `A` the
@@ -14,7 +14,7 @@
 //!   output is truncated at `t_i` (the token is regenerated after retrieval).
 //!
 //! The paper scores tokens but tests `s_i` on words; like DRAGIN's code we score **words** built from sub-tokens
-//! ([`crate::text::words`]): `H_w` = mean of its sub-tokens' entropies (the code's choice; the paper is silent),
+//! ([`crate::text::words`]): `H_w` = mean of its sub-tokens' entropies (the code's choice),
 //! `a_max(w)` = max over its sub-tokens `i` of `a_max(i)`, `s_w` = [`is_content_word`]. `a_max(i)` ranges
 //! over the later tokens `j` in the view (`i < j < tokens.len()`), i.e. those already decoded: a block's last
 //! words have fewer witnesses (the last token none, `a_max = 0`). With `Lookahead::Sentence` the whole sentence
