@@ -90,6 +90,8 @@ pub mod fixed_sentence;
 pub mod flare;
 pub mod none;
 pub mod params;
+#[cfg(test)]
+mod protocol_tests;
 pub mod rind;
 pub mod single;
 
