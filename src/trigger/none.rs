@@ -1,6 +1,6 @@
 //! `none` — wo-RAG: the model answers from its parameters alone; never retrieves.
 //!
-//! The baseline of DRAGIN's Table 2 ("wo-RAG"; `BasicRAG.inference` in the authors' code).
+//! DRAGIN's "wo-RAG" baseline (`BasicRAG.inference` in the authors' code).
 
 use anyhow::Result;
 

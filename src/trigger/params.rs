@@ -227,6 +227,10 @@ mod tests {
         let root: Value = toml::from_str(&std::fs::read_to_string(dir.join("rind.toml")).unwrap()).unwrap();
         assert_eq!(resolve_dataset(&root, Some("hotpotqa")).unwrap()["trigger"]["theta"].as_float(), Some(1.4));
         assert!(seen.contains(&("rind".into(), "qfs".into())) && seen.contains(&("flare".into(), "flare-masked".into())));
+        // switching rind.toml to the code form switches its block size too (nothing pinned in the file)
+        let mut r = resolve_dataset(&root, None).unwrap();
+        r["trigger"].as_table_mut().unwrap().insert("variant".into(), Value::String("code".into()));
+        assert_eq!(crate::trigger::build_section(&r).unwrap().lookahead(), Lookahead::Tokens(64));
     }
 
     #[test]
