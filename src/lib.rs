@@ -16,6 +16,7 @@ pub mod qa;
 pub mod query;
 pub mod retrieval;
 pub mod step;
+pub mod text;
 pub mod trigger;
 
 /// Path of the shared data folder (`../shared/data` beside the repository), used by tests and demos.

@@ -13,3 +13,39 @@ pub trait QueryFormer: Send {
         question.to_string()
     }
 }
+
+pub mod flare_masked;
+pub mod last_sentence;
+pub mod last_tokens;
+pub mod qfs;
+pub mod question;
+
+/// Query former names [`build`] knows.
+pub const NAMES: &[&str] = &["question", "last-tokens", "last-sentence", "flare-masked", "qfs"];
+
+/// Builds the query former `name` from its config table (the `[query]` section of a `configs/*.toml`;
+/// the `name` key in it is allowed and ignored). Unknown keys are errors.
+pub fn build(name: &str, config: &toml::Value) -> anyhow::Result<Box<dyn QueryFormer>> {
+    Ok(match name {
+        "question" => {
+            crate::trigger::params::Params::new("question", config)?.finish()?;
+            Box::new(question::Question)
+        }
+        "last-tokens" => Box::new(last_tokens::LastTokens::from_config(config)?),
+        "last-sentence" => Box::new(last_sentence::LastSentence::from_config(config)?),
+        "flare-masked" => Box::new(flare_masked::FlareMasked::from_config(config)?),
+        "qfs" => Box::new(qfs::Qfs::from_config(config)?),
+        other => anyhow::bail!("unknown query former '{other}' (known: {})", NAMES.join(", ")),
+    })
+}
+
+/// Builds from a whole config file (after [`crate::trigger::resolve_dataset`]): its `[query]` table, whose
+/// `name` key picks the method.
+pub fn build_section(root: &toml::Value) -> anyhow::Result<Box<dyn QueryFormer>> {
+    let section = root.get("query").ok_or_else(|| anyhow::anyhow!("config: missing [query] table"))?;
+    let name = section
+        .get("name")
+        .and_then(|v| v.as_str())
+        .ok_or_else(|| anyhow::anyhow!("config: [query] needs a string 'name' (one of: {})", NAMES.join(", ")))?;
+    build(name, section)
+}

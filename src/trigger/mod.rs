@@ -83,3 +83,45 @@ pub trait Trigger: Send {
     /// Called after the loop retrieved on this trigger's decision.
     fn on_retrieval(&mut self) {}
 }
+
+pub mod etc;
+pub mod fixed_length;
+pub mod fixed_sentence;
+pub mod flare;
+pub mod none;
+pub mod params;
+#[cfg(test)]
+mod protocol_tests;
+pub mod rind;
+pub mod single;
+
+pub use params::{resolve_dataset, Truncate};
+
+/// Trigger names [`build`] knows.
+pub const NAMES: &[&str] = &["none", "single", "fixed-length", "fixed-sentence", "flare", "rind", "etc"];
+
+/// Builds the trigger `name` from its config table (the `[trigger]` section of a `configs/*.toml`, after
+/// [`resolve_dataset`]; the `name` key in it is allowed and ignored). Unknown keys are errors.
+pub fn build(name: &str, config: &toml::Value) -> anyhow::Result<Box<dyn Trigger>> {
+    Ok(match name {
+        "none" => Box::new(none::NoRetrieval::from_config(config)?),
+        "single" => Box::new(single::SingleRound::from_config(config)?),
+        "fixed-length" => Box::new(fixed_length::FixedLength::from_config(config)?),
+        "fixed-sentence" => Box::new(fixed_sentence::FixedSentence::from_config(config)?),
+        "flare" => Box::new(flare::Flare::from_config(config)?),
+        "rind" => Box::new(rind::Rind::from_config(config)?),
+        "etc" => Box::new(etc::Etc::from_config(config)?),
+        other => anyhow::bail!("unknown trigger '{other}' (known: {})", NAMES.join(", ")),
+    })
+}
+
+/// Builds from a whole config file (after [`crate::trigger::resolve_dataset`]): its `[trigger]` table, whose
+/// `name` key picks the method.
+pub fn build_section(root: &toml::Value) -> anyhow::Result<Box<dyn Trigger>> {
+    let section = root.get("trigger").ok_or_else(|| anyhow::anyhow!("config: missing [trigger] table"))?;
+    let name = section
+        .get("name")
+        .and_then(|v| v.as_str())
+        .ok_or_else(|| anyhow::anyhow!("config: [trigger] needs a string 'name' (one of: {})", NAMES.join(", ")))?;
+    build(name, section)
+}
