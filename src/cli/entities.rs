@@ -30,23 +30,44 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<()> {
+    match print(args) {
+        // `ragtime entities ... | head` is fine.
+        Err(e) if broken_pipe(&e) => Ok(()),
+        other => other,
+    }
+}
+
+fn broken_pipe(e: &anyhow::Error) -> bool {
+    use std::io::ErrorKind::BrokenPipe;
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == BrokenPipe)
+            || c.downcast_ref::<serde_json::Error>().is_some_and(|j| j.io_error_kind() == Some(BrokenPipe))
+    })
+}
+
+fn print(args: Args) -> Result<()> {
     let articles = read_dump(&args.wiki)?;
     let wordnet = if args.no_wordnet { None } else { WordNet::load_default()? };
     let extractor = CombinedExtractor::from_articles(&articles, wordnet.as_ref());
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
     if let Some(reference) = &args.reference {
         let refs = read_reference(reference)?;
         let report = evaluate(&extractor, &articles, &refs)?;
-        let resources = if wordnet.is_some() { "rules + names + title gazetteer + WordNet instances" } else { "rules + names + title gazetteer (no WordNet)" };
-        if args.json {
-            println!("{}", serde_json::to_string(&report)?);
+        let resources = if wordnet.is_some() {
+            "rules + names + title gazetteer + WordNet instances"
         } else {
-            println!("extractor: {resources}");
-            print!("{report}");
+            "rules + names + title gazetteer (no WordNet)"
+        };
+        if args.json {
+            writeln!(out, "{}", serde_json::to_string(&report)?)?;
+        } else {
+            writeln!(out, "extractor: {resources}")?;
+            write!(out, "{report}")?;
         }
+        out.flush()?;
         return Ok(());
     }
-    let stdout = std::io::stdout();
-    let mut out = std::io::BufWriter::new(stdout.lock());
     for a in &articles {
         let ents = extractor.extract(&a.text);
         if args.json {

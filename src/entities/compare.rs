@@ -219,7 +219,7 @@ fn unit_of(w: &str) -> Option<&'static str> {
     Some(match w {
         "km" | "kilometre" | "kilometres" | "kilometer" | "kilometers" => "km",
         "mi" | "mile" | "miles" => "mi",
-        "mph" => "mph",
+        "mph" => "mi/hour",
         "m" | "metre" | "metres" | "meter" | "meters" => "m",
         "cm" | "centimetre" | "centimetres" | "centimeter" | "centimeters" => "cm",
         "mm" | "millimetre" | "millimetres" | "millimeter" | "millimeters" => "mm",
@@ -240,17 +240,17 @@ fn unit_of(w: &str) -> Option<&'static str> {
         "day" | "days" => "day",
         "decade" | "decades" => "decade",
         "century" | "centuries" => "century",
-        "hour" | "hours" => "hour",
+        "h" | "hour" | "hours" => "hour",
         "minute" | "minutes" => "minute",
         "second" | "seconds" => "second",
         "knots" | "kn" => "kn",
         "hp" | "horsepower" => "hp",
-        "h" | "per" | "hour." => "per-hour",
         _ => return None,
     })
 }
 
 /// Read a date or a number (with optional unit) out of an entity string; `None` if it is neither.
+/// Units are canonicalised ("kilometres" = "km", "mph" = "miles per hour" = "mi/hour").
 pub fn parse_value(s: &str) -> Option<Value> {
     let lower = s.to_lowercase().replace(['–', '—'], " - ");
     // Digit-group commas ("1,000,000") go first, so that the number stays one word; such a number is
@@ -323,6 +323,7 @@ pub fn parse_value(s: &str) -> Option<Value> {
     // Numbers: digits or number words, an optional scale, an optional unit.
     let (mut total, mut current, mut seen, mut ordinal) = (0f64, 0f64, false, false);
     let mut unit: Option<String> = None;
+    let mut per = false;
     for w in &words {
         let stem = w.trim_end_matches(|c: char| c.is_alphabetic());
         let suffix = &w[stem.len()..];
@@ -356,20 +357,17 @@ pub fn parse_value(s: &str) -> Option<Value> {
             if w.ends_with("th") {
                 ordinal = true;
             }
-        } else if *w == "and" || *w == "/" {
+        } else if *w == "and" {
             continue;
+        } else if *w == "per" || *w == "/" {
+            per = true;
         } else if let Some(u) = unit_of(w) {
-            if u != "per-hour" {
-                unit = Some(match unit.take() {
-                    Some(prev) if prev == "mi" && u == "hour" => "mph".to_string(),
-                    Some(prev) => format!("{prev} {u}"),
-                    None => u.to_string(),
-                });
-            } else if unit.as_deref() == Some("km") {
-                unit = Some("km/h".to_string());
-            } else if unit.as_deref() == Some("mi") {
-                unit = Some("mph".to_string());
-            }
+            unit = Some(match unit.take() {
+                Some(prev) if per => format!("{prev}/{u}"),
+                Some(prev) => format!("{prev} {u}"),
+                None => u.to_string(),
+            });
+            per = false;
         } else {
             return None;
         }

@@ -34,6 +34,7 @@ use serde::Serialize;
 /// What kind of entity a rule found. Rules only claim a fine type they actually know; capitalised
 /// names, gazetteer and WordNet hits are all [`EntityLabel::Name`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "UPPERCASE")]
 pub enum EntityLabel {
     Date,
     Time,

@@ -36,6 +36,10 @@ const FUNCTION_WORDS: &[&str] = &[
     "and", "or", "so", "what", "which", "who", "whose", "how", "why", "until", "upon", "within", "without",
     "along", "although", "because", "though", "unlike", "like", "located", "known", "based", "founded",
     "formerly", "previously", "its", "one", "two", "three", "first", "second", "a", "as", "throughout",
+    "meanwhile", "nevertheless", "nonetheless", "additionally", "furthermore", "moreover", "subsequently",
+    "eventually", "initially", "afterwards", "afterward", "consequently", "finally", "instead", "together",
+    "despite", "whilst", "whereas", "hence", "therefore", "yet", "still", "even", "every", "any", "no",
+    "my", "your", "she", "him", "them", "us", "upon", "via", "per", "against", "toward", "towards",
 ];
 
 /// Abbreviations whose final period belongs to the word ("St. Louis", "Dr. Who").
@@ -80,6 +84,7 @@ fn is_capitalised(w: &str) -> bool {
 /// Finds capitalised names.
 pub struct NameExtractor {
     common: HashSet<String>,
+    function: HashSet<String>,
     pub include_article: bool,
 }
 
@@ -92,7 +97,8 @@ impl Default for NameExtractor {
 impl NameExtractor {
     /// With the built-in function-word list only.
     pub fn new() -> Self {
-        NameExtractor { common: FUNCTION_WORDS.iter().map(|w| w.to_string()).collect(), include_article: true }
+        let function: HashSet<String> = FUNCTION_WORDS.iter().map(|w| w.to_string()).collect();
+        NameExtractor { common: function.clone(), function, include_article: true }
     }
 
     /// Built-in list plus the words `texts` write in lower case more often than capitalised mid-sentence.
@@ -134,10 +140,25 @@ impl NameExtractor {
         while i < toks.len() {
             let (s, _) = toks[i];
             let w = &text[toks[i].0..toks[i].1];
-            let can_start = is_capitalised(w)
-                && w != "I"
-                && !(is_sentence_initial(text, s, starts) && self.is_common(w));
-            if !can_start {
+            if !is_capitalised(w) || w == "I" {
+                i += 1;
+                continue;
+            }
+            // A sentence-initial word opens a name unless it is common: a function word always, a
+            // corpus-common word ("Hurricane", "Saint") only when no capitalised word follows it.
+            let initial = is_sentence_initial(text, s, starts);
+            let lower = w.to_lowercase();
+            let followed = toks.get(i + 1).is_some_and(|&(a, b)| contiguous(text, toks[i].1, a) && is_capitalised(&text[a..b]));
+            if initial && (self.function.contains(&lower) || (!followed && self.common.contains(&lower))) {
+                // "The Beatles ...": OntoNotes keeps a sentence-initial "The" of a multi-word name.
+                if self.include_article && w == "The" && followed {
+                    let (_, last, next) = extend(text, &toks, i + 1);
+                    if count_capitalised(text, &toks[i + 1..=last]) >= 2 {
+                        out.push(Span { start: s, end: toks[last].1, label: EntityLabel::Name, priority: 10 });
+                        i = next;
+                        continue;
+                    }
+                }
                 i += 1;
                 continue;
             }
@@ -251,8 +272,10 @@ mod tests {
         let x = NameExtractor::new();
         assert_eq!(
             names(&x, "The ANAK Society is at the Georgia Institute of Technology (Georgia Tech) in Atlanta, Georgia."),
-            vec!["ANAK Society", "the Georgia Institute of Technology", "Georgia Tech", "Atlanta", "Georgia"]
+            vec!["The ANAK Society", "the Georgia Institute of Technology", "Georgia Tech", "Atlanta", "Georgia"]
         );
+        // A sentence-initial "The" is kept only before a name of 2+ capitalised words.
+        assert_eq!(names(&x, "The Beatles. The Rolling Stones."), vec!["Beatles", "The Rolling Stones"]);
         assert_eq!(names(&x, "He read The Lord of the Rings by J. R. R. Tolkien."), vec!["The Lord of the Rings", "J. R. R. Tolkien"]);
         // A connector not followed by a capitalised word is not part of the name.
         assert_eq!(names(&x, "She went to Paris of old and to England and France."), vec!["Paris", "England", "France"]);

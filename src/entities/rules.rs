@@ -61,6 +61,7 @@ impl RuleExtractor {
             format!(r"(?:the\s)?(?:(?i:early|late|mid)[\s-])?(?:{ordw}|\d{{1,2}}(?:st|nd|rd|th))[\s-](?:century|centuries|millennium)(?:\s(?:BC|AD|BCE|CE))?"),
             format!(r"(?i:between\s)?{pre}{year}(?:\s(?:to|and|or|until|through)\s{year})?(?:\s?[–—-]\s?(?:{year}|\d{{2}}))?(?:\s(?:season|census))?"),
             format!(r"(?i:spring|summer|autumn|fall|winter)\s(?:of\s)?{year}"),
+            format!(r"(?:the\s)?(?:{ordw}|\d{{1,2}}(?:st|nd|rd|th))\s(?:season|series)"),
             format!(r"{approx}(?:{num}|a\sfew|several|many)[\s-](?i:years?|months?|weeks?|days?|decades?|centuries)(?:\s(?:old|later|ago|earlier|long))?"),
             r"(?i:today|yesterday|tomorrow|annually|the following year|the previous year|the same year|that year|this year|the next year|the next day|the following day|each year|every year)".to_string(),
             r"(?:January|February|March|April|June|July|August|September|October|November|December)".to_string(),
