@@ -239,8 +239,13 @@ mod tests {
     fn real_glove_when_installed() {
         let Some(g) = Glove::load_default().unwrap() else { return };
         assert_eq!(g.dim(), 50);
+        for (a, b) in [("france", "germany"), ("paris", "london"), ("john", "james"), ("car", "automobile"), ("army", "military"), ("beatles", "stones"), ("king", "queen"), ("united states", "america")] {
+            eprintln!("glove cos({a}, {b}) = {:.3}", g.cosine(a, b).unwrap());
+        }
         let near = g.cosine("france", "germany").unwrap();
         let far = g.cosine("france", "banana").unwrap();
         assert!(near > 0.7 && far < near, "{near} {far}");
+        // The default threshold must keep different first names apart.
+        assert!(g.cosine("john", "james").unwrap() < crate::entities::compare::DEFAULT_GLOVE_THRESHOLD);
     }
 }
