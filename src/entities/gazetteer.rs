@@ -41,8 +41,17 @@ impl PhraseMatcher {
 
     /// Gazetteer of article titles: a trailing disambiguation in parentheses is dropped
     /// ("1st Parachute Battalion (Australia)" gives "1st Parachute Battalion").
+    ///
+    /// Titles with a lower-case word other than a connector ("Chacma baboon", "Madagascar women's
+    /// national football team") are left out: they name topics rather than entities, and their
+    /// capitalised part is found by the name rule anyway.
     pub fn from_titles<S: AsRef<str>>(titles: impl IntoIterator<Item = S>) -> Self {
-        Self::new(titles.into_iter().map(|t| strip_disambiguation(t.as_ref()).to_string()), 8)
+        let names = titles.into_iter().map(|t| strip_disambiguation(t.as_ref()).to_string()).filter(|t| {
+            t.split_whitespace().all(|w| {
+                !w.chars().next().is_some_and(char::is_lowercase) || super::names::is_connector(w)
+            })
+        });
+        Self::new(names, 8)
     }
 
     /// Number of phrases in the automaton.
@@ -102,8 +111,9 @@ mod tests {
 
     #[test]
     fn whole_word_leftmost_longest() {
-        let g = PhraseMatcher::from_titles(["Edward III of England", "Edward III", "England", "Eng", "of", "Mercury (planet)"]);
-        assert_eq!(g.len(), 5); // "of" is too short / lower-case; "Mercury (planet)" is "Mercury"
+        let g = PhraseMatcher::from_titles(["Edward III of England", "Edward III", "England", "Eng", "of", "Mercury (planet)", "Chacma baboon"]);
+        // "of" is too short; "Mercury (planet)" is "Mercury"; "Chacma baboon" has a lower-case word.
+        assert_eq!(g.len(), 5);
         let text = "Edward III of England met Edward III in Englander lands near England. Mercury rose.";
         let got: Vec<String> = g.extract(text).into_iter().map(|e| e.text).collect();
         assert_eq!(got, vec!["Edward III of England", "Edward III", "England", "Mercury"]);

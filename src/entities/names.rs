@@ -77,6 +77,11 @@ pub(crate) fn word_tokens(text: &str) -> Vec<(usize, usize)> {
     out
 }
 
+/// Is `w` a connector word allowed inside a name ("of", "de", "the", ...)?
+pub(crate) fn is_connector(w: &str) -> bool {
+    CONNECTORS.contains(&w)
+}
+
 fn is_capitalised(w: &str) -> bool {
     w.chars().next().is_some_and(char::is_uppercase)
 }
