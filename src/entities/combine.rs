@@ -13,7 +13,7 @@ use super::gazetteer::PhraseMatcher;
 use super::names::{is_sentence_initial, word_tokens, NameExtractor};
 use super::rules::{resolve, RuleExtractor};
 use super::wordnet::WordNet;
-use super::{char_to_byte, to_entities, Entity, EntityExtractor, EntityLabel, Span};
+use super::{to_entities, Entity, EntityExtractor, EntityLabel, Span};
 
 pub struct CombinedExtractor {
     pub rules: RuleExtractor,
@@ -72,10 +72,11 @@ pub fn synthesis_candidates(text: &str, title: &str, entities: &[Entity]) -> Vec
     let starts = sentence_starts(text);
     let title_line_end = if text.starts_with(title) { title.chars().count() } else { 0 };
     let title_words: Vec<String> = word_tokens(title).into_iter().map(|(s, e)| title[s..e].to_lowercase()).collect();
+    let char_bytes: Vec<usize> = text.char_indices().map(|(b, _)| b).collect();
     entities
         .iter()
         .filter(|e| {
-            let b = char_to_byte(text, e.start);
+            let b = char_bytes.get(e.start).copied().unwrap_or(text.len());
             if is_sentence_initial(text, b, &starts) {
                 return false;
             }
@@ -185,6 +186,7 @@ mod tests {
 #[cfg(test)]
 mod shared_data_tests {
     use super::*;
+    use crate::entities::char_to_byte;
     use crate::entities::compare::{compare_entities, Resources};
 
     /// Self-consistency on real articles: feeding the article's own text as the "continuation", the
