@@ -13,6 +13,7 @@ pub mod model;
 pub mod eval;
 pub mod prompt;
 pub mod qa;
+pub mod entities;
 pub mod query;
 pub mod retrieval;
 pub mod step;

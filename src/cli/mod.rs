@@ -7,6 +7,7 @@ mod generate;
 mod inspect;
 pub mod model_args;
 mod report;
+pub mod entities;
 
 #[derive(Parser, Debug)]
 #[command(name = "ragtime", version, about = "Train and evaluate retrieval controllers for dynamic RAG")]
@@ -23,6 +24,8 @@ pub enum Command {
     Inspect(inspect::Args),
     /// Compare evaluation runs: Markdown table, optional HTML page with generations.
     Report(report::Args),
+    /// Entities found in a WikiExtractor dump (or, with --reference, P/R/F1 against spaCy's).
+    Entities(entities::Args),
 }
 
 pub fn run(cli: Cli) -> Result<()> {
@@ -30,5 +33,6 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Generate(a) => generate::run(a),
         Command::Inspect(a) => inspect::run(a),
         Command::Report(args) => report::run(args),
+        Command::Entities(a) => entities::run(a),
     }
 }
