@@ -6,9 +6,11 @@
 //! - [`trigger`] (when to retrieve), [`query`] (what to ask), [`retrieval`] (where from).
 
 pub mod corpus;
+pub mod detector;
 pub mod query;
 pub mod retrieval;
 pub mod step;
+pub mod synth;
 pub mod trigger;
 
 /// Path of the shared data folder (`../shared/data` beside the repository), used by tests and demos.

@@ -1,0 +1,3 @@
+//! Learned hallucination detector (MIND's MLP over hidden states), trained on [`crate::synth`] data.
+
+pub mod metrics;
