@@ -30,7 +30,7 @@ pub enum DeviceKind {
 /// Defaults are MIND's (see `ragtime::detector::train`).
 #[derive(Args, Debug)]
 pub struct DetectorArgs {
-    /// Dataset directory written by `ragtime synth` (manifest.json + part-*.parquet).
+    /// Dataset directory written by `ragtime synth` (_manifest.json + part-*.parquet).
     #[arg(long, default_value = "datasets/hallucination")]
     pub data: PathBuf,
     /// Checkpoint directory to write (detector.json + model.safetensors).

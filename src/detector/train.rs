@@ -255,13 +255,18 @@ pub fn train<B: AutodiffBackend>(
     let mut best: Option<(usize, f64, Mlp<B::InnerBackend>)> = None;
     for epoch in 1..=cfg.epochs {
         order.shuffle(&mut rng);
-        let (mut loss_sum, mut batches) = (0f64, 0usize);
+        // Summed on the device and read once per epoch: a read per batch would sync a GPU every step.
+        let (mut loss_sum, mut batches): (Option<Tensor<B::InnerBackend, 1>>, usize) = (None, 0);
         for chunk in order.chunks(cfg.batch_size) {
             let xb = batch_tensor::<B>(&x, dim, chunk, device);
             let yb: Vec<i64> = chunk.iter().map(|&i| table.labels[i] as i64).collect();
             let yb = Tensor::<B, 1, Int>::from_data(TensorData::new(yb, [chunk.len()]), device);
             let loss = loss_fn.forward(model.forward(xb), yb);
-            loss_sum += loss.clone().into_data().convert::<f64>().to_vec::<f64>().expect("loss")[0];
+            let l = loss.clone().inner();
+            loss_sum = Some(match loss_sum {
+                Some(acc) => acc + l,
+                None => l,
+            });
             batches += 1;
             let grads = GradientsParams::from_grads(loss.backward(), &model);
             model = optim.step(cfg.lr, model, grads);
@@ -274,7 +279,8 @@ pub fn train<B: AutodiffBackend>(
             let y: Vec<u8> = r.iter().map(|&i| table.labels[i]).collect();
             metrics.insert(s, Metrics::compute(&y, &p));
         }
-        let loss = loss_sum / batches as f64;
+        let loss_total = loss_sum.expect("a non-empty train split").into_data().convert::<f64>().to_vec::<f64>().expect("loss")[0];
+        let loss = loss_total / batches as f64;
         let cell = |m: &Metrics| format!("{:.3} {:.3} {:.3} {:.3}", m.accuracy, m.f1, m.roc_auc, m.pr_auc);
         let valid_auc = metrics[&Split::Valid].roc_auc;
         let improved = best.as_ref().is_none_or(|(_, b, _)| valid_auc > *b);
@@ -424,6 +430,15 @@ mod tests {
         assert_eq!(back.info().training.as_ref().unwrap().best_epoch, report.best_epoch);
         let err = format!("{:#}", Detector::load_for(out.path(), "toy-model", 32).unwrap_err());
         assert!(err.contains("hidden size 16"), "{err}");
+    }
+
+    /// Writes the Gaussian toy dataset to `$RAGTIME_TOY_HALLU` for trying the CLI by hand:
+    /// `RAGTIME_TOY_HALLU=/tmp/toy cargo test --release --lib write_toy_dataset -- --ignored`.
+    #[test]
+    #[ignore]
+    fn write_toy_dataset() {
+        let dir = std::env::var("RAGTIME_TOY_HALLU").expect("set RAGTIME_TOY_HALLU");
+        gaussian_dataset(std::path::Path::new(&dir), 300);
     }
 
     #[test]

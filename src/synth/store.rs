@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! datasets/hallucination/
-//!   manifest.json        model, templates, counts, label balance, and the shards with the articles each holds
+//!   _manifest.json       model, templates, counts, label balance, and the shards with the articles each holds
 //!   part-00000.parquet   one shard: all examples of a group of finished articles (snappy-compressed)
 //!   part-00001.parquet
 //!   ...
@@ -32,15 +32,17 @@
 //! | `hidden_mean_entity`  | list\<float32\> | `hidden_mean` averaged over the generated entity's tokens |
 //!
 //! The list columns use Arrow's standard `List<item: Float32>` layout, so `pandas.read_parquet(dir)` gives
-//! numpy arrays per cell and `polars.read_parquet(dir + "/*.parquet")` gives `List(Float32)` columns. Only
-//! the shards listed in `manifest.json` belong to the dataset (see below); readers that glob should run after
-//! the writer finished.
+//! numpy arrays per cell and `polars.read_parquet(dir + "/*.parquet")` gives `List(Float32)` columns
+//! (checked with pandas 2 / pyarrow and polars). The manifest is named `_manifest.json` and temporary files
+//! start with `.` so that directory readers (pyarrow skips `_*` and `.*`) see only shards. Only the shards
+//! listed in the manifest belong to the dataset (see below); readers of the directory should run after the
+//! writer finished or was re-opened.
 //!
 //! # Resumability
 //!
 //! The unit of work is an article. [`HalluStore::add_article`] buffers the examples of a *finished* article;
-//! every `flush_every` articles the buffer becomes one shard, written to `part-NNNNN.parquet.tmp`, synced, and
-//! renamed into place; then `manifest.json` (also via tmp + rename) records the shard with the ids of all
+//! every `flush_every` articles the buffer becomes one shard, written to `.part-NNNNN.parquet.tmp`, synced, and
+//! renamed into place; then `_manifest.json` (also via tmp + rename) records the shard with the ids of all
 //! its articles (including articles that produced no example). The manifest is the commit point:
 //!
 //! - a process killed before the manifest rename leaves at most a `.tmp` file or a shard the manifest does
@@ -74,7 +76,7 @@ pub const FORMAT: &str = "ragtime-hallucination";
 /// Version of the Parquet schema documented above.
 pub const SCHEMA_VERSION: u32 = 1;
 /// Name of the manifest file in a dataset directory.
-pub const MANIFEST: &str = "manifest.json";
+pub const MANIFEST: &str = "_manifest.json";
 /// Default number of articles per shard.
 pub const DEFAULT_FLUSH_EVERY: usize = 64;
 
@@ -123,7 +125,7 @@ pub struct ShardInfo {
     pub articles: Vec<String>,
 }
 
-/// `manifest.json`.
+/// `_manifest.json`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Manifest {
     pub format: String,
@@ -166,7 +168,7 @@ impl Manifest {
     }
 }
 
-/// Reads and checks `dir/manifest.json`.
+/// Reads and checks `dir/_manifest.json`.
 pub fn load_manifest(dir: &Path) -> Result<Manifest> {
     let path = dir.join(MANIFEST);
     let text = fs::read_to_string(&path).with_context(|| format!("{}: cannot read manifest", path.display()))?;
@@ -193,10 +195,10 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     fs::rename(&tmp, path).with_context(|| format!("cannot rename {} to {}", tmp.display(), path.display()))
 }
 
+/// `dir/.name.tmp`: hidden, so directory readers skip it.
 fn tmp_path(path: &Path) -> PathBuf {
-    let mut s = path.as_os_str().to_owned();
-    s.push(".tmp");
-    PathBuf::from(s)
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    path.with_file_name(format!(".{name}.tmp"))
 }
 
 fn shard_name(index: usize) -> String {
@@ -717,15 +719,16 @@ mod tests {
         }
         // A kill while writing the third shard leaves a tmp file; a kill between the shard rename and the
         // manifest rename leaves a shard the manifest does not list.
-        fs::write(dir.path().join("part-00002.parquet.tmp"), b"half a parquet file").unwrap();
+        fs::write(dir.path().join(".part-00002.parquet.tmp"), b"half a parquet file").unwrap();
         fs::copy(dir.path().join("part-00000.parquet"), dir.path().join("part-00002.parquet")).unwrap();
-        fs::write(dir.path().join("manifest.json.tmp"), b"{ half").unwrap();
+        fs::write(dir.path().join("._manifest.json.tmp"), b"{ half").unwrap();
         assert_eq!(read_all(dir.path()).unwrap().len(), data[..4].iter().map(|d| d.1.len()).sum::<usize>());
 
         // Re-run over all articles, skipping finished ones.
         let mut s = HalluStore::open(dir.path(), "m", 3).unwrap().with_flush_every(2);
         assert!(!dir.path().join("part-00002.parquet").exists());
-        assert!(!dir.path().join("part-00002.parquet.tmp").exists());
+        assert!(!dir.path().join(".part-00002.parquet.tmp").exists());
+        assert!(!dir.path().join("._manifest.json.tmp").exists());
         let mut redone = Vec::new();
         for (id, ex) in &data {
             if s.is_done(id) {
