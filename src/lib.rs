@@ -18,6 +18,8 @@ pub mod query;
 pub mod retrieval;
 pub mod step;
 pub mod text;
+pub mod detector;
+pub mod synth;
 pub mod trigger;
 
 /// Path of the shared data folder (`../shared/data` beside the repository), used by tests and demos.

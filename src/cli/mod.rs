@@ -8,6 +8,7 @@ mod inspect;
 pub mod model_args;
 mod report;
 pub mod entities;
+pub mod train;
 
 #[derive(Parser, Debug)]
 #[command(name = "ragtime", version, about = "Train and evaluate retrieval controllers for dynamic RAG")]
@@ -26,6 +27,8 @@ pub enum Command {
     Report(report::Args),
     /// Entities found in a WikiExtractor dump (or, with --reference, P/R/F1 against spaCy's).
     Entities(entities::Args),
+    /// Train a learned controller (`detector`: MIND's hallucination detector).
+    Train(train::TrainArgs),
 }
 
 pub fn run(cli: Cli) -> Result<()> {
@@ -34,5 +37,6 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Inspect(a) => inspect::run(a),
         Command::Report(args) => report::run(args),
         Command::Entities(a) => entities::run(a),
+        Command::Train(args) => train::run(args),
     }
 }

@@ -13,6 +13,8 @@
 //! tokens[0].pos + j`. After a retrieval the loop re-feeds the kept answer tokens behind the new prompt, so every
 //! `TokenStep` in a view was computed under the current context.
 
+pub mod mlp;
+
 use crate::step::TokenStep;
 
 /// What a controller sees when it judges a block.

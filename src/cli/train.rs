@@ -1,0 +1,220 @@
+//! `ragtime train ...`: training subcommands (`detector` now; more learned controllers later).
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Subcommand, ValueEnum};
+
+use ragtime::detector::train::{train, Split, TrainConfig};
+use ragtime::detector::Detector;
+use ragtime::synth::store::{load_manifest, read_features};
+
+#[derive(Args, Debug)]
+pub struct TrainArgs {
+    #[command(subcommand)]
+    pub what: TrainCommand,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum TrainCommand {
+    /// Train MIND's hallucination detector (MLP over hidden states) on a `synth` dataset.
+    Detector(DetectorArgs),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum DeviceKind {
+    Cpu,
+    Cuda,
+}
+
+/// Defaults are MIND's (see `ragtime::detector::train`).
+#[derive(Args, Debug)]
+pub struct DetectorArgs {
+    /// Dataset directory written by `ragtime synth` (_manifest.json + part-*.parquet).
+    #[arg(long, default_value = "datasets/hallucination")]
+    pub data: PathBuf,
+    /// Checkpoint directory to write (detector.json + model.safetensors).
+    #[arg(long, default_value = "checkpoints/detector")]
+    pub out: PathBuf,
+    /// Feature columns to concatenate: hidden_final_last, hidden_mean_last, hidden_final_entity,
+    /// hidden_mean_entity, entropy_last, entropy_entity_mean.
+    #[arg(long, value_delimiter = ',', default_value = "hidden_mean_last")]
+    pub features: Vec<String>,
+    #[arg(long, default_value_t = 20)]
+    pub epochs: usize,
+    #[arg(long, default_value_t = 32)]
+    pub batch_size: usize,
+    #[arg(long, default_value_t = 5e-4)]
+    pub lr: f64,
+    /// L2 penalty added to the gradient (PyTorch Adam's weight_decay).
+    #[arg(long, default_value_t = 1e-5)]
+    pub weight_decay: f32,
+    /// Hidden layer widths, input side first.
+    #[arg(long, value_delimiter = ',', default_value = "256,128,64")]
+    pub hidden_layers: Vec<usize>,
+    /// Dropout probability on the input.
+    #[arg(long, default_value_t = 0.2)]
+    pub dropout: f64,
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+    /// Standardise every feature with the train split's mean and std (stored in the checkpoint).
+    #[arg(long)]
+    pub standardize: bool,
+    #[arg(long, value_enum, default_value = "cpu")]
+    pub device: DeviceKind,
+}
+
+impl DetectorArgs {
+    pub fn config(&self) -> TrainConfig {
+        TrainConfig {
+            features: self.features.clone(),
+            hidden_layers: self.hidden_layers.clone(),
+            dropout: self.dropout,
+            epochs: self.epochs,
+            batch_size: self.batch_size,
+            lr: self.lr,
+            weight_decay: self.weight_decay,
+            seed: self.seed,
+            standardize: self.standardize,
+        }
+    }
+}
+
+pub fn run(args: TrainArgs) -> Result<()> {
+    match args.what {
+        TrainCommand::Detector(a) => run_detector(&a),
+    }
+}
+
+fn run_detector(a: &DetectorArgs) -> Result<()> {
+    let cfg = a.config();
+    let manifest = load_manifest(&a.data)?;
+    let names: Vec<&str> = cfg.features.iter().map(|s| s.as_str()).collect();
+    let table = read_features(&a.data, &names).with_context(|| format!("{}: cannot read features", a.data.display()))?;
+    eprintln!(
+        "{}: {} examples from {} articles ({} hallucinated, {:.1}%), model {} (hidden {}), {} features",
+        a.data.display(),
+        table.len(),
+        manifest.articles,
+        manifest.hallucinated,
+        100.0 * manifest.hallucinated_rate,
+        table.model_id,
+        table.hidden,
+        table.dim
+    );
+    let mut log = |line: &str| eprintln!("{line}");
+    let detector: Detector = match a.device {
+        DeviceKind::Cpu => {
+            use burn::backend::{Autodiff, Flex};
+            train::<Autodiff<Flex>>(&table, &cfg, &Default::default(), &mut log)?.detector
+        }
+        DeviceKind::Cuda => train_cuda(&table, &cfg, &mut log)?,
+    };
+    detector.save(&a.out)?;
+    let report = detector.info().training.as_ref().expect("trained detector has a report");
+    eprintln!("kept epoch {} (best valid ROC-AUC)", report.best_epoch);
+    for s in Split::ALL {
+        let m = report.best[&s];
+        let z = report.splits[&s];
+        println!(
+            "{:<5} articles {:>6} examples {:>7} hallucinated {:>6}  acc {:.4}  F1 {:.4}  ROC-AUC {:.4}  PR-AUC {:.4}",
+            s.name(),
+            z.articles,
+            z.examples,
+            z.hallucinated,
+            m.accuracy,
+            m.f1,
+            m.roc_auc,
+            m.pr_auc
+        );
+    }
+    eprintln!("wrote {}", a.out.display());
+    Ok(())
+}
+
+/// Looks for an NVIDIA device node and the driver library without loading anything, so that asking for CUDA
+/// on a machine without a GPU is an error, not a panic inside the driver bindings.
+fn cuda_present() -> Result<()> {
+    if !Path::new("/dev/nvidiactl").exists() && !Path::new("/dev/nvidia0").exists() {
+        bail!("--device cuda: no NVIDIA device (/dev/nvidia0 and /dev/nvidiactl are missing); use --device cpu");
+    }
+    let mut dirs: Vec<PathBuf> = std::env::var("LD_LIBRARY_PATH")
+        .unwrap_or_default()
+        .split(':')
+        .filter(|s| !s.is_empty())
+        .map(PathBuf::from)
+        .collect();
+    for d in [
+        "/usr/lib/x86_64-linux-gnu",
+        "/usr/lib/aarch64-linux-gnu",
+        "/usr/lib64",
+        "/usr/lib",
+        "/usr/local/cuda/lib64",
+        "/usr/local/cuda/compat",
+        "/usr/lib/wsl/lib",
+        "/usr/local/nvidia/lib64",
+    ] {
+        dirs.push(PathBuf::from(d));
+    }
+    if !dirs.iter().any(|d| d.join("libcuda.so.1").exists() || d.join("libcuda.so").exists()) {
+        bail!("--device cuda: the NVIDIA driver library libcuda.so was not found; use --device cpu");
+    }
+    Ok(())
+}
+
+#[cfg(feature = "cuda")]
+fn train_cuda(
+    table: &ragtime::synth::store::FeatureTable,
+    cfg: &TrainConfig,
+    log: &mut dyn FnMut(&str),
+) -> Result<Detector> {
+    use burn::backend::{cuda::CudaDevice, Autodiff, Cuda};
+    cuda_present()?;
+    // The driver bindings panic on a broken setup; turn that into an error.
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        train::<Autodiff<Cuda>>(table, cfg, &CudaDevice::default(), log).map(|t| t.detector)
+    }));
+    match result {
+        Ok(r) => r,
+        Err(p) => {
+            let msg = p
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "unknown panic".into());
+            bail!("--device cuda: the CUDA backend failed: {msg}")
+        }
+    }
+}
+
+#[cfg(not(feature = "cuda"))]
+fn train_cuda(
+    _table: &ragtime::synth::store::FeatureTable,
+    _cfg: &TrainConfig,
+    _log: &mut dyn FnMut(&str),
+) -> Result<Detector> {
+    cuda_present()?;
+    bail!("--device cuda: this ragtime was built without the `cuda` feature")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct T {
+        #[command(subcommand)]
+        c: TrainCommand,
+    }
+
+    #[test]
+    fn cli_defaults_are_minds() {
+        let TrainCommand::Detector(a) = T::parse_from(["t", "detector"]).c;
+        assert_eq!(a.config(), TrainConfig::default());
+        let TrainCommand::Detector(a) =
+            T::parse_from(["t", "detector", "--features", "hidden_mean_last,entropy_last", "--hidden-layers", "8,4"]).c;
+        assert_eq!(a.features, vec!["hidden_mean_last", "entropy_last"]);
+        assert_eq!(a.hidden_layers, vec![8, 4]);
+    }
+}

@@ -1,0 +1,318 @@
+//! Learned hallucination detector (MIND's MLP over an LLM's hidden states), trained on [`crate::synth`] data
+//! by [`train`], used during decoding by [`crate::trigger::mlp`].
+//!
+//! # Checkpoint directory
+//!
+//! - `detector.json` ([`DetectorInfo`]): the model the features come from (id and hidden size), the feature
+//!   columns in concatenation order with their widths, the network shape, whether inputs are standardised,
+//!   and the training report (config, split sizes, class weights, metrics per split and per epoch, best epoch).
+//! - `model.safetensors` (little-endian f32):
+//!   - `mlp.{i}.weight`: `[d_in, d_out]` of layer `i` (input side first), `y = x W + b` (burn's layout,
+//!     the transpose of PyTorch's);
+//!   - `mlp.{i}.bias`: `[d_out]`;
+//!   - `norm.mean`, `norm.std`: `[input]`, present when standardised (`x' = (x - mean) / std`).
+//!
+//! A detector is tied to the model whose states it was trained on: [`Detector::load_for`] refuses another
+//! model id or hidden size.
+//!
+//! # Features at decode time
+//!
+//! The training rows hold states at the last prompt token (`*_last`) and averaged over the generated
+//! entity's tokens (`*_entity`). During decoding, [`Detector::features_from_step`] builds the same columns
+//! from one generated token's [`TokenStep`]: `hidden_final_*` is the token's `hidden_final`, `hidden_mean_*`
+//! its `hidden_mean` (an entity of one token), and `entropy_*` the token's `entropy` (the entropy of the
+//! distribution it was drawn from). For `entropy_entity_mean` and the `*_entity` states this is exactly the
+//! training definition restricted to one token; for the `*_last` states the token plays the role of the last
+//! prompt token; `entropy_last` is the one shifted quantity: in training it is the entropy of the
+//! distribution that *follows* the state, at decode time that of the distribution that *produced* the
+//! token (the following one is not known until the next token is decoded).
+
+pub mod metrics;
+pub mod mlp;
+pub mod train;
+
+use std::collections::HashMap;
+use std::fs;
+use std::path::Path;
+
+use anyhow::{bail, ensure, Context, Result};
+use safetensors::tensor::TensorView;
+use safetensors::{Dtype, SafeTensors};
+use serde::{Deserialize, Serialize};
+
+use crate::step::TokenStep;
+use mlp::{LinearWeights, MlpConfig, MlpWeights};
+
+/// Value of [`DetectorInfo::format`].
+pub const FORMAT: &str = "ragtime-detector";
+pub const INFO_FILE: &str = "detector.json";
+pub const WEIGHTS_FILE: &str = "model.safetensors";
+
+/// `detector.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DetectorInfo {
+    pub format: String,
+    /// Model whose states the detector reads.
+    pub model_id: String,
+    /// Its hidden size.
+    pub hidden: usize,
+    /// Feature columns in concatenation order, with their widths.
+    pub columns: Vec<(String, usize)>,
+    /// Network shape (`mlp.input` is the sum of the column widths).
+    pub mlp: MlpConfig,
+    /// Whether `norm.mean`/`norm.std` standardise the input.
+    pub standardized: bool,
+    /// How it was trained (absent for hand-made detectors).
+    pub training: Option<train::TrainReport>,
+}
+
+/// Per-feature standardisation `x' = (x - mean) / std`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Norm {
+    pub mean: Vec<f32>,
+    pub std: Vec<f32>,
+}
+
+/// A trained detector ready for inference (plain f32 math, eval mode).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Detector {
+    info: DetectorInfo,
+    weights: MlpWeights,
+    norm: Option<Norm>,
+}
+
+impl Detector {
+    /// Assembles a detector; checks that the shapes fit together.
+    pub fn new(info: DetectorInfo, weights: MlpWeights, norm: Option<Norm>) -> Result<Self> {
+        let input: usize = info.columns.iter().map(|c| c.1).sum();
+        ensure!(input == info.mlp.input, "feature widths sum to {input} but the network takes {}", info.mlp.input);
+        let widths = info.mlp.widths();
+        ensure!(weights.layers.len() + 1 == widths.len(), "network has {} layers, config says {}", weights.layers.len(), widths.len() - 1);
+        for (i, l) in weights.layers.iter().enumerate() {
+            ensure!(
+                l.d_in == widths[i] && l.d_out == widths[i + 1] && l.weight.len() == l.d_in * l.d_out && l.bias.len() == l.d_out,
+                "layer {i} is {}x{} ({} weights, {} biases), config says {}x{}",
+                l.d_in,
+                l.d_out,
+                l.weight.len(),
+                l.bias.len(),
+                widths[i],
+                widths[i + 1]
+            );
+        }
+        ensure!(info.standardized == norm.is_some(), "standardized flag and normalisation disagree");
+        if let Some(n) = &norm {
+            ensure!(n.mean.len() == input && n.std.len() == input, "normalisation has the wrong width");
+        }
+        for (name, width) in &info.columns {
+            ensure!(
+                crate::synth::store::FEATURE_COLUMNS.iter().any(|(n, _)| n == name),
+                "unknown feature column {name:?}"
+            );
+            let expect = if name.starts_with("hidden_") { info.hidden } else { 1 };
+            ensure!(*width == expect, "feature {name:?} has width {width}, expected {expect}");
+        }
+        Ok(Detector { info, weights, norm })
+    }
+
+    pub fn info(&self) -> &DetectorInfo {
+        &self.info
+    }
+
+    pub fn weights(&self) -> &MlpWeights {
+        &self.weights
+    }
+
+    pub fn norm(&self) -> Option<&Norm> {
+        self.norm.as_ref()
+    }
+
+    /// Width of the feature vector [`Detector::score`] takes.
+    pub fn input_dim(&self) -> usize {
+        self.info.mlp.input
+    }
+
+    /// Probability that the example is hallucinated, from the concatenated raw (unstandardised) features.
+    pub fn score(&self, features: &[f32]) -> f32 {
+        assert_eq!(features.len(), self.input_dim(), "detector takes {} features", self.input_dim());
+        match &self.norm {
+            Some(n) => {
+                let x: Vec<f32> =
+                    features.iter().zip(n.mean.iter().zip(&n.std)).map(|(&v, (&m, &s))| (v - m) / s).collect();
+                self.weights.prob(&x)
+            }
+            None => self.weights.prob(features),
+        }
+    }
+
+    /// The feature vector for one generated token (see the module doc for the mapping).
+    pub fn features_from_step(&self, step: &TokenStep) -> Result<Vec<f32>> {
+        let mut x = Vec::with_capacity(self.input_dim());
+        for (name, width) in &self.info.columns {
+            let part: &[f32] = match name.as_str() {
+                "hidden_final_last" | "hidden_final_entity" => &step.hidden_final,
+                "hidden_mean_last" | "hidden_mean_entity" => &step.hidden_mean,
+                "entropy_last" | "entropy_entity_mean" => std::slice::from_ref(&step.entropy),
+                other => bail!("unknown feature column {other:?}"),
+            };
+            ensure!(
+                part.len() == *width,
+                "token {} ({:?}) has {} values for {name}, the detector needs {width} (was the hidden state captured?)",
+                step.pos,
+                step.text,
+                part.len()
+            );
+            x.extend_from_slice(part);
+        }
+        Ok(x)
+    }
+
+    /// [`Detector::score`] of [`Detector::features_from_step`].
+    pub fn score_step(&self, step: &TokenStep) -> Result<f32> {
+        Ok(self.score(&self.features_from_step(step)?))
+    }
+
+    /// Errors unless the detector was trained on states of `model_id` with hidden size `hidden`.
+    pub fn check_model(&self, model_id: &str, hidden: usize) -> Result<()> {
+        ensure!(
+            self.info.hidden == hidden,
+            "detector was trained on hidden size {} (model {:?}), this model has hidden size {hidden}",
+            self.info.hidden,
+            self.info.model_id
+        );
+        ensure!(
+            self.info.model_id == model_id,
+            "detector was trained on model {:?}, not {model_id:?} (same hidden size {hidden}, but other states)",
+            self.info.model_id
+        );
+        Ok(())
+    }
+
+    /// Loads a checkpoint directory for use with `model_id` / `hidden` (refuses another model).
+    pub fn load_for(dir: impl AsRef<Path>, model_id: &str, hidden: usize) -> Result<Self> {
+        let dir = dir.as_ref();
+        let d = Self::load(dir)?;
+        d.check_model(model_id, hidden).with_context(|| format!("{}: wrong detector for this model", dir.display()))?;
+        Ok(d)
+    }
+
+    /// Loads a checkpoint directory without checking which model it belongs to.
+    pub fn load(dir: impl AsRef<Path>) -> Result<Self> {
+        let dir = dir.as_ref();
+        let info_path = dir.join(INFO_FILE);
+        let text = fs::read_to_string(&info_path).with_context(|| format!("{}: cannot read", info_path.display()))?;
+        let info: DetectorInfo =
+            serde_json::from_str(&text).with_context(|| format!("{}: malformed detector config", info_path.display()))?;
+        ensure!(info.format == FORMAT, "{}: format is {:?}, expected {FORMAT:?}", info_path.display(), info.format);
+        let w_path = dir.join(WEIGHTS_FILE);
+        let bytes = fs::read(&w_path).with_context(|| format!("{}: cannot read", w_path.display()))?;
+        let st = SafeTensors::deserialize(&bytes).with_context(|| format!("{}: not a safetensors file", w_path.display()))?;
+        let get = |name: &str, shape: &[usize]| -> Result<Vec<f32>> {
+            let t = st.tensor(name).with_context(|| format!("{}: no tensor {name:?}", w_path.display()))?;
+            ensure!(t.dtype() == Dtype::F32, "{}: {name} is {:?}, expected F32", w_path.display(), t.dtype());
+            ensure!(t.shape() == shape, "{}: {name} has shape {:?}, expected {shape:?}", w_path.display(), t.shape());
+            Ok(t.data().chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
+        };
+        let widths = info.mlp.widths();
+        let mut layers = Vec::new();
+        for i in 0..widths.len() - 1 {
+            let (d_in, d_out) = (widths[i], widths[i + 1]);
+            layers.push(LinearWeights {
+                d_in,
+                d_out,
+                weight: get(&format!("mlp.{i}.weight"), &[d_in, d_out])?,
+                bias: get(&format!("mlp.{i}.bias"), &[d_out])?,
+            });
+        }
+        let norm = if info.standardized {
+            Some(Norm { mean: get("norm.mean", &[info.mlp.input])?, std: get("norm.std", &[info.mlp.input])? })
+        } else {
+            None
+        };
+        Detector::new(info, MlpWeights { layers }, norm).with_context(|| format!("{}: inconsistent checkpoint", dir.display()))
+    }
+
+    /// Writes `detector.json` and `model.safetensors` into `dir` (created if needed).
+    pub fn save(&self, dir: impl AsRef<Path>) -> Result<()> {
+        let dir = dir.as_ref();
+        fs::create_dir_all(dir).with_context(|| format!("{}: cannot create directory", dir.display()))?;
+        let bytes = |v: &[f32]| -> Vec<u8> { v.iter().flat_map(|x| x.to_le_bytes()).collect() };
+        let mut blobs: Vec<(String, Vec<usize>, Vec<u8>)> = Vec::new();
+        for (i, l) in self.weights.layers.iter().enumerate() {
+            blobs.push((format!("mlp.{i}.weight"), vec![l.d_in, l.d_out], bytes(&l.weight)));
+            blobs.push((format!("mlp.{i}.bias"), vec![l.d_out], bytes(&l.bias)));
+        }
+        if let Some(n) = &self.norm {
+            blobs.push(("norm.mean".into(), vec![n.mean.len()], bytes(&n.mean)));
+            blobs.push(("norm.std".into(), vec![n.std.len()], bytes(&n.std)));
+        }
+        let views: Vec<(String, TensorView)> = blobs
+            .iter()
+            .map(|(name, shape, data)| Ok((name.clone(), TensorView::new(Dtype::F32, shape.clone(), data)?)))
+            .collect::<Result<_>>()?;
+        let meta = HashMap::from([("format".to_string(), FORMAT.to_string()), ("model_id".to_string(), self.info.model_id.clone())]);
+        let st = safetensors::serialize(views, Some(meta))?;
+        let w_path = dir.join(WEIGHTS_FILE);
+        fs::write(&w_path, st).with_context(|| format!("{}: cannot write", w_path.display()))?;
+        let info_path = dir.join(INFO_FILE);
+        fs::write(&info_path, serde_json::to_string_pretty(&self.info)?)
+            .with_context(|| format!("{}: cannot write", info_path.display()))?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// A hand-set detector over `entropy_last` alone (hidden size 3, no standardisation) whose probability is
+    /// `sigmoid(relu(e) * 2 - 1) = 1 / (1 + exp(1 - 2e))` for entropy `e >= 0`.
+    /// Layers: 1 -> 1 (w = 1, b = 0, ReLU) -> 2 (w = [0, 2], b = [0.5, -0.5]); logits `[0.5, 2e - 0.5]`.
+    pub(crate) fn entropy_detector() -> Detector {
+        let info = DetectorInfo {
+            format: FORMAT.into(),
+            model_id: "toy".into(),
+            hidden: 3,
+            columns: vec![("entropy_last".into(), 1)],
+            mlp: MlpConfig { input: 1, hidden_layers: vec![1], dropout: 0.0 },
+            standardized: false,
+            training: None,
+        };
+        let weights = MlpWeights {
+            layers: vec![
+                LinearWeights { d_in: 1, d_out: 1, weight: vec![1.0], bias: vec![0.0] },
+                LinearWeights { d_in: 1, d_out: 2, weight: vec![0.0, 2.0], bias: vec![0.5, -0.5] },
+            ],
+        };
+        Detector::new(info, weights, None).unwrap()
+    }
+
+    #[test]
+    fn hand_set_detector_scores_and_roundtrips() {
+        let d = entropy_detector();
+        // e = 0.5: logits [0.5, 0.5] -> 0.5; e = 1: [0.5, 1.5] -> 1/(1+e^-1)
+        assert!((d.score(&[0.5]) - 0.5).abs() < 1e-7);
+        assert!((d.score(&[1.0]) - 1.0 / (1.0 + (-1f32).exp())).abs() < 1e-6);
+        let step = TokenStep { entropy: 1.0, ..Default::default() };
+        assert_eq!(d.score_step(&step).unwrap(), d.score(&[1.0]));
+
+        let dir = tempfile::tempdir().unwrap();
+        d.save(dir.path()).unwrap();
+        let back = Detector::load_for(dir.path(), "toy", 3).unwrap();
+        assert_eq!(back, d);
+        let err = format!("{:#}", Detector::load_for(dir.path(), "toy", 4).unwrap_err());
+        assert!(err.contains("hidden size 3"), "{err}");
+        assert!(Detector::load_for(dir.path(), "other", 3).is_err());
+    }
+
+    #[test]
+    fn features_from_step_need_hidden_states() {
+        let mut d = entropy_detector();
+        d.info.columns = vec![("hidden_mean_last".into(), 3), ("entropy_last".into(), 1)];
+        d.info.mlp.input = 4;
+        let step = TokenStep { entropy: 0.25, hidden_mean: vec![1.0, 2.0, 3.0], ..Default::default() };
+        assert_eq!(d.features_from_step(&step).unwrap(), vec![1.0, 2.0, 3.0, 0.25]);
+        let bare = TokenStep { entropy: 0.25, ..Default::default() };
+        assert!(d.features_from_step(&bare).is_err());
+    }
+}
