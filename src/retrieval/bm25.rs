@@ -10,17 +10,20 @@
 //! `multi_match` over title and text; FlashRAG's bm25s and Pyserini index title + text as one field,
 //! which is [`FieldMode::Combined`](super::index::FieldMode::Combined), the default (it measured closest to bm25s, see NOTE-issue3.md).
 
+use std::cell::RefCell;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use anyhow::{bail, Context, Result};
 use rayon::prelude::*;
 use tantivy::collector::TopDocs;
-use tantivy::query::{BooleanQuery, DisjunctionMaxQuery, EnableScoring, Occur, Query, TermQuery};
-use tantivy::schema::{IndexRecordOption, Value};
+use tantivy::fieldnorm::FieldNormReader;
+use tantivy::query::{Bm25StatisticsProvider, BooleanQuery, DisjunctionMaxQuery, EnableScoring, Occur, Query, TermQuery};
+use tantivy::schema::{Field, IndexRecordOption, Value};
 use tantivy::tokenizer::TextAnalyzer;
-use tantivy::{DocAddress, Index, IndexReader, ReloadPolicy, Score, Searcher, TantivyDocument, Term};
+use tantivy::{DocAddress, DocId, Index, IndexReader, ReloadPolicy, Score, Searcher, TantivyDocument, Term};
 
 use super::index::{fields_of, register_analyzer, Fields, Manifest, MANIFEST};
 use super::{Passage, Retriever};
@@ -41,8 +44,8 @@ pub enum TopK {
     /// Exhaustive on indexes of at most [`AUTO_EXHAUSTIVE_MAX_DOCS`] passages, block-WAND above.
     #[default]
     Auto,
-    /// Score every passage that contains a query term and keep the best k. Fastest on small indexes,
-    /// where block-WAND's bookkeeping costs more than it skips.
+    /// Score every passage that contains a query term, term at a time, and keep the best k. Fastest
+    /// on small indexes, where block-WAND's bookkeeping costs more than it skips.
     Exhaustive,
     /// tantivy's block-max WAND (skips blocks that cannot reach the top k). Fastest on large indexes.
     BlockWand,
@@ -53,6 +56,44 @@ pub const AUTO_EXHAUSTIVE_MAX_DOCS: u64 = 1_000_000;
 
 /// Decompressed 4 KiB doc-store blocks kept in an LRU cache (4 MiB; tantivy's default is 100).
 pub const DOC_STORE_CACHE_BLOCKS: usize = 1024;
+
+/// tantivy's BM25 constants (Elasticsearch's defaults).
+const K1: Score = 1.2;
+const B: Score = 0.75;
+
+thread_local! {
+    /// Term-at-a-time accumulator (one score per document, all zero between queries) and the
+    /// documents it touched.
+    static SCRATCH: RefCell<(Vec<Score>, Vec<DocId>)> = const { RefCell::new((Vec::new(), Vec::new())) };
+}
+
+/// The best k (score, address) pairs seen; ties go to the lower address.
+struct TopKHeap {
+    k: usize,
+    heap: BinaryHeap<Reverse<(OrdScore, Reverse<DocAddress>)>>,
+}
+
+impl TopKHeap {
+    fn new(k: usize) -> Self {
+        Self { k, heap: BinaryHeap::with_capacity(k + 1) }
+    }
+
+    #[inline]
+    fn offer(&mut self, score: Score, addr: DocAddress) {
+        let key = (OrdScore(score), Reverse(addr));
+        if self.heap.len() < self.k {
+            self.heap.push(Reverse(key));
+        } else if self.heap.peek().is_some_and(|Reverse(min)| key > *min) {
+            self.heap.pop();
+            self.heap.push(Reverse(key));
+        }
+    }
+
+    /// Best first.
+    fn into_sorted(self) -> Vec<(Score, DocAddress)> {
+        self.heap.into_sorted_vec().into_iter().map(|Reverse((s, Reverse(a)))| (s.0, a)).collect()
+    }
+}
 
 /// f32 score with a total order.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -78,6 +119,7 @@ pub struct Bm25Index {
     manifest: Manifest,
     multi_field: MultiField,
     top_k: TopK,
+    tf_caches: Mutex<Vec<(Field, Arc<[Score; 256]>)>>,
 }
 
 impl Bm25Index {
@@ -111,7 +153,7 @@ impl Bm25Index {
             bail!("{}: corrupt index: it holds {n} passages, its manifest says {}", dir.display(), manifest.passages);
         }
         let analyzer = index.tokenizers().get(super::index::ANALYZER).expect("registered above");
-        Ok(Self { dir: dir.to_path_buf(), reader, fields, analyzer, manifest, multi_field: MultiField::default(), top_k: TopK::default() })
+        Ok(Self { dir: dir.to_path_buf(), reader, fields, analyzer, manifest, multi_field: MultiField::default(), top_k: TopK::default(), tf_caches: Mutex::new(Vec::new()) })
     }
 
     /// Choose how title and text scores combine (only matters for a [`FieldMode::Separate`](super::index::FieldMode::Separate) index).
@@ -149,8 +191,7 @@ impl Bm25Index {
     }
 
     /// The tantivy query for `query`, or `None` if no term survives analysis.
-    fn build_query(&self, query: &str) -> Option<Box<dyn Query>> {
-        let terms = self.analyze(query);
+    fn build_query(&self, terms: &[String]) -> Option<Box<dyn Query>> {
         if terms.is_empty() {
             return None;
         }
@@ -183,43 +224,134 @@ impl Bm25Index {
     }
 
     /// The top `k` (score, address) pairs, best first; ties go to the lower address.
-    fn top_docs(&self, searcher: &Searcher, q: &dyn Query, k: usize) -> tantivy::Result<Vec<(Score, DocAddress)>> {
+    fn top_docs(&self, searcher: &Searcher, terms: &[String], k: usize) -> tantivy::Result<Vec<(Score, DocAddress)>> {
         let exhaustive = match self.top_k {
             TopK::Auto => searcher.num_docs() <= AUTO_EXHAUSTIVE_MAX_DOCS,
             TopK::Exhaustive => true,
             TopK::BlockWand => false,
         };
-        if !exhaustive {
-            return searcher.search(q, &TopDocs::with_limit(k).order_by_score());
+        match (exhaustive, self.fields.contents, self.multi_field) {
+            (true, Some(c), _) => self.term_at_a_time(searcher, &[c], terms, k),
+            (true, None, MultiField::Most) => self.term_at_a_time(searcher, &[self.fields.title, self.fields.text], terms, k),
+            _ => {
+                let Some(q) = self.build_query(terms) else { return Ok(Vec::new()) };
+                if exhaustive {
+                    self.union_top_docs(searcher, q.as_ref(), k)
+                } else {
+                    searcher.search(q.as_ref(), &TopDocs::with_limit(k).order_by_score())
+                }
+            }
         }
+    }
+
+    /// Exhaustive top k through tantivy's union scorer (used for `best_fields`, a max over fields).
+    fn union_top_docs(&self, searcher: &Searcher, q: &dyn Query, k: usize) -> tantivy::Result<Vec<(Score, DocAddress)>> {
         let weight = q.weight(EnableScoring::enabled_from_searcher(searcher))?;
-        // Min-heap of the best k so far, keyed (score, lower address first).
-        let mut heap: BinaryHeap<Reverse<(OrdScore, Reverse<DocAddress>)>> = BinaryHeap::with_capacity(k + 1);
+        let mut top = TopKHeap::new(k);
         for (ord, seg) in searcher.segment_readers().iter().enumerate() {
             let alive = seg.alive_bitset();
             weight.for_each(seg, &mut |doc, score| {
-                if alive.is_some_and(|a| !a.is_alive(doc)) {
-                    return;
-                }
-                let key = (OrdScore(score), Reverse(DocAddress::new(ord as u32, doc)));
-                if heap.len() < k {
-                    heap.push(Reverse(key));
-                } else if heap.peek().is_some_and(|Reverse(min)| key > *min) {
-                    heap.pop();
-                    heap.push(Reverse(key));
+                if alive.is_none_or(|a| a.is_alive(doc)) {
+                    top.offer(score, DocAddress::new(ord as u32, doc));
                 }
             })?;
         }
-        Ok(heap.into_sorted_vec().into_iter().map(|Reverse((s, Reverse(a)))| (s.0, a)).collect())
+        Ok(top.into_sorted())
+    }
+
+    /// Exhaustive top k, term at a time: every posting of every query term adds its BM25 score into a
+    /// per-thread accumulator (the sum over terms and fields, like a BooleanQuery of TermQuery
+    /// Should clauses), then the best k are picked from the touched documents. Scores are computed
+    /// exactly as tantivy's `Bm25Weight` computes them (same statistics, same f32 operations).
+    fn term_at_a_time(&self, searcher: &Searcher, fields: &[Field], terms: &[String], k: usize) -> tantivy::Result<Vec<(Score, DocAddress)>> {
+        let segments = searcher.segment_readers();
+        let n_docs = searcher.total_num_docs()?;
+        // (field, term, per-segment term info, global doc freq)
+        let mut lookups = Vec::with_capacity(fields.len() * terms.len());
+        for &field in fields {
+            let tf_cache = self.tf_cache(searcher, field)?;
+            for t in terms {
+                let term = Term::from_field_text(field, t);
+                let mut infos = Vec::with_capacity(segments.len());
+                let mut df = 0u64;
+                for seg in segments {
+                    let info = seg.inverted_index(field)?.get_term_info(&term)?;
+                    df += info.as_ref().map_or(0, |i| i.doc_freq as u64);
+                    infos.push(info);
+                }
+                if df > 0 {
+                    let x = ((n_docs - df) as Score + 0.5) / (df as Score + 0.5);
+                    let weight = (1.0 + x).ln() * (1.0 + K1);
+                    lookups.push((field, infos, weight, tf_cache.clone()));
+                }
+            }
+        }
+        let mut top = TopKHeap::new(k);
+        SCRATCH.with(|scratch| -> tantivy::Result<()> {
+            let (scores, touched) = &mut *scratch.borrow_mut();
+            for (ord, seg) in segments.iter().enumerate() {
+                if scores.len() < seg.max_doc() as usize {
+                    scores.resize(seg.max_doc() as usize, 0.0);
+                }
+                for (field, infos, weight, tf_cache) in &lookups {
+                    let Some(info) = &infos[ord] else { continue };
+                    let norms = seg.get_fieldnorms_reader(*field)?;
+                    let mut postings = seg.inverted_index(*field)?.read_block_postings_from_terminfo(info, IndexRecordOption::WithFreqs)?;
+                    loop {
+                        let docs = postings.docs();
+                        if docs.is_empty() {
+                            break;
+                        }
+                        for (&doc, &tf) in docs.iter().zip(postings.freqs()) {
+                            let tf = tf as Score;
+                            let s = weight * (tf / (tf + tf_cache[norms.fieldnorm_id(doc) as usize]));
+                            let acc = &mut scores[doc as usize];
+                            if *acc == 0.0 {
+                                touched.push(doc);
+                            }
+                            *acc += s;
+                        }
+                        postings.advance();
+                    }
+                }
+                let alive = seg.alive_bitset();
+                for &doc in touched.iter() {
+                    if alive.is_none_or(|a| a.is_alive(doc)) {
+                        top.offer(scores[doc as usize], DocAddress::new(ord as u32, doc));
+                    }
+                    scores[doc as usize] = 0.0;
+                }
+                touched.clear();
+            }
+            Ok(())
+        })?;
+        Ok(top.into_sorted())
+    }
+
+    /// tantivy's BM25 length-normalisation table for `field`: K1 * (1 - B + B * len / avg_len) for
+    /// each of the 256 quantized field lengths.
+    fn tf_cache(&self, searcher: &Searcher, field: Field) -> tantivy::Result<Arc<[Score; 256]>> {
+        let mut cache = self.tf_caches.lock().unwrap();
+        if let Some((_, c)) = cache.iter().find(|(f, _)| *f == field) {
+            return Ok(c.clone());
+        }
+        let avg = searcher.total_num_tokens(field)? as Score / searcher.total_num_docs()? as Score;
+        let mut table = [0.0; 256];
+        for (id, v) in table.iter_mut().enumerate() {
+            *v = K1 * (1.0 - B + B * FieldNormReader::id_to_fieldnorm(id as u8) as Score / avg);
+        }
+        let table = Arc::new(table);
+        cache.push((field, table.clone()));
+        Ok(table)
     }
 
     fn search_inner(&self, query: &str, k: usize) -> Result<Vec<Passage>> {
-        let Some(q) = self.build_query(query) else { return Ok(Vec::new()) };
-        if k == 0 {
+        let terms = self.analyze(query);
+        if terms.is_empty() || k == 0 {
             return Ok(Vec::new());
         }
         let searcher = self.reader.searcher();
-        let top = self.top_docs(&searcher, q.as_ref(), k).with_context(|| format!("{}: search failed", self.dir.display()))?;
+        let top = self.top_docs(&searcher, &terms, k).with_context(|| format!("{}: search failed", self.dir.display()))?;
         top.into_iter()
             .map(|(score, addr)| {
                 let doc: TantivyDocument = searcher.doc(addr).with_context(|| format!("{}: cannot read a stored passage", self.dir.display()))?;
@@ -287,7 +419,7 @@ mod tests {
         assert_eq!((hits[0].title.as_str(), hits[0].text.as_str()), ("Cat", "the cat sat on the mat"));
         // Same numbers from block-WAND.
         let wand = Bm25Index::open(idx.dir()).unwrap().with_top_k(TopK::BlockWand);
-        assert_eq!(wand.search("the cat sat?", 3).unwrap(), idx.search("the cat sat?", 3).unwrap());
+        assert_same_ranking(&wand.search("the cat sat?", 3).unwrap(), &idx.search("the cat sat?", 3).unwrap(), "cat sat");
     }
 
     #[test]
@@ -327,6 +459,13 @@ mod tests {
         // Doc 1 matches in title and text: most = title + text > best = max(title, text) >= text score.
         assert!(score(&most, "1") > score(&best, "1") + 0.1);
         assert!(score(&best, "1") >= score(&best, "2"));
+        // Exhaustive and block-WAND agree in both modes.
+        for (mode, m) in [(MultiField::Best, &best), (MultiField::Most, &most)] {
+            let wand = Bm25Index::open(&out).unwrap().with_multi_field(mode).with_top_k(TopK::BlockWand);
+            let ex = Bm25Index::open(&out).unwrap().with_multi_field(mode).with_top_k(TopK::Exhaustive);
+            assert_same_ranking(&ex.search("cat birds", 3).unwrap(), &wand.search("cat birds", 3).unwrap(), "cat birds");
+            assert_same_ranking(&ex.search("cat birds", 3).unwrap(), &m.search("cat birds", 3).unwrap(), "cat birds");
+        }
     }
 
     #[test]
@@ -430,5 +569,23 @@ mod tests {
         }
         let recall = found as f64 / total as f64;
         assert!(total == 80 && recall > 0.75, "recall@10 {recall} over {total} supporting paragraphs");
+
+        // Term-at-a-time and tantivy's block-WAND rank alike (ids may swap only within a tie).
+        let wand = Bm25Index::open(idx.dir()).unwrap().with_top_k(TopK::BlockWand);
+        let taat = Bm25Index::open(idx.dir()).unwrap().with_top_k(TopK::Exhaustive);
+        for line in qa.lines().take(40) {
+            let q: serde_json::Value = serde_json::from_str(line).unwrap();
+            let q = q["question_text"].as_str().unwrap();
+            assert_same_ranking(&taat.search(q, 10).unwrap(), &wand.search(q, 10).unwrap(), q);
+        }
+    }
+
+    fn assert_same_ranking(a: &[Passage], b: &[Passage], q: &str) {
+        assert_eq!(a.len(), b.len(), "{q}");
+        for (i, (x, y)) in a.iter().zip(b).enumerate() {
+            assert!((x.score - y.score).abs() < 1e-4 * x.score.max(1.0), "{q}: rank {i}: {} vs {}", x.score, y.score);
+            let tied = a.iter().filter(|p| (p.score - x.score).abs() < 1e-4).count() > 1;
+            assert!(tied || x.id == y.id, "{q}: rank {i}: {} vs {}", x.id, y.id);
+        }
     }
 }
