@@ -12,6 +12,7 @@ ap.add_argument("--corpus", required=True)
 ap.add_argument("--questions", required=True)
 ap.add_argument("--work", required=True)
 ap.add_argument("--repeat", type=int, default=40)
+ap.add_argument("--rounds", type=int, default=3, help="timing rounds, ragtime and bm25s interleaved; medians reported")
 args = ap.parse_args()
 KS = (1, 3, 5, 10)
 THREADS = os.cpu_count()
@@ -74,13 +75,13 @@ def ragtime_run(fields, multi="best"):
     out = subprocess.run([args.ragtime, "search", "--index", idx, "--queries", qfile, "-k", "10", "--multi-field", multi],
                          check=True, capture_output=True, text=True).stdout
     ranked = [[p["id"] for p in json.loads(l)["passages"]] for l in out.splitlines()]
-    qps = {}
-    for th in (1, THREADS):
+
+    def timer(th):
         err = subprocess.run([args.ragtime, "search", "--index", idx, "--queries", tfile, "-k", "10", "--threads", str(th),
                               "--multi-field", multi], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                              text=True).stderr
-        qps[th] = float(re.search(r"([0-9.]+) queries/s", err).group(1))
-    return recall(ranked), t_index, qps
+        return float(re.search(r"([0-9.]+) queries/s", err).group(1))
+    return recall(ranked), t_index, timer
 
 
 rows["ragtime title+text one field (default)"] = ragtime_run("combined")
@@ -106,12 +107,27 @@ def bm25s_search(qs, n_threads):
 
 
 ranked = [[ids[j] for j in row] for row in bm25s_search(questions, 1)]
-qps = {}
-for th in (1, THREADS):
+
+
+def bm25s_timer(th):
     t0 = time.perf_counter()
     bm25s_search(timing_queries, th)
-    qps[th] = len(timing_queries) / (time.perf_counter() - t0)
-rows["bm25s %s (lucene, k1 1.2, b 0.75)" % bm25s.__version__] = (recall(ranked), t_index, qps)
+    return len(timing_queries) / (time.perf_counter() - t0)
+
+
+BM25S = "bm25s %s (lucene, k1 1.2, b 0.75)" % bm25s.__version__
+rows[BM25S] = (recall(ranked), t_index, bm25s_timer)
+
+# --- speed: systems interleaved round by round (the machine is shared and noisy), medians --------
+samples = {name: {1: [], THREADS: []} for name in rows}
+for r in range(args.rounds):
+    for name, (_, _, timer) in rows.items():
+        if r > 0 and name.startswith("ragtime separate"):
+            continue  # one round is enough for the variants
+        for th in (1, THREADS):
+            samples[name][th].append(timer(th))
+med = lambda xs: sorted(xs)[len(xs) // 2]
+rows = {name: (rc, ti, {th: med(samples[name][th]) for th in (1, THREADS)}) for name, (rc, ti, _) in rows.items()}
 
 # --- table -----------------------------------------------------------------------------------------
 print(f"HotpotQA: {len(ids)} paragraphs, {len(questions)} questions, {sum(map(len, gold))} supporting paragraphs; "
@@ -121,3 +137,8 @@ print(hdr)
 print("|" + "---|" * (hdr.count("|") - 1))
 for name, (r, ti, q) in rows.items():
     print(f"| {name} | " + " | ".join(f"{r[k]:.3f}" for k in KS) + f" | {ti:.2f} | {q[1]:,.0f} | {q[THREADS]:,.0f} |")
+ours, theirs = rows["ragtime title+text one field (default)"], rows[BM25S]
+print("ragtime (default) vs bm25s: recall difference at k=1/3/5/10: "
+      + " / ".join(f"{ours[0][k] - theirs[0][k]:+.3f}" for k in KS)
+      + f"; queries/s ratio 1 thread {ours[2][1] / theirs[2][1]:.2f}x, {THREADS} threads {ours[2][THREADS] / theirs[2][THREADS]:.2f}x"
+      + f" (medians of {args.rounds} interleaved rounds; index time includes process start for ragtime)")

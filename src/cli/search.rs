@@ -7,7 +7,7 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 
-use ragtime::retrieval::bm25::{Bm25Index, MultiField};
+use ragtime::retrieval::bm25::{Bm25Index, MultiField, TopK};
 use ragtime::retrieval::truncate::truncate_to_last_tokens;
 use ragtime::retrieval::Retriever;
 
@@ -34,6 +34,9 @@ pub struct SearchArgs {
     /// Multi-field scoring for an index built with --fields separate: best (ES best_fields) or most.
     #[arg(long, default_value = "best")]
     multi_field: String,
+    /// How the top k are found: auto, exhaustive (term at a time) or wand (tantivy's block-max WAND).
+    #[arg(long, default_value = "auto")]
+    strategy: String,
     /// Keep only the last N tokens of each query (DRAGIN: 64), as counted by --tokenizer.
     #[arg(long, requires = "tokenizer")]
     last_tokens: Option<usize>,
@@ -48,7 +51,13 @@ pub fn run(a: SearchArgs) -> Result<()> {
         "most" => MultiField::Most,
         other => bail!("--multi-field {other:?}: expected best or most"),
     };
-    let index = Bm25Index::open(&a.index)?.with_multi_field(mf);
+    let strategy = match a.strategy.as_str() {
+        "auto" => TopK::Auto,
+        "exhaustive" => TopK::Exhaustive,
+        "wand" => TopK::BlockWand,
+        other => bail!("--strategy {other:?}: expected auto, exhaustive or wand"),
+    };
+    let index = Bm25Index::open(&a.index)?.with_multi_field(mf).with_top_k(strategy);
     let tok = match &a.tokenizer {
         Some(p) => Some(tokenizers::Tokenizer::from_file(p).map_err(|e| anyhow::anyhow!("{}: cannot load tokenizer: {e}", p.display()))?),
         None => None,
@@ -82,8 +91,15 @@ pub fn run(a: SearchArgs) -> Result<()> {
         queries.push(prepare(&line.with_context(|| format!("{}:{}: cannot read line", path.display(), i + 1))?));
     }
     let start = Instant::now();
+    let mut latencies = Vec::with_capacity(queries.len());
     let results = if a.threads <= 1 {
-        queries.iter().map(|q| index.search(q, a.k)).collect::<Result<Vec<_>>>()?
+        let mut results = Vec::with_capacity(queries.len());
+        for q in &queries {
+            let t = Instant::now();
+            results.push(index.search(q, a.k)?);
+            latencies.push(t.elapsed().as_secs_f64());
+        }
+        results
     } else {
         let pool = rayon::ThreadPoolBuilder::new().num_threads(a.threads).build()?;
         pool.install(|| index.search_batch(&queries, a.k))?
@@ -102,5 +118,10 @@ pub fn run(a: SearchArgs) -> Result<()> {
         a.threads.max(1),
         a.k
     );
+    if !latencies.is_empty() {
+        latencies.sort_by(f64::total_cmp);
+        let pct = |p: f64| latencies[((latencies.len() - 1) as f64 * p).round() as usize] * 1e3;
+        eprintln!("latency: p50 {:.3} ms, p90 {:.3} ms, p99 {:.3} ms, max {:.3} ms", pct(0.5), pct(0.9), pct(0.99), pct(1.0));
+    }
     Ok(())
 }
