@@ -3,6 +3,12 @@
 //! The tokenizer lives elsewhere; callers pass a closure returning the byte offsets `(start, end)`
 //! of each token of a string, in order (what `tokenizers::Encoding::get_offsets` gives).
 
+use std::collections::HashSet;
+
+use anyhow::Result;
+
+use super::{Passage, Retriever};
+
 /// The suffix of `query` that starts at its `n`-th token from the end. Returns `query` unchanged
 /// when it has at most `n` tokens; an empty string when `n == 0`. Leading whitespace of the suffix is
 /// trimmed. Offsets that are out of range or not on a character boundary are clamped/skipped
@@ -25,9 +31,70 @@ where
     query[start..].trim_start()
 }
 
+/// A [`Retriever`] whose queries are cut to their last `n` tokens before they reach `inner`.
+pub struct LastTokens<R, F> {
+    pub inner: R,
+    pub n: usize,
+    /// Token byte offsets of a string, in order.
+    pub tokenize: F,
+}
+
+impl<R, F> LastTokens<R, F>
+where
+    F: Fn(&str) -> Vec<(usize, usize)>,
+{
+    pub fn new(inner: R, n: usize, tokenize: F) -> Self {
+        Self { inner, n, tokenize }
+    }
+
+    /// The query `inner` sees.
+    pub fn truncate<'a>(&self, query: &'a str) -> &'a str {
+        truncate_to_last_tokens(query, self.n, &self.tokenize)
+    }
+}
+
+impl<R, F> Retriever for LastTokens<R, F>
+where
+    R: Retriever,
+    F: Fn(&str) -> Vec<(usize, usize)> + Send + Sync,
+{
+    fn search(&self, query: &str, k: usize) -> Result<Vec<Passage>> {
+        self.inner.search(self.truncate(query), k)
+    }
+
+    fn search_excluding(&self, query: &str, k: usize, exclude: &HashSet<String>) -> Result<Vec<Passage>> {
+        self.inner.search_excluding(self.truncate(query), k, exclude)
+    }
+
+    fn search_batch(&self, queries: &[String], k: usize) -> Result<Vec<Vec<Passage>>> {
+        let cut: Vec<String> = queries.iter().map(|q| self.truncate(q).to_string()).collect();
+        self.inner.search_batch(&cut, k)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Mutex;
+
+    /// Records the queries it is asked.
+    #[derive(Default)]
+    struct Echo(Mutex<Vec<String>>);
+    impl Retriever for Echo {
+        fn search(&self, query: &str, _k: usize) -> Result<Vec<Passage>> {
+            self.0.lock().unwrap().push(query.to_string());
+            Ok(vec![])
+        }
+    }
+
+    #[test]
+    fn wrapper_truncates_every_path() {
+        let r = LastTokens::new(Echo::default(), 2, ws);
+        r.search("one two three", 1).unwrap();
+        r.search_excluding("a b c d", 1, &HashSet::new()).unwrap();
+        r.search_batch(&["x y".to_string(), "p q r".to_string()], 1).unwrap();
+        assert_eq!(*r.inner.0.lock().unwrap(), vec!["two three", "c d", "x y", "q r"]);
+    }
 
     /// Whitespace "tokenizer" giving byte offsets, standing in for an LLM tokenizer.
     fn ws(s: &str) -> Vec<(usize, usize)> {
