@@ -61,13 +61,14 @@ pub fn run(a: IndexArgs) -> Result<()> {
         progress: !a.quiet,
     };
     let m = build_index(&a.corpus, &a.out, &opts)?;
+    let resumed = if m.resumed_after > 0 { format!(", {} of them committed by an earlier run", m.resumed_after) } else { String::new() };
     println!(
-        "indexed {} passages from {} into {} in {:.1} s ({:.0} passages/s, {} skipped lines, {} threads)",
+        "indexed {} passages{resumed} from {} into {} in {:.1} s ({:.0} passages/s, {} skipped lines, {} threads)",
         m.passages,
         m.corpus.display(),
         a.out.display(),
         m.index_seconds,
-        m.passages as f64 / m.index_seconds.max(1e-9),
+        (m.passages - m.resumed_after) as f64 / m.index_seconds.max(1e-9),
         m.skipped_lines,
         opts.threads
     );

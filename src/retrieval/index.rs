@@ -23,6 +23,7 @@ use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use tantivy::schema::{Field, IndexRecordOption, Schema, TextFieldIndexing, TextOptions, STORED, STRING};
 use tantivy::tokenizer::{Language, LowerCaser, RemoveLongFilter, SimpleTokenizer, Stemmer, StopWordFilter, TextAnalyzer};
+use tantivy::indexer::NoMergePolicy;
 use tantivy::{Index, IndexSettings, IndexWriter, TantivyDocument};
 
 use crate::corpus::passages::{for_each_passage, CorpusFormat, CorpusOptions, OnBadLine};
@@ -211,6 +212,9 @@ pub fn build_index(corpus: &Path, out: &Path, opts: &IndexOptions) -> Result<Man
     let mut writer: IndexWriter<TantivyDocument> = index
         .writer_with_num_threads(threads, memory)
         .with_context(|| format!("{}: cannot open index writer (is another `ragtime index` running on it?)", out.display()))?;
+    // No background merges: the segments are merged once, at the end, into one (each passage is
+    // rewritten once, and an explicit merge cannot race a background one).
+    writer.set_merge_policy(Box::new(NoMergePolicy));
 
     let mut seen: u64 = 0; // passages of the stream, including those committed before a resume
     let mut skipped: u64 = 0;
