@@ -47,11 +47,15 @@ pub enum TopK {
     /// Score every passage that contains a query term, term at a time, and keep the best k. Fastest
     /// on small indexes, where block-WAND's bookkeeping costs more than it skips.
     Exhaustive,
-    /// tantivy's block-max WAND (skips blocks that cannot reach the top k). Fastest on large indexes.
+    /// tantivy's block-max WAND (skips blocks that cannot reach the top k). Its skipping pays off on
+    /// large indexes of real text, whose terms cluster; on the i.i.d. synthetic 2M-passage corpus of
+    /// `scripts/bench-retrieval-scale.sh` (nothing to skip) it is only as fast as exhaustive scoring.
     BlockWand,
 }
 
-/// Largest index [`TopK::Auto`] scores exhaustively (measured: see NOTE-issue3.md).
+/// Largest index [`TopK::Auto`] scores exhaustively: exhaustive was 2x faster than block-WAND at 5k
+/// and 50k passages, even at 2M synthetic passages (see NOTE-issue3.md); above 1M its accumulator
+/// (4 bytes a passage per thread) and linear cost in posting-list length make WAND the safer default.
 pub const AUTO_EXHAUSTIVE_MAX_DOCS: u64 = 1_000_000;
 
 /// Decompressed 4 KiB doc-store blocks kept in an LRU cache (4 MiB; tantivy's default is 100).
