@@ -34,6 +34,9 @@ pub struct SearchArgs {
     /// Multi-field scoring for an index built with --fields separate: best (ES best_fields) or most.
     #[arg(long, default_value = "best")]
     multi_field: String,
+    /// best_fields tie breaker: max(title, text) + T x the other (ES default 0; DRAGIN's query uses 0.5).
+    #[arg(long, default_value_t = 0.0)]
+    tie_breaker: f32,
     /// How the top k are found: auto, exhaustive (term at a time) or wand (tantivy's block-max WAND).
     #[arg(long, default_value = "auto")]
     strategy: String,
@@ -57,7 +60,7 @@ pub fn run(a: SearchArgs) -> Result<()> {
         "wand" => TopK::BlockWand,
         other => bail!("--strategy {other:?}: expected auto, exhaustive or wand"),
     };
-    let index = Bm25Index::open(&a.index)?.with_multi_field(mf).with_top_k(strategy);
+    let index = Bm25Index::open(&a.index)?.with_multi_field(mf).with_tie_breaker(a.tie_breaker).with_top_k(strategy);
     let tok = match &a.tokenizer {
         Some(p) => Some(tokenizers::Tokenizer::from_file(p).map_err(|e| anyhow::anyhow!("{}: cannot load tokenizer: {e}", p.display()))?),
         None => None,

@@ -21,9 +21,10 @@ use rayon::prelude::*;
 use tantivy::collector::TopDocs;
 use tantivy::fieldnorm::FieldNormReader;
 use tantivy::query::{Bm25StatisticsProvider, BooleanQuery, DisjunctionMaxQuery, EnableScoring, Occur, Query, TermQuery};
-use tantivy::schema::{Field, IndexRecordOption, Value};
+use tantivy::schema::document::{DeserializeError, DocumentDeserialize, DocumentDeserializer};
+use tantivy::schema::{Field, IndexRecordOption};
 use tantivy::tokenizer::TextAnalyzer;
-use tantivy::{DocAddress, DocId, Index, IndexReader, ReloadPolicy, Score, Searcher, TantivyDocument, Term};
+use tantivy::{DocAddress, DocId, Index, IndexReader, ReloadPolicy, Score, Searcher, Term};
 
 use super::index::{fields_of, register_analyzer, Fields, Manifest, MANIFEST};
 use super::{Passage, Retriever};
@@ -31,7 +32,8 @@ use super::{Passage, Retriever};
 /// How title and text scores combine in a [`FieldMode::Separate`](super::index::FieldMode::Separate) index.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum MultiField {
-    /// max(title score, text score): Elasticsearch `multi_match` `best_fields` (tie_breaker 0).
+    /// max(title score, text score) + tie_breaker x the other: Elasticsearch `multi_match`
+    /// `best_fields` (see [`Bm25Index::with_tie_breaker`]; ES's default tie_breaker is 0).
     #[default]
     Best,
     /// title score + text score: Elasticsearch `most_fields`.
@@ -99,6 +101,24 @@ impl TopKHeap {
     }
 }
 
+/// The stored fields of a passage, deserialized straight into strings (no intermediate
+/// `TantivyDocument`). Relies on `id`, `title`, `text` being fields 0, 1, 2, which
+/// [`Bm25Index::open`] checks.
+#[derive(Default)]
+struct StoredPassage([String; 3]);
+
+impl DocumentDeserialize for StoredPassage {
+    fn deserialize<'de, D: DocumentDeserializer<'de>>(mut d: D) -> Result<Self, DeserializeError> {
+        let mut out = StoredPassage::default();
+        while let Some((field, value)) = d.next_field::<String>()? {
+            if let Some(slot) = out.0.get_mut(field.field_id() as usize) {
+                *slot = value;
+            }
+        }
+        Ok(out)
+    }
+}
+
 /// f32 score with a total order.
 #[derive(Debug, Clone, Copy, PartialEq)]
 struct OrdScore(Score);
@@ -122,6 +142,7 @@ pub struct Bm25Index {
     analyzer: TextAnalyzer,
     manifest: Manifest,
     multi_field: MultiField,
+    tie_breaker: f32,
     top_k: TopK,
     tf_caches: Mutex<Vec<(Field, Arc<[Score; 256]>)>>,
 }
@@ -146,6 +167,9 @@ impl Bm25Index {
         let index = Index::open_in_dir(dir).with_context(|| format!("{}: corrupt index (cannot open it with tantivy)", dir.display()))?;
         register_analyzer(&index);
         let fields = fields_of(&index.schema()).with_context(|| format!("{}: corrupt index", dir.display()))?;
+        if [fields.id, fields.title, fields.text].iter().map(|f| f.field_id()).ne(0..3) {
+            bail!("{}: corrupt index: unexpected schema (id, title, text must be its first three fields)", dir.display());
+        }
         let reader = index
             .reader_builder()
             .reload_policy(ReloadPolicy::Manual)
@@ -157,12 +181,20 @@ impl Bm25Index {
             bail!("{}: corrupt index: it holds {n} passages, its manifest says {}", dir.display(), manifest.passages);
         }
         let analyzer = index.tokenizers().get(super::index::ANALYZER).expect("registered above");
-        Ok(Self { dir: dir.to_path_buf(), reader, fields, analyzer, manifest, multi_field: MultiField::default(), top_k: TopK::default(), tf_caches: Mutex::new(Vec::new()) })
+        Ok(Self { dir: dir.to_path_buf(), reader, fields, analyzer, manifest, multi_field: MultiField::default(), tie_breaker: 0.0, top_k: TopK::default(), tf_caches: Mutex::new(Vec::new()) })
     }
 
     /// Choose how title and text scores combine (only matters for a [`FieldMode::Separate`](super::index::FieldMode::Separate) index).
     pub fn with_multi_field(mut self, m: MultiField) -> Self {
         self.multi_field = m;
+        self
+    }
+
+    /// `best_fields` tie breaker: the score is max(title, text) + `t` x the other field's score.
+    /// Elasticsearch's default is 0; DRAGIN's query (BEIR's Elasticsearch wrapper, which it patches)
+    /// uses `multi_match` best_fields over [title, txt] with tie_breaker 0.5.
+    pub fn with_tie_breaker(mut self, t: f32) -> Self {
+        self.tie_breaker = t;
         self
     }
 
@@ -214,7 +246,7 @@ impl Bm25Index {
             None => {
                 let per_field = vec![disjunction(self.fields.title), disjunction(self.fields.text)];
                 match self.multi_field {
-                    MultiField::Best => Box::new(DisjunctionMaxQuery::new(per_field)),
+                    MultiField::Best => Box::new(DisjunctionMaxQuery::with_tie_breaker(per_field, self.tie_breaker)),
                     MultiField::Most => Box::new(BooleanQuery::new(per_field.into_iter().map(|q| (Occur::Should, q)).collect())),
                 }
             }
@@ -306,9 +338,19 @@ impl Bm25Index {
                         if docs.is_empty() {
                             break;
                         }
-                        for (&doc, &tf) in docs.iter().zip(postings.freqs()) {
+                        // Two passes over the block (<= 128 postings): the scores first, in a loop
+                        // the compiler vectorizes (the divisions dominate), then the scatter-add.
+                        let freqs = &postings.freqs()[..docs.len()];
+                        let mut block = [0.0 as Score; 128];
+                        let block = &mut block[..docs.len()];
+                        for (b, &doc) in block.iter_mut().zip(docs) {
+                            *b = tf_cache[norms.fieldnorm_id(doc) as usize];
+                        }
+                        for (b, &tf) in block.iter_mut().zip(freqs) {
                             let tf = tf as Score;
-                            let s = weight * (tf / (tf + tf_cache[norms.fieldnorm_id(doc) as usize]));
+                            *b = weight * (tf / (tf + *b));
+                        }
+                        for (&doc, &s) in docs.iter().zip(block.iter()) {
                             let acc = &mut scores[doc as usize];
                             if *acc == 0.0 {
                                 touched.push(doc);
@@ -358,9 +400,9 @@ impl Bm25Index {
         let top = self.top_docs(&searcher, &terms, k).with_context(|| format!("{}: search failed", self.dir.display()))?;
         top.into_iter()
             .map(|(score, addr)| {
-                let doc: TantivyDocument = searcher.doc(addr).with_context(|| format!("{}: cannot read a stored passage", self.dir.display()))?;
-                let get = |f| doc.get_first(f).and_then(|v| v.as_str()).unwrap_or("").to_string();
-                Ok(Passage { id: get(self.fields.id), title: get(self.fields.title), text: get(self.fields.text), score })
+                let StoredPassage([id, title, text]) =
+                    searcher.doc(addr).with_context(|| format!("{}: cannot read a stored passage", self.dir.display()))?;
+                Ok(Passage { id, title, text, score })
             })
             .collect()
     }
@@ -463,6 +505,10 @@ mod tests {
         // Doc 1 matches in title and text: most = title + text > best = max(title, text) >= text score.
         assert!(score(&most, "1") > score(&best, "1") + 0.1);
         assert!(score(&best, "1") >= score(&best, "2"));
+        // tie_breaker 0.5: max + 0.5 x the other field = best + 0.5 x (most - best).
+        let tie = Bm25Index::open(&out).unwrap().with_tie_breaker(0.5);
+        let want = score(&best, "1") + 0.5 * (score(&most, "1") - score(&best, "1"));
+        assert!((score(&tie, "1") - want).abs() < 1e-5, "{} vs {want}", score(&tie, "1"));
         // Exhaustive and block-WAND agree in both modes.
         for (mode, m) in [(MultiField::Best, &best), (MultiField::Most, &most)] {
             let wand = Bm25Index::open(&out).unwrap().with_multi_field(mode).with_top_k(TopK::BlockWand);
