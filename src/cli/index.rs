@@ -28,7 +28,7 @@ pub struct IndexArgs {
     /// Corpus layout: dpr, jsonl, wikidoc (default: detected per file).
     #[arg(long)]
     format: Option<CorpusFormat>,
-    /// Indexed fields: combined (title + text in one field, like bm25s/Pyserini) or separate (ES multi_match).
+    /// Indexed fields: combined (title + text in one field, like FlashRAG/bm25s) or separate (ES multi_match).
     #[arg(long, default_value = "combined")]
     fields: FieldMode,
     /// Skip (and count) corpus lines that do not parse instead of stopping.

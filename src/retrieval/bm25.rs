@@ -5,10 +5,12 @@
 //! repeated query term counts once per occurrence, as in Lucene's/Elasticsearch's `match` query.
 //!
 //! Multi-field scoring ([`MultiField`]) matters only for indexes built with
-//! [`FieldMode::Separate`](super::index::FieldMode::Separate): Elasticsearch's `multi_match` default (`best_fields`: the better of the
-//! title score and the text score) or `most_fields` (their sum). DRAGIN queries ES with
-//! `multi_match` over title and text; FlashRAG's bm25s and Pyserini index title + text as one field,
-//! which is [`FieldMode::Combined`](super::index::FieldMode::Combined), the default (it measured closest to bm25s, see NOTE-issue3.md).
+//! [`FieldMode::Separate`](super::index::FieldMode::Separate): Elasticsearch's `multi_match` default
+//! (`best_fields`: the better of the title score and the text score, plus a tie breaker times the
+//! other) or `most_fields` (their sum). DRAGIN queries ES (through BEIR's wrapper) with `multi_match`
+//! best_fields over title and text, tie_breaker 0.5. FlashRAG indexes title + text as one field for
+//! bm25s, which is [`FieldMode::Combined`](super::index::FieldMode::Combined), the default: it measured
+//! closest to bm25s and is the fastest (see NOTE-issue3.md).
 
 use std::cell::RefCell;
 use std::cmp::Reverse;

@@ -5,7 +5,7 @@
 //!   Lucene's English stopword set (the 33 words ES uses), Snowball English stemmer. ES's analyzer
 //!   differs in using the Unicode standard tokenizer, a possessive filter and the Porter stemmer.
 //! - Fields: `id` (stored, exact), `title`, `text` (stored). With [`FieldMode::Combined`] (default)
-//!   one indexed field `contents` = title + "\n" + text, as FlashRAG/bm25s and Pyserini index it; with
+//!   one indexed field `contents` = title + "\n" + text, as FlashRAG indexes it for bm25s; with
 //!   [`FieldMode::Separate`] title and text are indexed each on its own for Elasticsearch-style
 //!   multi-field queries (see [`super::bm25::MultiField`]).
 //! - Scoring: tantivy's BM25 (k1 = 1.2, b = 0.75, Lucene's IDF `ln(1 + (N - n + 0.5)/(n + 0.5))`
@@ -40,7 +40,7 @@ pub const ANALYZER_DESCRIPTION: &str =
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum FieldMode {
-    /// One indexed field holding title + text (what bm25s/FlashRAG and Pyserini's DPR index do).
+    /// One indexed field holding title + text (what FlashRAG does for bm25s).
     #[default]
     Combined,
     /// Title and text indexed separately (Elasticsearch `multi_match` over both).
