@@ -208,7 +208,8 @@ pub fn build_index(corpus: &Path, out: &Path, opts: &IndexOptions) -> Result<Man
     register_analyzer(&index);
     let fields = fields_of(&index.schema())?;
     let threads = opts.threads.max(1);
-    let memory = opts.memory_bytes.max(threads * 16 << 20);
+    // tantivy wants 15 MB to 4 GB per thread.
+    let memory = opts.memory_bytes.clamp(threads * (16 << 20), threads * (4000 << 20));
     let mut writer: IndexWriter<TantivyDocument> = index
         .writer_with_num_threads(threads, memory)
         .with_context(|| format!("{}: cannot open index writer (is another `ragtime index` running on it?)", out.display()))?;
