@@ -22,7 +22,7 @@ use anyhow::{bail, Context, Result};
 use rayon::prelude::*;
 use tantivy::collector::TopDocs;
 use tantivy::fieldnorm::FieldNormReader;
-use tantivy::query::{Bm25StatisticsProvider, BooleanQuery, DisjunctionMaxQuery, EnableScoring, Occur, Query, TermQuery};
+use tantivy::query::{Bm25StatisticsProvider, BooleanQuery, DisjunctionMaxQuery, Occur, Query, TermQuery};
 use tantivy::schema::document::{DeserializeError, DocumentDeserialize, DocumentDeserializer};
 use tantivy::schema::{Field, IndexRecordOption};
 use tantivy::tokenizer::TextAnalyzer;
@@ -268,45 +268,39 @@ impl Bm25Index {
             TopK::Exhaustive => true,
             TopK::BlockWand => false,
         };
-        match (exhaustive, self.fields.contents, self.multi_field) {
-            (true, Some(c), _) => self.term_at_a_time(searcher, &[c], terms, k),
-            (true, None, MultiField::Most) => self.term_at_a_time(searcher, &[self.fields.title, self.fields.text], terms, k),
-            _ => {
-                let Some(q) = self.build_query(terms) else { return Ok(Vec::new()) };
-                if exhaustive {
-                    self.union_top_docs(searcher, q.as_ref(), k)
-                } else {
-                    searcher.search(q.as_ref(), &TopDocs::with_limit(k).order_by_score())
-                }
+        if !exhaustive {
+            let Some(q) = self.build_query(terms) else { return Ok(Vec::new()) };
+            return searcher.search(q.as_ref(), &TopDocs::with_limit(k).order_by_score());
+        }
+        match (self.fields.contents, self.multi_field) {
+            (Some(c), _) => self.term_at_a_time(searcher, &[c], terms, k, None),
+            (None, mf) => {
+                let tie = (mf == MultiField::Best).then_some(self.tie_breaker);
+                self.term_at_a_time(searcher, &[self.fields.title, self.fields.text], terms, k, tie)
             }
         }
     }
 
-    /// Exhaustive top k through tantivy's union scorer (used for `best_fields`, a max over fields).
-    fn union_top_docs(&self, searcher: &Searcher, q: &dyn Query, k: usize) -> tantivy::Result<Vec<(Score, DocAddress)>> {
-        let weight = q.weight(EnableScoring::enabled_from_searcher(searcher))?;
-        let mut top = TopKHeap::new(k);
-        for (ord, seg) in searcher.segment_readers().iter().enumerate() {
-            let alive = seg.alive_bitset();
-            weight.for_each(seg, &mut |doc, score| {
-                if alive.is_none_or(|a| a.is_alive(doc)) {
-                    top.offer(score, DocAddress::new(ord as u32, doc));
-                }
-            })?;
-        }
-        Ok(top.into_sorted())
-    }
-
     /// Exhaustive top k, term at a time: every posting of every query term adds its BM25 score into a
-    /// per-thread accumulator (the sum over terms and fields, like a BooleanQuery of TermQuery
-    /// Should clauses), then the best k are picked from the touched documents. Scores are computed
-    /// exactly as tantivy's `Bm25Weight` computes them (same statistics, same f32 operations).
-    fn term_at_a_time(&self, searcher: &Searcher, fields: &[Field], terms: &[String], k: usize) -> tantivy::Result<Vec<(Score, DocAddress)>> {
+    /// per-thread accumulator, one per (document, field), the sum over terms as a BooleanQuery of
+    /// TermQuery Should clauses gives; then the best k are picked from the touched documents. Field
+    /// scores combine by sum (`best_tie` None: most_fields, or the one combined field) or as tantivy's
+    /// DisjunctionMaxQuery does (`max + (sum - max) * tie`). Term scores are computed exactly as
+    /// tantivy's `Bm25Weight` computes them (same statistics, same f32 operations).
+    fn term_at_a_time(
+        &self,
+        searcher: &Searcher,
+        fields: &[Field],
+        terms: &[String],
+        k: usize,
+        best_tie: Option<Score>,
+    ) -> tantivy::Result<Vec<(Score, DocAddress)>> {
+        let nf = fields.len();
         let segments = searcher.segment_readers();
         let n_docs = searcher.total_num_docs()?;
         // (field, term, per-segment term info, global doc freq)
         let mut lookups = Vec::with_capacity(fields.len() * terms.len());
-        for &field in fields {
+        for (fi, &field) in fields.iter().enumerate() {
             let tf_cache = self.tf_cache(searcher, field)?;
             for t in terms {
                 let term = Term::from_field_text(field, t);
@@ -320,7 +314,7 @@ impl Bm25Index {
                 if df > 0 {
                     let x = ((n_docs - df) as Score + 0.5) / (df as Score + 0.5);
                     let weight = (1.0 + x).ln() * (1.0 + K1);
-                    lookups.push((field, infos, weight, tf_cache.clone()));
+                    lookups.push((fi, field, infos, weight, tf_cache.clone()));
                 }
             }
         }
@@ -328,13 +322,13 @@ impl Bm25Index {
         SCRATCH.with(|scratch| -> tantivy::Result<()> {
             let (scores, touched) = &mut *scratch.borrow_mut();
             for (ord, seg) in segments.iter().enumerate() {
-                if scores.len() < seg.max_doc() as usize {
-                    scores.resize(seg.max_doc() as usize, 0.0);
+                if scores.len() < nf * seg.max_doc() as usize {
+                    scores.resize(nf * seg.max_doc() as usize, 0.0);
                 }
-                for (field, infos, weight, tf_cache) in &lookups {
+                for &(fi, field, ref infos, weight, ref tf_cache) in &lookups {
                     let Some(info) = &infos[ord] else { continue };
-                    let norms = seg.get_fieldnorms_reader(*field)?;
-                    let mut postings = seg.inverted_index(*field)?.read_block_postings_from_terminfo(info, IndexRecordOption::WithFreqs)?;
+                    let norms = seg.get_fieldnorms_reader(field)?;
+                    let mut postings = seg.inverted_index(field)?.read_block_postings_from_terminfo(info, IndexRecordOption::WithFreqs)?;
                     loop {
                         let docs = postings.docs();
                         if docs.is_empty() {
@@ -353,21 +347,30 @@ impl Bm25Index {
                             *b = weight * (tf / (tf + *b));
                         }
                         for (&doc, &s) in docs.iter().zip(block.iter()) {
-                            let acc = &mut scores[doc as usize];
-                            if *acc == 0.0 {
+                            let base = doc as usize * nf;
+                            if scores[base..base + nf].iter().all(|&v| v == 0.0) {
                                 touched.push(doc);
                             }
-                            *acc += s;
+                            scores[base + fi] += s;
                         }
                         postings.advance();
                     }
                 }
                 let alive = seg.alive_bitset();
                 for &doc in touched.iter() {
+                    let per_field = &mut scores[doc as usize * nf..(doc as usize + 1) * nf];
                     if alive.is_none_or(|a| a.is_alive(doc)) {
-                        top.offer(scores[doc as usize], DocAddress::new(ord as u32, doc));
+                        let sum: Score = per_field.iter().sum();
+                        let score = match best_tie {
+                            None => sum,
+                            Some(tie) => {
+                                let max = per_field.iter().copied().fold(Score::MIN, Score::max);
+                                max + (sum - max) * tie
+                            }
+                        };
+                        top.offer(score, DocAddress::new(ord as u32, doc));
                     }
-                    scores[doc as usize] = 0.0;
+                    per_field.fill(0.0);
                 }
                 touched.clear();
             }
@@ -512,11 +515,12 @@ mod tests {
         let want = score(&best, "1") + 0.5 * (score(&most, "1") - score(&best, "1"));
         assert!((score(&tie, "1") - want).abs() < 1e-5, "{} vs {want}", score(&tie, "1"));
         // Exhaustive and block-WAND agree in both modes.
-        for (mode, m) in [(MultiField::Best, &best), (MultiField::Most, &most)] {
-            let wand = Bm25Index::open(&out).unwrap().with_multi_field(mode).with_top_k(TopK::BlockWand);
-            let ex = Bm25Index::open(&out).unwrap().with_multi_field(mode).with_top_k(TopK::Exhaustive);
-            assert_same_ranking(&ex.search("cat birds", 3).unwrap(), &wand.search("cat birds", 3).unwrap(), "cat birds");
-            assert_same_ranking(&ex.search("cat birds", 3).unwrap(), &m.search("cat birds", 3).unwrap(), "cat birds");
+        for (mode, t) in [(MultiField::Best, 0.0), (MultiField::Best, 0.5), (MultiField::Most, 0.0)] {
+            let open = |top| Bm25Index::open(&out).unwrap().with_multi_field(mode).with_tie_breaker(t).with_top_k(top);
+            let (wand, ex) = (open(TopK::BlockWand), open(TopK::Exhaustive));
+            for q in ["cat birds", "cat", "dog cat cat"] {
+                assert_same_ranking(&ex.search(q, 3).unwrap(), &wand.search(q, 3).unwrap(), q);
+            }
         }
     }
 
@@ -629,6 +633,18 @@ mod tests {
             let q: serde_json::Value = serde_json::from_str(line).unwrap();
             let q = q["question_text"].as_str().unwrap();
             assert_same_ranking(&taat.search(q, 10).unwrap(), &wand.search(q, 10).unwrap(), q);
+        }
+        // The same with title and text indexed apart, for DRAGIN's best_fields (tie 0.5) and most_fields.
+        let sep_dir = dir.path().join("sep");
+        build_index(&data.join("corpus/hotpotqa_paragraphs.tsv"), &sep_dir, &opts(FieldMode::Separate)).unwrap();
+        for (mode, t) in [(MultiField::Best, 0.5), (MultiField::Most, 0.0)] {
+            let open = |top| Bm25Index::open(&sep_dir).unwrap().with_multi_field(mode).with_tie_breaker(t).with_top_k(top);
+            let (wand, taat) = (open(TopK::BlockWand), open(TopK::Exhaustive));
+            for line in qa.lines().take(20) {
+                let q: serde_json::Value = serde_json::from_str(line).unwrap();
+                let q = q["question_text"].as_str().unwrap();
+                assert_same_ranking(&taat.search(q, 10).unwrap(), &wand.search(q, 10).unwrap(), q);
+            }
         }
     }
 
