@@ -88,6 +88,10 @@ impl TopKHeap {
 
     #[inline]
     fn offer(&mut self, score: Score, addr: DocAddress) {
+        // Fast rejection with a plain float compare (most candidates fall below the k-th best).
+        if self.heap.len() == self.k && self.heap.peek().is_some_and(|Reverse((min, _))| score < min.0) {
+            return;
+        }
         let key = (OrdScore(score), Reverse(addr));
         if self.heap.len() < self.k {
             self.heap.push(Reverse(key));
@@ -319,6 +323,7 @@ impl Bm25Index {
             }
         }
         let mut top = TopKHeap::new(k);
+        let mut block_buf = [0.0 as Score; 128];
         SCRATCH.with(|scratch| -> tantivy::Result<()> {
             let (scores, touched) = &mut *scratch.borrow_mut();
             for (ord, seg) in segments.iter().enumerate() {
@@ -337,8 +342,7 @@ impl Bm25Index {
                         // Two passes over the block (<= 128 postings): the scores first, in a loop
                         // the compiler vectorizes (the divisions dominate), then the scatter-add.
                         let freqs = &postings.freqs()[..docs.len()];
-                        let mut block = [0.0 as Score; 128];
-                        let block = &mut block[..docs.len()];
+                        let block = &mut block_buf[..docs.len()];
                         for (b, &doc) in block.iter_mut().zip(docs) {
                             *b = tf_cache[norms.fieldnorm_id(doc) as usize];
                         }
@@ -346,17 +350,38 @@ impl Bm25Index {
                             let tf = tf as Score;
                             *b = weight * (tf / (tf + *b));
                         }
-                        for (&doc, &s) in docs.iter().zip(block.iter()) {
-                            let base = doc as usize * nf;
-                            if scores[base..base + nf].iter().all(|&v| v == 0.0) {
-                                touched.push(doc);
+                        if nf == 1 {
+                            for (&doc, &s) in docs.iter().zip(block.iter()) {
+                                let acc = &mut scores[doc as usize];
+                                if *acc == 0.0 {
+                                    touched.push(doc);
+                                }
+                                *acc += s;
                             }
-                            scores[base + fi] += s;
+                        } else {
+                            for (&doc, &s) in docs.iter().zip(block.iter()) {
+                                let base = doc as usize * nf;
+                                if scores[base..base + nf].iter().all(|&v| v == 0.0) {
+                                    touched.push(doc);
+                                }
+                                scores[base + fi] += s;
+                            }
                         }
                         postings.advance();
                     }
                 }
                 let alive = seg.alive_bitset();
+                if nf == 1 {
+                    for &doc in touched.iter() {
+                        let acc = &mut scores[doc as usize];
+                        if alive.is_none_or(|a| a.is_alive(doc)) {
+                            top.offer(*acc, DocAddress::new(ord as u32, doc));
+                        }
+                        *acc = 0.0;
+                    }
+                    touched.clear();
+                    continue;
+                }
                 for &doc in touched.iter() {
                     let per_field = &mut scores[doc as usize * nf..(doc as usize + 1) * nf];
                     if alive.is_none_or(|a| a.is_alive(doc)) {
