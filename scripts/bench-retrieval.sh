@@ -4,7 +4,8 @@
 # Prints recall@1/3/5/10, index time, queries/s on one thread and on all threads, for both.
 #
 # Needs: python3 with venv; installs bm25s + PyStemmer (PyPI) into $BENCH_VENV (default target/bench-venv).
-# Usage: scripts/bench-retrieval.sh [REPEAT]   (each timing pass runs the 250 questions REPEAT times, default 40)
+# Usage: [ROUNDS=5] scripts/bench-retrieval.sh [REPEAT]   (each timing pass runs the 250 questions REPEAT times,
+# default 40; ROUNDS interleaved timing rounds, medians reported)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DATA=${SHARED_DATA:-../shared/data}
@@ -20,4 +21,4 @@ mkdir -p "$WORK"
   --ragtime target/release/ragtime \
   --corpus "$DATA/corpus/hotpotqa_paragraphs.tsv" \
   --questions "$DATA/qa/hotpotqa/ircot_dev_250.jsonl" \
-  --work "$WORK" --repeat "${1:-40}"
+  --work "$WORK" --repeat "${1:-40}" --rounds "${ROUNDS:-5}"
