@@ -1,5 +1,9 @@
 //! Query truncation to the last N LLM tokens (DRAGIN truncates its queries to the last 64 tokens).
 //!
+//! DRAGIN tokenizes with `truncation_side = "left"` and decodes the kept ids back to text; here the
+//! original text is cut at the first kept token's offset instead, which gives the same words without a
+//! decode round trip (a byte-level BPE decode can differ only in whitespace clean-up).
+//!
 //! The tokenizer lives elsewhere; callers pass a closure returning the byte offsets `(start, end)`
 //! of each token of a string, in order (what `tokenizers::Encoding::get_offsets` gives).
 
