@@ -9,6 +9,8 @@ pub mod model_args;
 mod report;
 pub mod entities;
 pub mod train;
+mod index;
+mod search;
 
 #[derive(Parser, Debug)]
 #[command(name = "ragtime", version, about = "Train and evaluate retrieval controllers for dynamic RAG")]
@@ -29,6 +31,10 @@ pub enum Command {
     Entities(entities::Args),
     /// Train a learned controller (`detector`: MIND's hallucination detector).
     Train(train::TrainArgs),
+    /// Build a BM25 index of a passage corpus (DPR tsv, WikiExtractor dump, JSON lines).
+    Index(index::IndexArgs),
+    /// Search a BM25 index.
+    Search(search::SearchArgs),
 }
 
 pub fn run(cli: Cli) -> Result<()> {
@@ -38,5 +44,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Report(args) => report::run(args),
         Command::Entities(a) => entities::run(a),
         Command::Train(args) => train::run(args),
+        Command::Index(a) => index::run(a),
+        Command::Search(a) => search::run(a),
     }
 }

@@ -2,6 +2,9 @@
 //!
 //! - [`wikiextractor`]: WikiExtractor dumps (`--json` lines or `<doc>` blocks, `AA/wiki_00` trees, `.bz2`).
 
+pub mod dpr;
+pub mod jsonl;
+pub mod passages;
 pub mod wikiextractor;
 
 use std::fs::File;

@@ -1,5 +1,9 @@
 //! Retrieval: the [`Retriever`] trait the decode loop knows, and its BM25 implementation over tantivy.
 
+pub mod bm25;
+pub mod index;
+pub mod truncate;
+
 use std::collections::HashSet;
 
 use anyhow::Result;

@@ -1,0 +1,223 @@
+//! One passage stream over every corpus layout `ragtime index` reads, with DPR-style splitting of
+//! articles into passages of N words that keep their article's title.
+//!
+//! Layouts (detected per file from its first non-blank line, or forced with [`CorpusFormat`]):
+//! - DPR `psgs_w100.tsv` ([`super::dpr`]): rows are passages already and are not split again;
+//! - JSON lines ([`super::jsonl`]): generic `{id, title, text}`, WikiExtractor `--json`, FlashRAG
+//!   `{id, contents}`;
+//! - WikiExtractor `<doc id=.. title=..>` blocks ([`super::wikiextractor`]). In this form a malformed
+//!   block always stops the read (there is no line to skip to safely).
+//!
+//! Files are read in [`super::list_files`] order, so the stream is the same on every run, which is
+//! what lets an interrupted `ragtime index` resume by skipping the passages it already committed.
+
+use std::io::BufRead;
+use std::path::Path;
+
+use anyhow::{bail, Context, Result};
+
+use super::{dpr, jsonl, list_files, open_text, wikiextractor};
+
+/// What to do with a corpus line that does not parse.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnBadLine {
+    /// Stop with an error naming file and line.
+    Stop,
+    /// Report it on stderr (the first few), count it, go on.
+    Skip,
+}
+
+/// Report a skipped line on stderr; after the first 20 only every 1000th is reported.
+pub fn warn_skip(count: u64, file: &Path, line: usize, why: &str) {
+    if count <= 20 || count % 1000 == 0 {
+        eprintln!("warning: {}:{line}: {why}; skipped (skipped lines so far: {count})", file.display());
+    }
+}
+
+/// Corpus file layouts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CorpusFormat {
+    /// DPR `id\ttext\ttitle`.
+    Dpr,
+    /// JSON lines (generic, WikiExtractor `--json`, FlashRAG).
+    Jsonl,
+    /// WikiExtractor `<doc>` blocks.
+    Wikidoc,
+}
+
+impl std::str::FromStr for CorpusFormat {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "dpr" | "tsv" => Ok(Self::Dpr),
+            "jsonl" | "json" => Ok(Self::Jsonl),
+            "wikidoc" | "doc" => Ok(Self::Wikidoc),
+            _ => Err(format!("unknown corpus format {s:?} (expected dpr, jsonl or wikidoc)")),
+        }
+    }
+}
+
+/// Guess a file's layout from its first non-blank line.
+pub fn detect_format(file: &Path) -> Result<CorpusFormat> {
+    let reader = open_text(file)?;
+    for (i, line) in reader.lines().enumerate() {
+        let line = line.with_context(|| format!("{}:{}: cannot read line", file.display(), i + 1))?;
+        let t = line.trim();
+        if t.is_empty() {
+            continue;
+        }
+        if t.starts_with('{') {
+            return Ok(CorpusFormat::Jsonl);
+        }
+        if t.starts_with("<doc") {
+            return Ok(CorpusFormat::Wikidoc);
+        }
+        if line.split('\t').count() == 3 {
+            return Ok(CorpusFormat::Dpr);
+        }
+        bail!(
+            "{}:{}: cannot tell the corpus layout: expected a DPR `id<TAB>text<TAB>title` row, a JSON line or a \
+             WikiExtractor <doc> header (force one with --format)",
+            file.display(),
+            i + 1
+        );
+    }
+    bail!("{}: file is empty", file.display())
+}
+
+/// A passage as it goes into the index.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CorpusPassage {
+    pub id: String,
+    pub title: String,
+    pub text: String,
+}
+
+/// How to read a corpus.
+#[derive(Debug, Clone, Copy)]
+pub struct CorpusOptions {
+    /// `None`: detect per file.
+    pub format: Option<CorpusFormat>,
+    /// Words per passage when splitting articles (DPR: 100). 0 = do not split.
+    pub passage_words: usize,
+    pub on_bad: OnBadLine,
+}
+
+/// Split `text` into passages of `n` whitespace-separated words (the last one shorter), words
+/// re-joined by single spaces, as DPR built `psgs_w100.tsv`. `n == 0` keeps the text whole.
+pub fn split_words(text: &str, n: usize) -> Vec<String> {
+    if n == 0 {
+        let t = text.split_whitespace().collect::<Vec<_>>().join(" ");
+        return if t.is_empty() { vec![] } else { vec![t] };
+    }
+    let words: Vec<&str> = text.split_whitespace().collect();
+    words.chunks(n).map(|c| c.join(" ")).collect()
+}
+
+/// Split one document into passages. A document that fits in one passage keeps its id; a longer one
+/// gets ids `{id}_0`, `{id}_1`, ... (DPR numbered its passages globally; ids here stay traceable to
+/// the article instead).
+pub fn split_document(id: &str, title: &str, body: &str, n: usize) -> Vec<CorpusPassage> {
+    let chunks = split_words(body, n);
+    let single = chunks.len() == 1;
+    chunks
+        .into_iter()
+        .enumerate()
+        .map(|(i, text)| CorpusPassage {
+            id: if single { id.to_string() } else { format!("{id}_{i}") },
+            title: title.to_string(),
+            text,
+        })
+        .collect()
+}
+
+/// Stream every passage of the corpus at `path` (file or folder tree) to `f`; `f` returns `Ok(false)`
+/// to stop. Skipped lines are added to `skipped`.
+pub fn for_each_passage(
+    path: &Path,
+    opts: CorpusOptions,
+    skipped: &mut u64,
+    mut f: impl FnMut(CorpusPassage) -> Result<bool>,
+) -> Result<()> {
+    let files = list_files(path)?;
+    if files.is_empty() {
+        bail!("{}: no corpus files found", path.display());
+    }
+    let n = opts.passage_words;
+    for file in files {
+        let format = match opts.format {
+            Some(f) => f,
+            None => detect_format(&file)?,
+        };
+        let go_on = match format {
+            CorpusFormat::Dpr => dpr::for_each_row(&file, opts.on_bad, skipped, |r, _| {
+                f(CorpusPassage { id: r.id, title: r.title, text: r.text })
+            })?,
+            CorpusFormat::Jsonl => jsonl::for_each_doc(&file, opts.on_bad, skipped, |d, _| {
+                for p in split_document(&d.id, &d.title, d.body(), n) {
+                    if !f(p)? {
+                        return Ok(false);
+                    }
+                }
+                Ok(true)
+            })?,
+            CorpusFormat::Wikidoc => {
+                let mut go_on = true;
+                wikiextractor::for_each_article(&file, |a, _| {
+                    for p in split_document(&a.id, &a.title, a.body(), n) {
+                        if !f(p)? {
+                            go_on = false;
+                            return Ok(false);
+                        }
+                    }
+                    Ok(true)
+                })?;
+                go_on
+            }
+        };
+        if !go_on {
+            break;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn splits_into_n_word_passages_keeping_title() {
+        assert_eq!(split_words("a b  c\nd e", 2), vec!["a b", "c d", "e"]);
+        assert_eq!(split_words("  ", 2), Vec::<String>::new());
+        assert_eq!(split_words("a  b", 0), vec!["a b"]);
+        let ps = split_document("7", "T", "w1 w2 w3", 2);
+        assert_eq!(ps.len(), 2);
+        assert_eq!((ps[0].id.as_str(), ps[0].title.as_str(), ps[0].text.as_str()), ("7_0", "T", "w1 w2"));
+        assert_eq!((ps[1].id.as_str(), ps[1].text.as_str()), ("7_1", "w3"));
+        assert_eq!(split_document("8", "T", "short", 100)[0].id, "8");
+    }
+
+    #[test]
+    fn reads_every_layout_in_one_tree() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir_all(root.join("AA")).unwrap();
+        std::fs::write(root.join("AA/wiki_00"), "{\"id\":\"1\",\"url\":\"u\",\"title\":\"Ada\",\"text\":\"Ada\\n\\none two three\"}\n").unwrap();
+        std::fs::write(root.join("AA/wiki_01"), "<doc id=\"2\" url=\"u\" title=\"Bob\">\nBob\n\nfour five\n</doc>\n").unwrap();
+        std::fs::write(root.join("b.tsv"), "id\ttext\ttitle\n9\tsix seven eight\tCy\n").unwrap();
+        let mut got = Vec::new();
+        let opts = CorpusOptions { format: None, passage_words: 2, on_bad: OnBadLine::Stop };
+        for_each_passage(root, opts, &mut 0, |p| {
+            got.push(format!("{}|{}|{}", p.id, p.title, p.text));
+            Ok(true)
+        })
+        .unwrap();
+        // DPR rows are not re-split.
+        assert_eq!(got, vec!["1_0|Ada|one two", "1_1|Ada|three", "2|Bob|four five", "9|Cy|six seven eight"]);
+        std::fs::write(root.join("c.txt"), "just words\n").unwrap();
+        let err = for_each_passage(root, opts, &mut 0, |_| Ok(true)).unwrap_err();
+        assert!(format!("{err:#}").contains("c.txt:1: cannot tell"), "{err:#}");
+    }
+}
