@@ -15,6 +15,7 @@ pub mod prompt;
 pub mod qa;
 pub mod entities;
 pub mod query;
+pub mod rag;
 pub mod retrieval;
 pub mod step;
 pub mod text;

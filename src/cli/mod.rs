@@ -3,6 +3,7 @@
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 
+mod eval;
 mod generate;
 mod inspect;
 pub mod model_args;
@@ -22,6 +23,8 @@ pub struct Cli {
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Continue a prompt with the model.
+    /// Answer a QA dataset with one retrieval controller in the shared decode loop; write a run directory.
+    Eval(eval::Args),
     Generate(generate::Args),
     /// Print per-token internals (entropy, top-5 logits, last-layer attention, hidden states) as JSON lines.
     Inspect(inspect::Args),
@@ -39,6 +42,7 @@ pub enum Command {
 
 pub fn run(cli: Cli) -> Result<()> {
     match cli.command {
+        Command::Eval(a) => eval::run(a),
         Command::Generate(a) => generate::run(a),
         Command::Inspect(a) => inspect::run(a),
         Command::Report(args) => report::run(args),

@@ -1,0 +1,112 @@
+//! `ragtime eval`: run one controller over a QA dataset in the shared decode loop and write a run directory
+//! (config.toml, predictions.jsonl with per-question traces, metrics.json). Resumes an interrupted run.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use clap::Args as ClapArgs;
+
+use ragtime::eval::run::{PredictionRecord, Progress, RetrievalRecord, RunWriter, TraceToken};
+use ragtime::eval::DatasetSpec;
+use ragtime::rag::{LoopConfig, RagLoop};
+use ragtime::retrieval::bm25::Bm25Index;
+use ragtime::retrieval::Retriever;
+
+use super::model_args::ModelArgs;
+
+#[derive(ClapArgs, Debug)]
+pub struct Args {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Dataset name (datasets/NAME.toml) or a data file.
+    #[arg(long)]
+    pub dataset: String,
+    /// Trigger / method name: reads configs/NAME.toml unless --config is given.
+    #[arg(long)]
+    pub trigger: String,
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// BM25 index from `ragtime index` (default: the dataset's).
+    #[arg(long)]
+    pub index: Option<PathBuf>,
+    /// Passages per retrieval (default: the config's [retrieval] top_k, else 3).
+    #[arg(short = 'k', long)]
+    pub top_k: Option<usize>,
+    #[arg(long)]
+    pub limit: Option<usize>,
+    #[arg(long, default_value_t = 10)]
+    pub max_retrievals: usize,
+    /// Answer length limit (default: the config's [generation] max_new_tokens, else the dataset's).
+    #[arg(long)]
+    pub max_new_tokens: Option<usize>,
+    /// Run directory (default runs/<dataset>-<trigger>).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+}
+
+pub fn run(args: Args) -> Result<()> {
+    // load
+    let spec = DatasetSpec::load(&args.dataset)?;
+    let mut examples = spec.load_examples()?;
+    if let Some(n) = args.limit {
+        examples.truncate(n);
+    }
+    let prompt = spec.prompt_builder()?;
+    let config_path = args.config.clone().unwrap_or_else(|| PathBuf::from(format!("configs/{}.toml", args.trigger)));
+    let text = std::fs::read_to_string(&config_path).with_context(|| format!("{}: cannot read method config", config_path.display()))?;
+    let root: toml::Value = toml::from_str(&text).with_context(|| format!("{}: not valid TOML", config_path.display()))?;
+    let root = ragtime::trigger::resolve_dataset(&root, Some(&spec.name))?;
+    let mut trigger = ragtime::trigger::build_section(&root).with_context(|| format!("{}", config_path.display()))?;
+    let qf = ragtime::query::build_section(&root).with_context(|| format!("{}", config_path.display()))?;
+    let top_k = args.top_k.or_else(|| root.get("retrieval").and_then(|r| r.get("top_k")).and_then(|v| v.as_integer()).map(|v| v as usize)).unwrap_or(3);
+    let max_new = args
+        .max_new_tokens
+        .or_else(|| root.get("generation").and_then(|r| r.get("max_new_tokens")).and_then(|v| v.as_integer()).map(|v| v as usize))
+        .unwrap_or(spec.max_new_tokens);
+    let index = args.index.clone().or_else(|| spec.index.clone());
+    let retriever: Option<Bm25Index> = match (&index, trigger.name()) {
+        (_, "none") => None,
+        (Some(dir), _) => Some(Bm25Index::open(dir)?),
+        (None, name) => anyhow::bail!("--trigger {name} retrieves: give --index DIR (dataset '{}' names no default index)", spec.name),
+    };
+    let lm = args.model.load()?;
+    let cfg = LoopConfig {
+        top_k,
+        max_retrievals: args.max_retrievals,
+        max_new_tokens: max_new,
+        answer_pattern: spec.answer_pattern.clone(),
+        ..LoopConfig::default()
+    };
+    let out_dir = args.out.clone().unwrap_or_else(|| PathBuf::from(format!("runs/{}-{}", spec.name, args.trigger)));
+    let mut run_config = toml::map::Map::new();
+    run_config.insert("label".into(), toml::Value::String(args.trigger.clone()));
+    run_config.insert("method".into(), toml::Value::String(args.trigger.clone()));
+    run_config.insert("dataset".into(), toml::Value::String(spec.name.clone()));
+    run_config.insert("model".into(), toml::Value::String(args.model.model.display().to_string()));
+    run_config.insert("index".into(), toml::Value::String(index.map(|p| p.display().to_string()).unwrap_or_default()));
+    run_config.insert("loop".into(), toml::Value::try_from(&cfg)?);
+    run_config.insert("method_config".into(), root.clone());
+    let mut writer = RunWriter::create(&out_dir, &toml::Value::Table(run_config))?;
+    let mut progress = Progress::new(examples.len(), writer.len());
+    let rag = RagLoop { lm: &lm, prompt: &prompt, retriever: retriever.as_ref().map(|r| r as &dyn Retriever), cfg };
+
+    // transform + write, one question at a time (flushed per line, so a kill loses at most one question)
+    for ex in &examples {
+        if writer.is_done(&ex.id) {
+            continue;
+        }
+        let t0 = std::time::Instant::now();
+        let o = rag.answer(&ex.question, trigger.as_mut(), qf.as_ref())?;
+        let mut rec = PredictionRecord::new(ex, &o.text);
+        rec.retrievals = o.retrievals.iter().map(|r| RetrievalRecord::new(ex, r.token_pos, &r.query, &r.passages)).collect();
+        rec.generated_tokens = o.generated_tokens;
+        rec.forward_tokens = o.forward_tokens;
+        rec.seconds = t0.elapsed().as_secs_f64();
+        rec.trace = o.tokens.iter().zip(&o.scores).map(|(t, s)| TraceToken { text: t.text.clone(), entropy: t.entropy, score: *s }).collect();
+        writer.write(&rec)?;
+        eprintln!("{}", progress.update(&rec));
+    }
+    let summary = writer.finish()?;
+    println!("{}", ragtime::eval::report::markdown_table(&[summary]));
+    Ok(())
+}

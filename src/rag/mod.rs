@@ -1,0 +1,197 @@
+//! The dynamic-RAG decode loop: one loop for every controller. The [`Trigger`] says when to retrieve (judging
+//! blocks of fresh tokens with their captured internals), the [`QueryFormer`] what to ask, the [`Retriever`]
+//! where from. On a retrieval the loop keeps `tokens[..keep]`, rebuilds the prompt with the new documents and
+//! rewinds the KV cache to the longest common token prefix of the old and the new sequence (the few-shot
+//! exemplars at least), so only the changed tail is re-encoded; kept answer tokens are re-fed behind the new
+//! prompt, which gives them fresh internals under the new context.
+
+use anyhow::Result;
+
+use crate::model::{Lm, Sampler, Session};
+use crate::prompt::PromptBuilder;
+use crate::query::QueryFormer;
+use crate::retrieval::{Passage, Retriever};
+use crate::step::TokenStep;
+use crate::text::words::ends_sentence;
+use crate::trigger::{Decision, GenView, Lookahead, Trigger};
+
+/// Loop settings (from the method config and the dataset).
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct LoopConfig {
+    /// Passages per retrieval.
+    pub top_k: usize,
+    /// Cap on retrievals per question (the initial one included).
+    pub max_retrievals: usize,
+    /// Answer length limit in tokens.
+    pub max_new_tokens: usize,
+    /// Truncate queries to their last N model tokens (DRAGIN: 64); 0 = no truncation.
+    pub query_last_tokens: usize,
+    /// Answer pattern; when the generation lacks it, it is appended and `suffix_tokens` more are generated.
+    pub answer_pattern: String,
+    pub suffix_tokens: usize,
+}
+
+impl Default for LoopConfig {
+    fn default() -> Self {
+        LoopConfig { top_k: 3, max_retrievals: 10, max_new_tokens: 128, query_last_tokens: 64, answer_pattern: "So the answer is".into(), suffix_tokens: 20 }
+    }
+}
+
+/// One retrieval during a generation.
+#[derive(Debug, Clone)]
+pub struct Retrieval {
+    /// Answer-token index before which the documents took effect.
+    pub token_pos: usize,
+    pub query: String,
+    pub passages: Vec<Passage>,
+}
+
+/// What the loop produced for one question.
+#[derive(Debug, Clone, Default)]
+pub struct Outcome {
+    pub text: String,
+    pub tokens: Vec<TokenStep>,
+    /// Trigger score per answer token (`None` where the trigger gave none).
+    pub scores: Vec<Option<f32>>,
+    pub retrievals: Vec<Retrieval>,
+    /// Tokens the model generated (kept or discarded).
+    pub generated_tokens: usize,
+    /// Tokens pushed through the model (prompt re-encodings included).
+    pub forward_tokens: usize,
+}
+
+fn common_prefix(a: &[u32], b: &[u32]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}
+
+/// Strings after which the model has left the answer (it starts another exemplar).
+fn left_answer(text: &str) -> bool {
+    text.contains("\nQuestion:") || text.contains("\n\n")
+}
+
+/// Answers one question.
+pub struct RagLoop<'a> {
+    pub lm: &'a Lm,
+    pub prompt: &'a PromptBuilder,
+    pub retriever: Option<&'a dyn Retriever>,
+    pub cfg: LoopConfig,
+}
+
+impl<'a> RagLoop<'a> {
+    fn rebuild(&self, s: &mut Session<'_>, question: &str, docs: &[Passage], kept: &[u32]) -> Result<Vec<TokenStep>> {
+        let mut ids = self.lm.tokenizer.encode(&self.prompt.build(question, docs, ""), true)?;
+        let prompt_len = ids.len();
+        ids.extend_from_slice(kept);
+        let lcp = common_prefix(s.ids(), &ids).min(prompt_len);
+        s.truncate(lcp);
+        s.feed(&ids[lcp..], prompt_len - lcp)
+    }
+
+    fn retrieve(&self, query: &str) -> Result<Vec<Passage>> {
+        let Some(r) = self.retriever else { return Ok(vec![]) };
+        let q = if self.cfg.query_last_tokens > 0 {
+            crate::retrieval::truncate::truncate_to_last_tokens(query, self.cfg.query_last_tokens, |s| {
+                self.lm.tokenizer.encode_with_offsets(s).map(|(_, o)| o).unwrap_or_default()
+            })
+        } else {
+            query
+        };
+        r.search(q, self.cfg.top_k)
+    }
+
+    pub fn answer(&self, question: &str, trigger: &mut dyn Trigger, qf: &dyn QueryFormer) -> Result<Outcome> {
+        let mut out = Outcome::default();
+        let mut sampler = Sampler::greedy();
+        let mut s = self.lm.session();
+        trigger.reset();
+        let mut docs: Vec<Passage> = Vec::new();
+        if trigger.before_generation(question) && self.retriever.is_some() {
+            let q = qf.initial(question);
+            docs = self.retrieve(&q)?;
+            out.retrievals.push(Retrieval { token_pos: 0, query: q, passages: docs.clone() });
+        }
+        let mut tokens = self.rebuild(&mut s, question, &docs, &[])?;
+        let mut scores: Vec<Option<f32>> = Vec::new();
+        let mut stopped = false;
+        while !stopped && tokens.len() < self.cfg.max_new_tokens {
+            // generate one block
+            let new_from = tokens.len();
+            let (max_block, sentence) = match trigger.lookahead() {
+                Lookahead::Sentence { max_tokens } => (max_tokens, true),
+                Lookahead::Tokens(n) => (n, false),
+            };
+            let mut texts: Vec<String> = tokens.iter().map(|t| t.text.clone()).collect();
+            while tokens.len() - new_from < max_block.max(1) && tokens.len() < self.cfg.max_new_tokens {
+                let step = s.step(&mut sampler)?;
+                out.generated_tokens += 1;
+                if self.lm.tokenizer.is_stop(step.id) {
+                    stopped = true;
+                    break;
+                }
+                texts.push(step.text.clone());
+                tokens.push(step);
+                let text: String = texts[new_from..].concat();
+                if left_answer(&text) {
+                    stopped = true;
+                    break;
+                }
+                if sentence && ends_sentence(&texts, texts.len() - 1) {
+                    break;
+                }
+            }
+            if tokens.len() == new_from {
+                break;
+            }
+            let view = GenView { question, tokens: &tokens, new_from };
+            let j = trigger.judge(&view);
+            scores.extend(j.scores.iter().map(|&x| (!x.is_nan()).then_some(x)));
+            scores.resize(tokens.len(), None);
+            if let Decision::Retrieve { keep, at } = j.decision {
+                if self.retriever.is_some() && out.retrievals.len() < self.cfg.max_retrievals {
+                    let q = qf.form(&view, at.min(tokens.len() - 1), keep);
+                    trigger.on_retrieval();
+                    docs = self.retrieve(&q)?;
+                    out.retrievals.push(Retrieval { token_pos: keep, query: q, passages: docs.clone() });
+                    let kept: Vec<u32> = tokens[..keep.min(tokens.len())].iter().map(|t| t.id).collect();
+                    scores.truncate(kept.len());
+                    tokens = self.rebuild(&mut s, question, &docs, &kept)?;
+                    stopped = false;
+                    continue;
+                }
+            }
+            let text: String = tokens.iter().map(|t| t.text.as_str()).collect();
+            if text.contains(&self.cfg.answer_pattern) && ends_sentence(&texts, texts.len() - 1) {
+                break;
+            }
+        }
+        let mut text: String = tokens.iter().map(|t| t.text.as_str()).collect();
+        if crate::prompt::needs_answer_suffix_with(&text, &self.cfg.answer_pattern) && self.cfg.suffix_tokens > 0 {
+            // as DRAGIN's evaluation: append the pattern and let the model finish the answer
+            let suffix = format!(" {}", self.cfg.answer_pattern);
+            let ids = self.lm.tokenizer.encode(&suffix, false)?;
+            let start = tokens.len();
+            let mut all: Vec<u32> = tokens.iter().map(|t| t.id).collect();
+            all.extend(&ids);
+            tokens = self.rebuild(&mut s, question, &docs, &all)?;
+            for _ in 0..self.cfg.suffix_tokens {
+                let step = s.step(&mut sampler)?;
+                out.generated_tokens += 1;
+                if self.lm.tokenizer.is_stop(step.id) {
+                    break;
+                }
+                tokens.push(step);
+                let t: String = tokens[start..].iter().map(|t| t.text.as_str()).collect();
+                if t.contains('\n') || t.trim_end().ends_with('.') {
+                    break;
+                }
+            }
+            text = tokens.iter().map(|t| t.text.as_str()).collect();
+        }
+        scores.resize(tokens.len(), None);
+        out.text = text;
+        out.tokens = tokens;
+        out.scores = scores;
+        out.forward_tokens = s.forward_tokens;
+        Ok(out)
+    }
+}
