@@ -1,0 +1,86 @@
+//! End to end on a tiny random model and a tiny corpus: a fixed-length trigger must retrieve during decoding,
+//! the prompt is rebuilt with the documents, and the KV cache is rewound to the shared prefix rather than
+//! re-encoding everything.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use anyhow::Result;
+use ragtime::device::DeviceKind;
+use ragtime::model::{random_weights, Arch, Lm, MemoryWeights, ModelConfig, Tokenizer};
+use ragtime::prompt::PromptBuilder;
+use ragtime::rag::{LoopConfig, RagLoop};
+use ragtime::retrieval::{Passage, Retriever};
+
+/// Word-overlap retrieval over three passages; records the queries it saw.
+struct Tiny(Vec<Passage>, Mutex<Vec<String>>);
+
+impl Retriever for Tiny {
+    fn search(&self, query: &str, k: usize) -> Result<Vec<Passage>> {
+        self.1.lock().unwrap().push(query.to_string());
+        let q: Vec<String> = query.split_whitespace().map(|w| w.to_lowercase()).collect();
+        let mut hits: Vec<Passage> = self
+            .0
+            .iter()
+            .map(|p| {
+                let s = p.text.split_whitespace().filter(|w| q.contains(&w.to_lowercase())).count() as f32;
+                Passage { score: s, ..p.clone() }
+            })
+            .collect();
+        hits.sort_by(|a, b| b.score.total_cmp(&a.score));
+        hits.truncate(k);
+        Ok(hits)
+    }
+}
+
+#[test]
+fn fixed_length_retrieves_and_rewinds() {
+    let cfg = ModelConfig::tiny(Arch::Llama, 49152);
+    let tok = Tokenizer::from_file(&ragtime::shared_data_dir().join("models/smollm2-135m-instruct/tokenizer.json")).unwrap();
+    let w = MemoryWeights(random_weights(&cfg, 3).into_iter().collect::<HashMap<_, _>>());
+    let lm = Lm::from_source(&w, cfg, tok, "tiny".into(), DeviceKind::Cpu).unwrap();
+    let corpus = Tiny(
+        ["Paris is the capital of France.", "Berlin is the capital of Germany.", "The Seine flows through Paris."]
+            .iter()
+            .enumerate()
+            .map(|(i, t)| Passage { id: i.to_string(), title: format!("doc {i}"), text: t.to_string(), score: 0.0 })
+            .collect(),
+        Mutex::new(vec![]),
+    );
+    let exemplars = "Question: What is the capital of Italy?\nAnswer: Rome is the capital of Italy. So the answer is Rome.\n";
+    let prompt = PromptBuilder::new(ragtime::prompt::parse_exemplars(exemplars).unwrap());
+    let rag = RagLoop {
+        lm: &lm,
+        prompt: &prompt,
+        retriever: Some(&corpus),
+        cfg: LoopConfig { max_new_tokens: 24, max_retrievals: 2, suffix_tokens: 0, ..LoopConfig::default() },
+    };
+    let mut trigger = ragtime::trigger::build("fixed-length", &toml::toml! { n = 8 }.into()).unwrap();
+    let qf = ragtime::query::build("last-tokens", &toml::toml! { n = 8 }.into()).unwrap();
+    let out = rag.answer("What is the capital of France?", trigger.as_mut(), qf.as_ref()).unwrap();
+
+    // retrieved during decoding, up to the cap, with queries built from generated text
+    assert_eq!(out.retrievals.len(), 2, "{:?}", out.retrievals.iter().map(|r| r.token_pos).collect::<Vec<_>>());
+    // FL-RAG retrieves with the question first, then every n = 8 tokens: at token 8
+    let positions: Vec<usize> = out.retrievals.iter().map(|r| r.token_pos).collect();
+    assert_eq!(positions, vec![0, 8]);
+    assert!(out.retrievals.iter().all(|r| r.passages.len() == 3));
+    assert_eq!(corpus.1.lock().unwrap().len(), 2);
+    assert_eq!(out.tokens.len(), 24);
+    assert_eq!(out.scores.len(), out.tokens.len());
+    // answer tokens are contiguous and every one was re-fed / decoded under the current prompt
+    for w in out.tokens.windows(2) {
+        assert_eq!(w[1].pos, w[0].pos + 1);
+    }
+    // rewind: the exemplar prefix is encoded once, so forward tokens are fewer than re-encoding three prompts
+    let prefix = lm.tokenizer.encode(prompt.shared_prefix(), true).unwrap().len();
+    let last_prompt = out.tokens[0].pos; // tokens before the answer in the final prompt
+    assert!(prefix > 10);
+    assert!(
+        out.forward_tokens < 3 * last_prompt,
+        "forward tokens {} should be below three full prompts ({} each)",
+        out.forward_tokens,
+        last_prompt
+    );
+    assert!(out.forward_tokens >= last_prompt + out.tokens.len());
+}
