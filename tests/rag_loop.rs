@@ -84,3 +84,50 @@ fn fixed_length_retrieves_and_rewinds() {
     );
     assert!(out.forward_tokens >= last_prompt + out.tokens.len());
 }
+
+/// A run reuses one session across questions: the few-shot prefix is encoded once, and every answer equals the
+/// one a fresh session gives.
+#[test]
+fn session_reuse_across_questions_equals_fresh_sessions() {
+    let cfg = ModelConfig::tiny(Arch::Llama, 49152);
+    let tok = Tokenizer::from_file(&ragtime::shared_data_dir().join("models/smollm2-135m-instruct/tokenizer.json")).unwrap();
+    let w = MemoryWeights(random_weights(&cfg, 5).into_iter().collect::<HashMap<_, _>>());
+    let lm = Lm::from_source(&w, cfg, tok, "tiny".into(), DeviceKind::Cpu).unwrap();
+    let corpus = Tiny(
+        ["Paris is the capital of France.", "Berlin is the capital of Germany."]
+            .iter()
+            .enumerate()
+            .map(|(i, t)| Passage { id: i.to_string(), title: format!("doc {i}"), text: t.to_string(), score: 0.0 })
+            .collect(),
+        Mutex::new(vec![]),
+    );
+    let exemplars = "Question: What is the capital of Italy?\nAnswer: Rome is the capital of Italy. So the answer is Rome.\n";
+    let prompt = PromptBuilder::new(ragtime::prompt::parse_exemplars(exemplars).unwrap());
+    let rag = RagLoop {
+        lm: &lm,
+        prompt: &prompt,
+        retriever: Some(&corpus),
+        cfg: LoopConfig { max_new_tokens: 12, max_retrievals: 2, suffix_tokens: 0, ..LoopConfig::default() },
+    };
+    let qf = ragtime::query::build("last-tokens", &toml::toml! { n = 8 }.into()).unwrap();
+    let questions = ["What is the capital of France?", "What is the capital of Germany?", "What is the capital of France?"];
+    let mut shared = lm.session();
+    let mut reused_forward = 0;
+    let mut fresh_forward = 0;
+    for q in questions {
+        let mut t1 = ragtime::trigger::build("fixed-length", &toml::toml! { n = 5 }.into()).unwrap();
+        let mut t2 = ragtime::trigger::build("fixed-length", &toml::toml! { n = 5 }.into()).unwrap();
+        let a = rag.answer_in(&mut shared, q, t1.as_mut(), qf.as_ref()).unwrap();
+        let b = rag.answer(q, t2.as_mut(), qf.as_ref()).unwrap();
+        assert_eq!(a.text, b.text, "question {q}");
+        assert_eq!(a.tokens.iter().map(|t| t.id).collect::<Vec<_>>(), b.tokens.iter().map(|t| t.id).collect::<Vec<_>>());
+        for (x, y) in a.tokens.iter().zip(&b.tokens) {
+            assert!(x.entropy.is_finite() && (x.entropy - y.entropy).abs() < 1e-4, "entropy {} vs {}", x.entropy, y.entropy);
+        }
+        reused_forward += a.forward_tokens;
+        fresh_forward += b.forward_tokens;
+    }
+    let prefix = lm.tokenizer.encode(prompt.shared_prefix(), true).unwrap().len();
+    // the second and third question skip at least the shared exemplar prefix
+    assert!(reused_forward + 2 * prefix <= fresh_forward, "reused {reused_forward} fresh {fresh_forward} prefix {prefix}");
+}

@@ -29,11 +29,17 @@ pub struct LoopConfig {
     /// Answer pattern; when the generation lacks it, it is appended and `suffix_tokens` more are generated.
     pub answer_pattern: String,
     pub suffix_tokens: usize,
+    /// Re-run the model over the whole sequence before each judgement to get the internals, the way DRAGIN's
+    /// code does (`output_attentions=True` on a second forward pass), instead of using the ones captured while
+    /// decoding. Same decisions, more compute: kept only to measure what capturing saves
+    /// (`scripts/bench-eval.sh`).
+    #[serde(default)]
+    pub recompute_internals: bool,
 }
 
 impl Default for LoopConfig {
     fn default() -> Self {
-        LoopConfig { top_k: 3, max_retrievals: 10, max_new_tokens: 128, query_last_tokens: 64, answer_pattern: "So the answer is".into(), suffix_tokens: 20 }
+        LoopConfig { top_k: 3, max_retrievals: 10, max_new_tokens: 128, query_last_tokens: 64, answer_pattern: "So the answer is".into(), suffix_tokens: 20, recompute_internals: false }
     }
 }
 
@@ -58,6 +64,8 @@ pub struct Outcome {
     pub generated_tokens: usize,
     /// Tokens pushed through the model (prompt re-encodings included).
     pub forward_tokens: usize,
+    /// Tokens pushed through the extra passes of [`LoopConfig::recompute_internals`].
+    pub recompute_tokens: usize,
 }
 
 fn common_prefix(a: &[u32], b: &[u32]) -> usize {
@@ -82,9 +90,22 @@ impl<'a> RagLoop<'a> {
         let mut ids = self.lm.tokenizer.encode(&self.prompt.build(question, docs, ""), true)?;
         let prompt_len = ids.len();
         ids.extend_from_slice(kept);
-        let lcp = common_prefix(s.ids(), &ids).min(prompt_len);
+        // re-feed at least the prompt's last token: its logits are what the first answer token was drawn from
+        // (its entropy) or what the next step samples from
+        let lcp = common_prefix(s.ids(), &ids).min(prompt_len.saturating_sub(1));
         s.truncate(lcp);
         s.feed(&ids[lcp..], prompt_len - lcp)
+    }
+
+    /// A second forward pass over the whole sequence in a fresh session, returning the answer tokens with the
+    /// internals that pass computed (DRAGIN's way of getting attention; see [`LoopConfig::recompute_internals`]).
+    fn recompute(&self, s: &Session<'_>, tokens: Vec<TokenStep>) -> Result<Vec<TokenStep>> {
+        let Some(first) = tokens.first() else { return Ok(tokens) };
+        let prompt_len = first.pos;
+        let mut fresh = self.lm.session();
+        let steps = fresh.feed(s.ids(), prompt_len)?;
+        anyhow::ensure!(steps.len() == tokens.len(), "recompute: {} steps for {} tokens", steps.len(), tokens.len());
+        Ok(steps)
     }
 
     fn retrieve(&self, query: &str) -> Result<Vec<Passage>> {
@@ -99,10 +120,20 @@ impl<'a> RagLoop<'a> {
         r.search(q, self.cfg.top_k)
     }
 
+    /// Answers `question` in a fresh session.
     pub fn answer(&self, question: &str, trigger: &mut dyn Trigger, qf: &dyn QueryFormer) -> Result<Outcome> {
+        let mut s = self.lm.session();
+        self.answer_in(&mut s, question, trigger, qf)
+    }
+
+    /// Answers `question` reusing `s`, the session of the previous question: the cache is rewound to the
+    /// common token prefix (the few-shot exemplars), so the shared prefix is encoded once per run, not once per
+    /// question. Results equal [`answer`](Self::answer)'s: the kept prefix's keys and values are what a fresh
+    /// encoding would compute.
+    pub fn answer_in(&self, s: &mut Session<'_>, question: &str, trigger: &mut dyn Trigger, qf: &dyn QueryFormer) -> Result<Outcome> {
         let mut out = Outcome::default();
         let mut sampler = Sampler::greedy();
-        let mut s = self.lm.session();
+        let forward0 = s.forward_tokens;
         trigger.reset();
         let mut docs: Vec<Passage> = Vec::new();
         if trigger.before_generation(question) && self.retriever.is_some() {
@@ -110,7 +141,7 @@ impl<'a> RagLoop<'a> {
             docs = self.retrieve(&q)?;
             out.retrievals.push(Retrieval { token_pos: 0, query: q, passages: docs.clone() });
         }
-        let mut tokens = self.rebuild(&mut s, question, &docs, &[])?;
+        let mut tokens = self.rebuild(s, question, &docs, &[])?;
         let mut scores: Vec<Option<f32>> = Vec::new();
         let mut stopped = false;
         while !stopped && tokens.len() < self.cfg.max_new_tokens {
@@ -142,6 +173,10 @@ impl<'a> RagLoop<'a> {
             if tokens.len() == new_from {
                 break;
             }
+            if self.cfg.recompute_internals {
+                tokens = self.recompute(s, tokens)?;
+                out.recompute_tokens += s.len();
+            }
             let view = GenView { question, tokens: &tokens, new_from };
             let j = trigger.judge(&view);
             scores.extend(j.scores.iter().map(|&x| (!x.is_nan()).then_some(x)));
@@ -154,7 +189,7 @@ impl<'a> RagLoop<'a> {
                     out.retrievals.push(Retrieval { token_pos: keep, query: q, passages: docs.clone() });
                     let kept: Vec<u32> = tokens[..keep.min(tokens.len())].iter().map(|t| t.id).collect();
                     scores.truncate(kept.len());
-                    tokens = self.rebuild(&mut s, question, &docs, &kept)?;
+                    tokens = self.rebuild(s, question, &docs, &kept)?;
                     stopped = false;
                     continue;
                 }
@@ -172,7 +207,7 @@ impl<'a> RagLoop<'a> {
             let start = tokens.len();
             let mut all: Vec<u32> = tokens.iter().map(|t| t.id).collect();
             all.extend(&ids);
-            tokens = self.rebuild(&mut s, question, &docs, &all)?;
+            tokens = self.rebuild(s, question, &docs, &all)?;
             for _ in 0..self.cfg.suffix_tokens {
                 let step = s.step(&mut sampler)?;
                 out.generated_tokens += 1;
@@ -191,7 +226,7 @@ impl<'a> RagLoop<'a> {
         out.text = text;
         out.tokens = tokens;
         out.scores = scores;
-        out.forward_tokens = s.forward_tokens;
+        out.forward_tokens = s.forward_tokens - forward0;
         Ok(out)
     }
 }
