@@ -39,6 +39,14 @@ pub struct Args {
     /// Answer length limit (default: the config's [generation] max_new_tokens, else the dataset's).
     #[arg(long)]
     pub max_new_tokens: Option<usize>,
+    /// Detector checkpoint for `--trigger mlp` (from `ragtime train detector`; overrides the config's
+    /// `[trigger] detector`).
+    #[arg(long)]
+    pub detector: Option<PathBuf>,
+    /// Re-run the model over the whole sequence before each judgement to get attention and entropies, as
+    /// DRAGIN's code does, instead of using the internals captured while decoding (for scripts/bench-eval.sh).
+    #[arg(long)]
+    pub recompute_internals: bool,
     /// Run directory (default runs/<dataset>-<trigger>).
     #[arg(long)]
     pub out: Option<PathBuf>,
@@ -55,7 +63,11 @@ pub fn run(args: Args) -> Result<()> {
     let config_path = args.config.clone().unwrap_or_else(|| PathBuf::from(format!("configs/{}.toml", args.trigger)));
     let text = std::fs::read_to_string(&config_path).with_context(|| format!("{}: cannot read method config", config_path.display()))?;
     let root: toml::Value = toml::from_str(&text).with_context(|| format!("{}: not valid TOML", config_path.display()))?;
-    let root = ragtime::trigger::resolve_dataset(&root, Some(&spec.name))?;
+    let mut root = ragtime::trigger::resolve_dataset(&root, Some(&spec.name))?;
+    if let Some(d) = &args.detector {
+        let t = root.get_mut("trigger").and_then(|t| t.as_table_mut()).ok_or_else(|| anyhow::anyhow!("{}: missing [trigger] table", config_path.display()))?;
+        t.insert("detector".into(), toml::Value::String(d.display().to_string()));
+    }
     let mut trigger = ragtime::trigger::build_section(&root).with_context(|| format!("{}", config_path.display()))?;
     let qf = ragtime::query::build_section(&root).with_context(|| format!("{}", config_path.display()))?;
     let top_k = args.top_k.or_else(|| root.get("retrieval").and_then(|r| r.get("top_k")).and_then(|v| v.as_integer()).map(|v| v as usize)).unwrap_or(3);
@@ -70,11 +82,13 @@ pub fn run(args: Args) -> Result<()> {
         (None, name) => anyhow::bail!("--trigger {name} retrieves: give --index DIR (dataset '{}' names no default index)", spec.name),
     };
     let lm = args.model.load()?;
+    trigger.check_model(&lm.name, lm.config.hidden_size).with_context(|| format!("--trigger {}", args.trigger))?;
     let cfg = LoopConfig {
         top_k,
         max_retrievals: args.max_retrievals,
         max_new_tokens: max_new,
         answer_pattern: spec.answer_pattern.clone(),
+        recompute_internals: args.recompute_internals,
         ..LoopConfig::default()
     };
     let out_dir = args.out.clone().unwrap_or_else(|| PathBuf::from(format!("runs/{}-{}", spec.name, args.trigger)));
@@ -90,13 +104,14 @@ pub fn run(args: Args) -> Result<()> {
     let mut progress = Progress::new(examples.len(), writer.len());
     let rag = RagLoop { lm: &lm, prompt: &prompt, retriever: retriever.as_ref().map(|r| r as &dyn Retriever), cfg };
 
+    let mut session = lm.session();
     // transform + write, one question at a time (flushed per line, so a kill loses at most one question)
     for ex in &examples {
         if writer.is_done(&ex.id) {
             continue;
         }
         let t0 = std::time::Instant::now();
-        let o = rag.answer(&ex.question, trigger.as_mut(), qf.as_ref())?;
+        let o = rag.answer_in(&mut session, &ex.question, trigger.as_mut(), qf.as_ref())?;
         let mut rec = PredictionRecord::new(ex, &o.text);
         rec.retrievals = o.retrievals.iter().map(|r| RetrievalRecord::new(ex, r.token_pos, &r.query, &r.passages)).collect();
         rec.generated_tokens = o.generated_tokens;

@@ -19,9 +19,10 @@ pub mod last_sentence;
 pub mod last_tokens;
 pub mod qfs;
 pub mod question;
+pub mod radio;
 
 /// Query former names [`build`] knows.
-pub const NAMES: &[&str] = &["question", "last-tokens", "last-sentence", "flare-masked", "qfs"];
+pub const NAMES: &[&str] = &["question", "last-tokens", "last-sentence", "flare-masked", "qfs", "radio"];
 
 /// Builds the query former `name` from its config table (the `[query]` section of a `configs/*.toml`;
 /// the `name` key in it is allowed and ignored). Unknown keys are errors.
@@ -35,6 +36,7 @@ pub fn build(name: &str, config: &toml::Value) -> anyhow::Result<Box<dyn QueryFo
         "last-sentence" => Box::new(last_sentence::LastSentence::from_config(config)?),
         "flare-masked" => Box::new(flare_masked::FlareMasked::from_config(config)?),
         "qfs" => Box::new(qfs::Qfs::from_config(config)?),
+        "radio" => Box::new(radio::Radio::from_config(config)?),
         other => anyhow::bail!("unknown query former '{other}' (known: {})", NAMES.join(", ")),
     })
 }

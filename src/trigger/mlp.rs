@@ -76,6 +76,28 @@ impl MlpTrigger {
         &self.detector
     }
 
+    /// From a `[trigger]` table: `detector` (checkpoint directory from `ragtime train detector`, required),
+    /// `rule` (`radio` | `threshold` | `threshold:<p>`, default `radio`), `block` (tokens judged at once,
+    /// default 1).
+    pub fn from_config(config: &toml::Value) -> anyhow::Result<Self> {
+        use anyhow::Context;
+        let p = crate::trigger::params::Params::new("mlp", config)?;
+        let dir = match p.raw("detector") {
+            Some(toml::Value::String(s)) => s.clone(),
+            Some(v) => anyhow::bail!("mlp: config key 'detector': expected a directory path, found {v}"),
+            None => anyhow::bail!("mlp: needs a detector: set [trigger] detector = \"DIR\" or pass --detector DIR"),
+        };
+        let rule = match p.raw("rule") {
+            Some(toml::Value::String(s)) => MlpRule::parse(s)?,
+            Some(v) => anyhow::bail!("mlp: config key 'rule': expected a string, found {v}"),
+            None => MlpRule::Radio,
+        };
+        let block = p.usize("block", Some(1))?;
+        p.finish()?;
+        let detector = Detector::load(&dir).with_context(|| format!("mlp trigger: cannot load detector {dir}"))?;
+        Ok(MlpTrigger::new(detector, rule).with_block(block))
+    }
+
     fn score(&self, view: &GenView, j: usize) -> f32 {
         let t = &view.tokens[j];
         self.detector.score_step(t).unwrap_or_else(|e| panic!("mlp trigger: {e:#}"))
@@ -107,6 +129,10 @@ impl Trigger for MlpTrigger {
 
     fn reset(&mut self) {
         self.history.clear();
+    }
+
+    fn check_model(&self, model_id: &str, hidden: usize) -> anyhow::Result<()> {
+        self.detector.check_model(model_id, hidden)
     }
 
     fn judge(&mut self, view: &GenView) -> Judgement {

@@ -84,6 +84,11 @@ pub trait Trigger: Send {
     fn judge(&mut self, view: &GenView) -> Judgement;
     /// Called after the loop retrieved on this trigger's decision.
     fn on_retrieval(&mut self) {}
+    /// Errors when the trigger was fitted to another model (a learned detector reads that model's hidden
+    /// states). Called once after the model is loaded.
+    fn check_model(&self, _model_id: &str, _hidden: usize) -> anyhow::Result<()> {
+        Ok(())
+    }
 }
 
 pub mod etc;
@@ -100,7 +105,7 @@ pub mod single;
 pub use params::{resolve_dataset, Truncate};
 
 /// Trigger names [`build`] knows.
-pub const NAMES: &[&str] = &["none", "single", "fixed-length", "fixed-sentence", "flare", "rind", "etc"];
+pub const NAMES: &[&str] = &["none", "single", "fixed-length", "fixed-sentence", "flare", "rind", "etc", "mlp"];
 
 /// Builds the trigger `name` from its config table (the `[trigger]` section of a `configs/*.toml`, after
 /// [`resolve_dataset`]; the `name` key in it is allowed and ignored). Unknown keys are errors.
@@ -113,6 +118,7 @@ pub fn build(name: &str, config: &toml::Value) -> anyhow::Result<Box<dyn Trigger
         "flare" => Box::new(flare::Flare::from_config(config)?),
         "rind" => Box::new(rind::Rind::from_config(config)?),
         "etc" => Box::new(etc::Etc::from_config(config)?),
+        "mlp" => Box::new(mlp::MlpTrigger::from_config(config)?),
         other => anyhow::bail!("unknown trigger '{other}' (known: {})", NAMES.join(", ")),
     })
 }
