@@ -19,6 +19,7 @@ pub mod rag;
 pub mod retrieval;
 pub mod step;
 pub mod text;
+pub mod autorag;
 pub mod detector;
 pub mod synth;
 pub mod trigger;
