@@ -12,6 +12,8 @@ pub mod entities;
 pub mod train;
 mod index;
 mod search;
+mod synth;
+mod synth_hallucination;
 
 #[derive(Parser, Debug)]
 #[command(name = "ragtime", version, about = "Train and evaluate retrieval controllers for dynamic RAG")]
@@ -22,9 +24,9 @@ pub struct Cli {
 
 #[derive(Subcommand, Debug)]
 pub enum Command {
-    /// Continue a prompt with the model.
     /// Answer a QA dataset with one retrieval controller in the shared decode loop; write a run directory.
     Eval(eval::Args),
+    /// Continue a prompt with the model.
     Generate(generate::Args),
     /// Print per-token internals (entropy, top-5 logits, last-layer attention, hidden states) as JSON lines.
     Inspect(inspect::Args),
@@ -38,6 +40,8 @@ pub enum Command {
     Index(index::IndexArgs),
     /// Search a BM25 index.
     Search(search::SearchArgs),
+    /// Synthesize training data for a learned controller (`hallucination`: MIND/RaDIO labels).
+    Synth(synth::SynthArgs),
 }
 
 pub fn run(cli: Cli) -> Result<()> {
@@ -50,5 +54,6 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Train(args) => train::run(args),
         Command::Index(a) => index::run(a),
         Command::Search(a) => search::run(a),
+        Command::Synth(a) => synth::run(a),
     }
 }

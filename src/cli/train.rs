@@ -7,7 +7,7 @@ use clap::{Args, Subcommand, ValueEnum};
 
 use ragtime::detector::train::{train, Split, TrainConfig};
 use ragtime::detector::Detector;
-use ragtime::synth::store::{load_manifest, read_features};
+use ragtime::synth::store::{load_manifest, read_features_many};
 
 #[derive(Args, Debug)]
 pub struct TrainArgs {
@@ -30,9 +30,10 @@ pub enum DeviceKind {
 /// Defaults are MIND's (see `ragtime::detector::train`).
 #[derive(Args, Debug)]
 pub struct DetectorArgs {
-    /// Dataset directory written by `ragtime synth` (_manifest.json + part-*.parquet).
-    #[arg(long, default_value = "datasets/hallucination")]
-    pub data: PathBuf,
+    /// Dataset directory written by `ragtime synth hallucination` (_manifest.json + part-*.parquet), or several,
+    /// comma-separated (the outputs of a `--shard i/n` synthesis).
+    #[arg(long, value_delimiter = ',', default_value = "datasets/hallucination")]
+    pub data: Vec<PathBuf>,
     /// Checkpoint directory to write (detector.json + model.safetensors).
     #[arg(long, default_value = "checkpoints/detector")]
     pub out: PathBuf,
@@ -88,16 +89,22 @@ pub fn run(args: TrainArgs) -> Result<()> {
 
 fn run_detector(a: &DetectorArgs) -> Result<()> {
     let cfg = a.config();
-    let manifest = load_manifest(&a.data)?;
+    let (mut articles, mut hallucinated) = (0, 0);
+    for d in &a.data {
+        let m = load_manifest(d)?;
+        articles += m.articles;
+        hallucinated += m.hallucinated;
+    }
     let names: Vec<&str> = cfg.features.iter().map(|s| s.as_str()).collect();
-    let table = read_features(&a.data, &names).with_context(|| format!("{}: cannot read features", a.data.display()))?;
+    let shown = a.data.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(",");
+    let table = read_features_many(&a.data, &names).with_context(|| format!("{shown}: cannot read features"))?;
     eprintln!(
         "{}: {} examples from {} articles ({} hallucinated, {:.1}%), model {} (hidden {}), {} features",
-        a.data.display(),
+        shown,
         table.len(),
-        manifest.articles,
-        manifest.hallucinated,
-        100.0 * manifest.hallucinated_rate,
+        articles,
+        hallucinated,
+        100.0 * hallucinated as f64 / table.len().max(1) as f64,
         table.model_id,
         table.hidden,
         table.dim

@@ -571,6 +571,30 @@ impl FeatureTable {
     }
 }
 
+/// [`read_features`] over several dataset directories (e.g. the shards of a `--shard i/n` synthesis), rows
+/// concatenated in the order given. All must come from the same model.
+pub fn read_features_many<P: AsRef<Path>>(dirs: &[P], features: &[&str]) -> Result<FeatureTable> {
+    ensure!(!dirs.is_empty(), "no dataset directory given");
+    let mut t = read_features(dirs[0].as_ref(), features)?;
+    for d in &dirs[1..] {
+        let u = read_features(d.as_ref(), features)?;
+        ensure!(
+            u.model_id == t.model_id && u.hidden == t.hidden,
+            "{}: made with model {:?} (hidden {}), but {} with {:?} (hidden {})",
+            d.as_ref().display(),
+            u.model_id,
+            u.hidden,
+            dirs[0].as_ref().display(),
+            t.model_id,
+            t.hidden
+        );
+        t.article_ids.extend(u.article_ids);
+        t.labels.extend(u.labels);
+        t.x.extend(u.x);
+    }
+    Ok(t)
+}
+
 /// Reads only `article_id`, `label` and the given feature columns (names from [`FEATURE_COLUMNS`]).
 pub fn read_features(dir: impl AsRef<Path>, features: &[&str]) -> Result<FeatureTable> {
     let dir = dir.as_ref();

@@ -1,0 +1,118 @@
+//! `ragtime synth hallucination --wiki DUMP --out DIR`: load the dump and the model, synthesize labelled
+//! continuations article by article, write resumable Parquet shards (see `ragtime::synth::hallucination`).
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use clap::Args as ClapArgs;
+
+use ragtime::corpus::wikiextractor::read_dump;
+use ragtime::entities::compare::DEFAULT_GLOVE_THRESHOLD;
+use ragtime::entities::wordnet::WordNet;
+use ragtime::entities::{CombinedExtractor, Resources};
+use ragtime::synth::hallucination::{record_config, run as synthesize, Shard, SynthConfig, Synthesizer, Template};
+use ragtime::synth::store::HalluStore;
+
+use super::model_args::ModelArgs;
+
+#[derive(ClapArgs, Debug)]
+pub struct Args {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// WikiExtractor dump (file or folder tree; JSON lines or <doc> form; plain or .bz2).
+    #[arg(long)]
+    pub wiki: PathBuf,
+    /// Dataset directory (created; a re-run resumes it).
+    #[arg(long, default_value = "datasets/hallucination")]
+    pub out: PathBuf,
+    /// Only the first N articles of the dump (before sharding).
+    #[arg(long)]
+    pub limit: Option<usize>,
+    /// i/n: take the articles whose index is i modulo n (run n processes, each with its own --out; train on all
+    /// of them with `ragtime train detector --data DIR1,DIR2,...`).
+    #[arg(long)]
+    pub shard: Option<Shard>,
+    /// Prompt templates, comma-separated: mind, radio.
+    #[arg(long, value_delimiter = ',', default_value = "mind,radio")]
+    pub templates: Vec<Template>,
+    /// Body sentences that form an article's opening (0 = whole text).
+    #[arg(long, default_value_t = 5)]
+    pub sentences: usize,
+    /// At most this many truncation points per article, a seeded sample (0 = all).
+    #[arg(long, default_value_t = 0)]
+    pub max_entities: usize,
+    /// Tokens generated beyond the entity's own length.
+    #[arg(long, default_value_t = 16)]
+    pub extra_tokens: usize,
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+    /// Articles per Parquet shard (the unit a kill can lose).
+    #[arg(long, default_value_t = 16)]
+    pub flush_every: usize,
+    /// GloVe cosine at or above which two entities count as the same (when GloVe is installed).
+    #[arg(long, default_value_t = DEFAULT_GLOVE_THRESHOLD)]
+    pub glove_threshold: f32,
+    /// Do not use WordNet even if installed.
+    #[arg(long)]
+    pub no_wordnet: bool,
+}
+
+pub fn run(a: Args) -> Result<()> {
+    // load
+    let all = read_dump(&a.wiki)?;
+    anyhow::ensure!(!all.is_empty(), "{}: the dump has no articles", a.wiki.display());
+    let wordnet = if a.no_wordnet { None } else { WordNet::load_default()? };
+    // the gazetteer and the common-word statistics come from the whole dump, so every shard extracts alike
+    let extractor = CombinedExtractor::from_articles(&all, wordnet.as_ref());
+    let mut resources = Resources::load_default(a.glove_threshold)?;
+    if a.no_wordnet {
+        resources.wordnet = None;
+    }
+    let mut articles = all;
+    if let Some(n) = a.limit {
+        articles.truncate(n);
+    }
+    if let Some(s) = a.shard {
+        articles = articles.into_iter().enumerate().filter(|(i, _)| i % s.count == s.index).map(|(_, x)| x).collect();
+    }
+    let lm = a.model.load()?;
+    let cfg = SynthConfig {
+        templates: a.templates.clone(),
+        sentences: a.sentences,
+        max_entities: a.max_entities,
+        extra_tokens: a.extra_tokens,
+        seed: a.seed,
+    };
+    eprintln!(
+        "synth: {} articles from {}, model {} ({}), templates {}, resources: WordNet {}, GloVe {}",
+        articles.len(),
+        a.wiki.display(),
+        lm.name,
+        lm.device,
+        cfg.templates.iter().map(|t| t.name()).collect::<Vec<_>>().join(","),
+        if resources.wordnet.is_some() { "yes" } else { "no" },
+        if resources.glove.is_some() { "yes" } else { "no (scripts/setup.sh --glove)" },
+    );
+    let mut store = HalluStore::open(&a.out, &lm.name, lm.config.hidden_size)?.with_flush_every(a.flush_every);
+    record_config(
+        &a.out,
+        &cfg,
+        &serde_json::json!({"wiki": a.wiki, "model": a.model.model, "shard": a.shard, "limit": a.limit}),
+    )?;
+
+    // transform + write
+    let synth = Synthesizer { lm: &lm, extractor: &extractor, resources: &resources, cfg };
+    let m = synthesize(&synth, &articles, &mut store, &mut |l| eprintln!("{l}"))
+        .with_context(|| format!("synthesis into {}", a.out.display()))?;
+    println!(
+        "{}: {} articles, {} examples, {} hallucinated ({:.1}%), {} faithful; rules: {}",
+        a.out.display(),
+        m.articles,
+        m.examples,
+        m.hallucinated,
+        100.0 * m.hallucinated_rate,
+        m.faithful,
+        m.rules.iter().map(|(k, v)| format!("{k} {v}")).collect::<Vec<_>>().join(", ")
+    );
+    Ok(())
+}
