@@ -47,6 +47,13 @@ pub struct Args {
     /// DRAGIN's code does, instead of using the internals captured while decoding (for scripts/bench-eval.sh).
     #[arg(long)]
     pub recompute_internals: bool,
+    /// Override a method-config value, e.g. `--set trigger.theta=0.35` (repeatable; recorded in the run's
+    /// config.toml).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub overrides: Vec<String>,
+    /// Row name in `ragtime report` (default: the trigger name).
+    #[arg(long)]
+    pub label: Option<String>,
     /// Run directory (default runs/<dataset>-<trigger>).
     #[arg(long)]
     pub out: Option<PathBuf>,
@@ -64,6 +71,9 @@ pub fn run(args: Args) -> Result<()> {
     let text = std::fs::read_to_string(&config_path).with_context(|| format!("{}: cannot read method config", config_path.display()))?;
     let root: toml::Value = toml::from_str(&text).with_context(|| format!("{}: not valid TOML", config_path.display()))?;
     let mut root = ragtime::trigger::resolve_dataset(&root, Some(&spec.name))?;
+    for o in &args.overrides {
+        ragtime::trigger::params::apply_override(&mut root, o)?;
+    }
     if let Some(d) = &args.detector {
         let t = root.get_mut("trigger").and_then(|t| t.as_table_mut()).ok_or_else(|| anyhow::anyhow!("{}: missing [trigger] table", config_path.display()))?;
         t.insert("detector".into(), toml::Value::String(d.display().to_string()));
@@ -93,7 +103,7 @@ pub fn run(args: Args) -> Result<()> {
     };
     let out_dir = args.out.clone().unwrap_or_else(|| PathBuf::from(format!("runs/{}-{}", spec.name, args.trigger)));
     let mut run_config = toml::map::Map::new();
-    run_config.insert("label".into(), toml::Value::String(args.trigger.clone()));
+    run_config.insert("label".into(), toml::Value::String(args.label.clone().unwrap_or_else(|| args.trigger.clone())));
     run_config.insert("method".into(), toml::Value::String(args.trigger.clone()));
     run_config.insert("dataset".into(), toml::Value::String(spec.name.clone()));
     run_config.insert("model".into(), toml::Value::String(args.model.model.display().to_string()));

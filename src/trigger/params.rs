@@ -175,8 +175,47 @@ fn merge(base: &mut toml::value::Table, over: &toml::value::Table) {
     }
 }
 
+/// Applies a command-line override `section.key=value` (e.g. `trigger.theta=0.35`, `query.top_n=20`,
+/// `trigger.truncate="sentence"`) to a method config. The value is read as TOML (number, bool, quoted string,
+/// array); anything that does not parse as TOML is taken as a bare string. Missing tables are created.
+pub fn apply_override(root: &mut Value, spec: &str) -> Result<()> {
+    let Some((path, raw)) = spec.split_once('=') else { bail!("--set '{spec}': expected KEY=VALUE, e.g. trigger.theta=0.35") };
+    let keys: Vec<&str> = path.trim().split('.').collect();
+    if keys.iter().any(|k| k.is_empty()) {
+        bail!("--set '{spec}': empty key in '{path}'");
+    }
+    let value = match toml::from_str::<toml::Table>(&format!("v = {}", raw.trim())) {
+        Ok(mut t) => t.remove("v").unwrap(),
+        Err(_) => Value::String(raw.trim().to_string()),
+    };
+    let mut cur = root;
+    for k in &keys[..keys.len() - 1] {
+        let Some(t) = cur.as_table_mut() else { bail!("--set '{spec}': '{k}' is inside a value that is not a table") };
+        cur = t.entry(k.to_string()).or_insert_with(|| Value::Table(Default::default()));
+    }
+    let Some(t) = cur.as_table_mut() else { bail!("--set '{spec}': the parent of '{}' is not a table", keys[keys.len() - 1]) };
+    t.insert(keys[keys.len() - 1].to_string(), value);
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn command_line_overrides() {
+        let mut root: Value = toml::from_str("[trigger]\nname = \"rind\"\ntheta = 1.4\n").unwrap();
+        apply_override(&mut root, "trigger.theta=0.35").unwrap();
+        apply_override(&mut root, "trigger.truncate=sentence").unwrap();
+        apply_override(&mut root, "query.top_n=20").unwrap();
+        apply_override(&mut root, "query.with_question = false").unwrap();
+        assert_eq!(root["trigger"]["theta"].as_float(), Some(0.35));
+        assert_eq!(root["trigger"]["truncate"].as_str(), Some("sentence"));
+        assert_eq!(root["query"]["top_n"].as_integer(), Some(20));
+        assert_eq!(root["query"]["with_question"].as_bool(), Some(false));
+        assert!(apply_override(&mut root, "theta").is_err());
+        assert!(apply_override(&mut root, "trigger..theta=1").is_err());
+        assert!(apply_override(&mut root, "trigger.theta.x=1").is_err());
+    }
+
     use super::*;
 
     #[test]
