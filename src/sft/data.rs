@@ -212,9 +212,17 @@ mod tests {
 
     #[test]
     fn render_masks_exactly_the_assistant_turns() {
-        let tok = smollm_tokenizer();
+        let mut tok = smollm_tokenizer();
+        // The shared tokenizer.json comes without tokenizer_config.json: no template default. Without one, no
+        // system turn is rendered; with one (from the GGUF or tokenizer_config.json) it leads the dialogue.
         let d = dialogue();
+        let bare = render(&tok, &d).unwrap();
+        assert!(tok.decode(&bare.ids).starts_with("<|im_start|>user\n"));
+        tok.default_system = Some("You are a helpful AI assistant named SmolLM, trained by Hugging Face".into());
         let ex = render(&tok, &d).unwrap();
+        assert!(ex.len() > bare.len());
+        assert_eq!(ex.ids[ex.len() - bare.len()..], bare.ids[..]);
+        assert_eq!(ex.loss[ex.len() - bare.len()..], bare.loss[..]);
         assert_eq!(ex.ids.len(), ex.loss.len());
         // The whole sequence is the chat-template rendering of the conversation.
         let full = tok.apply_chat_template(&messages(&d), false);

@@ -591,9 +591,11 @@ mod tests {
             assert!(lines[0].starts_with("resuming"), "{lines:?}");
             assert_eq!(resumed.state.history.len(), n + 1);
             let (a, b) = (full.state.history[n].loss, resumed.state.history[n].loss);
+            eprintln!("lora={lora}: update {} loss uninterrupted {a:.9}, resumed {b:.9}", n + 1);
             assert!((a - b).abs() < 1e-5, "lora={lora}: next loss after resume {b} vs uninterrupted {a}");
             for k in 0..n {
-                assert_eq!(full.state.history[k].loss, resumed.state.history[k].loss);
+                // (read back from state.json: equal up to JSON float parsing)
+                assert!((full.state.history[k].loss - resumed.state.history[k].loss).abs() < 1e-12);
             }
             // a different setting refuses the checkpoint
             let mut c = cfg.clone();
@@ -626,7 +628,7 @@ mod tests {
     #[test]
     fn nll_counts_only_targets_and_ignores_padding() {
         let (mcfg, w, data) = setup();
-        let dev: <Flex as Backend>::Device = Default::default();
+        let dev: burn::backend::flex::FlexDevice = Default::default();
         let m = build_llama::<Flex>(&w, &mcfg, &dev).unwrap();
         let rope = Rope::<Flex>::new(&mcfg, 256, &dev);
         let (a, b) = (&data.train[0], &data.train[1]);
