@@ -71,8 +71,16 @@ pub fn export_hf<B: Backend>(model: &Llama<B>, cfg: &ModelConfig, tokenizer_json
     std::fs::create_dir_all(out).with_context(|| format!("{}: cannot create", out.display()))?;
     write_tensors(&out.join("model.safetensors"), &export_llama(model))?;
     std::fs::write(out.join("config.json"), serde_json::to_string_pretty(&hf_config(cfg))?)?;
-    std::fs::copy(tokenizer_json, out.join("tokenizer.json"))
-        .with_context(|| format!("{}: cannot copy to {}", tokenizer_json.display(), out.display()))?;
+    // The source may be read-only (shared data): replace any earlier copy and make ours writable.
+    let tj = out.join("tokenizer.json");
+    if tj.exists() {
+        std::fs::remove_file(&tj).with_context(|| format!("{}: cannot replace", tj.display()))?;
+    }
+    std::fs::copy(tokenizer_json, &tj).with_context(|| format!("{}: cannot copy to {}", tokenizer_json.display(), out.display()))?;
+    let mut perm = std::fs::metadata(&tj)?.permissions();
+    #[allow(clippy::permissions_set_readonly_false)]
+    perm.set_readonly(false);
+    std::fs::set_permissions(&tj, perm)?;
     let name = |id: Option<u32>| id.map(|i| tok.decode(&[i]));
     let eos = tok.token_id("<|im_end|>").or_else(|| tok.stop_ids.first().copied());
     let pad = tok.token_id("<|endoftext|>").or(eos);
