@@ -21,6 +21,7 @@ pub mod step;
 pub mod text;
 pub mod autorag;
 pub mod detector;
+pub mod sft;
 pub mod synth;
 pub mod trigger;
 

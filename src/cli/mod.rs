@@ -10,6 +10,7 @@ pub mod model_args;
 mod report;
 pub mod entities;
 pub mod train;
+mod train_autorag;
 mod index;
 mod search;
 mod synth;

@@ -19,6 +19,8 @@ pub struct TrainArgs {
 pub enum TrainCommand {
     /// Train MIND's hallucination detector (MLP over hidden states) on a `synth` dataset.
     Detector(DetectorArgs),
+    /// Fine-tune the decoder on Auto-RAG dialogues (loss on the model's turns only), full or LoRA.
+    Autorag(super::train_autorag::Args),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -84,6 +86,7 @@ impl DetectorArgs {
 pub fn run(args: TrainArgs) -> Result<()> {
     match args.what {
         TrainCommand::Detector(a) => run_detector(&a),
+        TrainCommand::Autorag(a) => super::train_autorag::run(a),
     }
 }
 
@@ -217,10 +220,13 @@ mod tests {
 
     #[test]
     fn cli_defaults_are_minds() {
-        let TrainCommand::Detector(a) = T::parse_from(["t", "detector"]).c;
+        let TrainCommand::Detector(a) = T::parse_from(["t", "detector"]).c else { panic!("detector") };
         assert_eq!(a.config(), TrainConfig::default());
         let TrainCommand::Detector(a) =
-            T::parse_from(["t", "detector", "--features", "hidden_mean_last,entropy_last", "--hidden-layers", "8,4"]).c;
+            T::parse_from(["t", "detector", "--features", "hidden_mean_last,entropy_last", "--hidden-layers", "8,4"]).c
+        else {
+            panic!("detector")
+        };
         assert_eq!(a.features, vec!["hidden_mean_last", "entropy_last"]);
         assert_eq!(a.hidden_layers, vec![8, 4]);
     }

@@ -12,17 +12,39 @@ use burn::tensor::{Bool, Int, Tensor, TensorData};
 
 use super::config::ModelConfig;
 
-/// `y = x W + b` with `W` stored `[in, out]` (the transpose of Hugging Face's `[out, in]`).
+/// `y = x W + b` with `W` stored `[in, out]` (the transpose of Hugging Face's `[out, in]`), plus an optional
+/// low-rank adapter `scale * (x A) B` during LoRA fine-tuning (`None` for inference: no cost).
 #[derive(Module, Debug)]
 pub struct Linear<B: Backend> {
     pub weight: Param<Tensor<B, 2>>,
     pub bias: Option<Param<Tensor<B, 1>>>,
+    pub lora: Option<LoraAdapter<B>>,
+}
+
+/// LoRA (Hu et al., 2021): `delta W = scale * A B`, `scale = alpha / r`. Stored `[in, r]` and `[r, out]`, the
+/// transposes of PEFT's `lora_A.weight [r, in]` and `lora_B.weight [out, r]`. `B` starts at zero, so a fresh
+/// adapter leaves the model unchanged.
+#[derive(Module, Debug)]
+pub struct LoraAdapter<B: Backend> {
+    /// `[in, r]`
+    pub a: Param<Tensor<B, 2>>,
+    /// `[r, out]`
+    pub b: Param<Tensor<B, 2>>,
+    /// alpha / r
+    pub scale: f64,
 }
 
 impl<B: Backend> Linear<B> {
     pub fn forward(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
         // x: [b, t, in] -> [b, t, out]
-        let y = x.matmul(self.weight.val().unsqueeze::<3>());
+        let y = match &self.lora {
+            None => x.matmul(self.weight.val().unsqueeze::<3>()),
+            Some(l) => {
+                let low = x.clone().matmul(l.a.val().unsqueeze::<3>()); // [b, t, r]
+                let delta = low.matmul(l.b.val().unsqueeze::<3>()).mul_scalar(l.scale); // [b, t, out]
+                x.matmul(self.weight.val().unsqueeze::<3>()) + delta
+            }
+        };
         match &self.bias {
             Some(b) => y + b.val().unsqueeze::<3>(),
             None => y,

@@ -55,7 +55,7 @@ pub fn build_llama<B: Backend>(src: &dyn WeightSource, cfg: &ModelConfig, device
     let lin = |name: &str, out: usize, inp: usize, bias: bool| -> Result<Linear<B>> {
         let w = src.require(&format!("{name}.weight"), &[out, inp])?;
         let b = if bias { Some(Param::from_tensor(tensor1(src.require(&format!("{name}.bias"), &[out])?, device))) } else { None };
-        Ok(Linear { weight: Param::from_tensor(transposed(w, device)), bias: b })
+        Ok(Linear { weight: Param::from_tensor(transposed(w, device)), bias: b, lora: None })
     };
     let norm = |name: &str| -> Result<RmsNorm<B>> {
         Ok(RmsNorm { weight: Param::from_tensor(tensor1(src.require(name, &[d])?, device)), eps: cfg.rms_norm_eps as f64 })
@@ -153,6 +153,7 @@ pub fn export_llama<B: Backend>(m: &Llama<B>) -> Vec<(String, HostTensor)> {
         HostTensor { data: t.into_data().convert::<f32>().to_vec::<f32>().unwrap(), shape: vec![n] }
     };
     let lin = |out: &mut Vec<(String, HostTensor)>, name: String, l: &Linear<B>| {
+        assert!(l.lora.is_none(), "{name}: merge the LoRA adapters (ragtime::sft::lora::merge) before exporting");
         out.push((format!("{name}.weight"), host2(l.weight.val().transpose())));
         if let Some(b) = &l.bias {
             out.push((format!("{name}.bias"), host1(b.val())));

@@ -1,0 +1,315 @@
+//! `ragtime train autorag`: supervised fine-tuning on Auto-RAG dialogues (see `ragtime::sft`).
+//!
+//! ```text
+//! ragtime train autorag --data datasets/autorag --model M --epochs 5 --out checkpoints/autorag [--lora RANK]
+//! ```
+//!
+//! Settings come from `--config` (default `configs/autorag-train.toml`), flags override them. `OUT/` receives
+//! the Hugging Face folder of the trained model (LoRA merged; the adapter alone in `OUT/adapter/`),
+//! `train_report.json`, and `OUT/checkpoint/` while training: running the same command again after a kill
+//! resumes from it.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use serde::Deserialize;
+
+use ragtime::device::DeviceKind;
+use ragtime::model::gguf::GgufFile;
+use ragtime::model::safetensors::SafetensorsDir;
+use ragtime::model::weights::WeightSource;
+use ragtime::model::{ModelConfig, Tokenizer};
+use ragtime::sft::export::{export_hf, write_tensors};
+use ragtime::sft::lora::{adapter_config_json, LoraConfig};
+use ragtime::sft::train::{remove_checkpoint, Trained};
+use ragtime::sft::{read_dialogues, SftConfig, SftData};
+
+use super::model_args::DEFAULT_MODEL;
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Folder with dialogues.jsonl (one Dialogue per line), or the .jsonl file itself.
+    #[arg(long, default_value = "datasets/autorag")]
+    pub data: PathBuf,
+    /// Base model: a .gguf file or a Hugging Face folder.
+    #[arg(long, default_value = DEFAULT_MODEL)]
+    pub model: PathBuf,
+    /// tokenizer.json (needed with a GGUF model unless one lies beside it: it is copied into the output).
+    #[arg(long)]
+    pub tokenizer: Option<PathBuf>,
+    /// Output folder: the trained model (HF layout), train_report.json, checkpoint/.
+    #[arg(long, default_value = "checkpoints/autorag")]
+    pub out: PathBuf,
+    /// Defaults (TOML, sections [train] and [lora]); flags override.
+    #[arg(long, default_value = "configs/autorag-train.toml")]
+    pub config: PathBuf,
+    #[arg(long)]
+    pub epochs: Option<usize>,
+    /// Peak learning rate (default: [train] lr, or [lora] lr with --lora).
+    #[arg(long)]
+    pub lr: Option<f64>,
+    #[arg(long)]
+    pub batch_size: Option<usize>,
+    /// Micro-batches per optimizer update.
+    #[arg(long)]
+    pub grad_accum: Option<usize>,
+    /// Tokens per dialogue (longer ones are cut).
+    #[arg(long)]
+    pub max_len: Option<usize>,
+    #[arg(long)]
+    pub warmup_ratio: Option<f64>,
+    /// Global gradient-norm bound (0: off).
+    #[arg(long)]
+    pub clip_norm: Option<f64>,
+    #[arg(long)]
+    pub weight_decay: Option<f64>,
+    /// Validation loss every N updates.
+    #[arg(long)]
+    pub eval_every: Option<usize>,
+    /// Checkpoint every N updates.
+    #[arg(long)]
+    pub save_every: Option<usize>,
+    #[arg(long)]
+    pub valid_fraction: Option<f64>,
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Cap on optimizer updates (the schedule spans them).
+    #[arg(long)]
+    pub max_steps: Option<usize>,
+    /// Train LoRA adapters of this rank instead of all weights.
+    #[arg(long)]
+    pub lora: Option<usize>,
+    #[arg(long)]
+    pub lora_alpha: Option<f64>,
+    /// Comma-separated: q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj.
+    #[arg(long, value_delimiter = ',')]
+    pub lora_targets: Option<Vec<String>>,
+    /// Stop (after a checkpoint) once this many updates are done; run again to continue.
+    #[arg(long)]
+    pub stop_after: Option<usize>,
+    /// Ignore and delete an existing checkpoint in OUT/checkpoint.
+    #[arg(long)]
+    pub restart: bool,
+    /// cpu, cuda or cuda:N.
+    #[arg(long, default_value = "cpu")]
+    pub device: DeviceKind,
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct LoraSection {
+    #[serde(default)]
+    enabled: bool,
+    rank: Option<usize>,
+    alpha: Option<f64>,
+    targets: Option<Vec<String>>,
+    lr: Option<f64>,
+}
+
+impl Args {
+    /// The file's settings with the flags applied.
+    pub fn config(&self) -> Result<SftConfig> {
+        let (mut cfg, lora_sec) = if self.config.exists() {
+            let text = std::fs::read_to_string(&self.config).with_context(|| format!("{}: cannot read", self.config.display()))?;
+            let root: toml::Value = toml::from_str(&text).with_context(|| format!("{}: not valid TOML", self.config.display()))?;
+            let cfg: SftConfig = match root.get("train") {
+                Some(t) => t.clone().try_into().with_context(|| format!("{}: [train]", self.config.display()))?,
+                None => SftConfig::default(),
+            };
+            let lora: LoraSection = match root.get("lora") {
+                Some(t) => t.clone().try_into().with_context(|| format!("{}: [lora]", self.config.display()))?,
+                None => LoraSection::default(),
+            };
+            (cfg, lora)
+        } else {
+            eprintln!("{}: not found, using built-in defaults", self.config.display());
+            (SftConfig::default(), LoraSection::default())
+        };
+        macro_rules! set {
+            ($($f:ident),*) => { $( if let Some(v) = self.$f { cfg.$f = v; } )* };
+        }
+        set!(epochs, batch_size, grad_accum, max_len, warmup_ratio, clip_norm, weight_decay, eval_every, save_every, valid_fraction, seed);
+        if self.max_steps.is_some() {
+            cfg.max_steps = self.max_steps;
+        }
+        let rank = self.lora.or(if lora_sec.enabled { lora_sec.rank } else { None });
+        cfg.lora = match rank {
+            Some(0) | None => None,
+            Some(r) => Some(LoraConfig {
+                rank: r,
+                alpha: self.lora_alpha.or(lora_sec.alpha).unwrap_or(2.0 * r as f64),
+                targets: self
+                    .lora_targets
+                    .clone()
+                    .or(lora_sec.targets)
+                    .unwrap_or_else(|| ["q_proj", "k_proj", "v_proj", "o_proj"].map(String::from).to_vec()),
+            }),
+        };
+        if cfg.lora.is_some() {
+            if let Some(lr) = lora_sec.lr {
+                cfg.lr = lr;
+            }
+        }
+        if let Some(lr) = self.lr {
+            cfg.lr = lr;
+        }
+        cfg.stop_after = self.stop_after;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+}
+
+/// The base model's weights, config, tokenizer and the tokenizer.json to ship with the result.
+fn open_base(model: &Path, tokenizer: Option<&Path>) -> Result<(Box<dyn WeightSource>, ModelConfig, Tokenizer, PathBuf)> {
+    if !model.exists() {
+        bail!("{}: model not found (run scripts/setup.sh to fetch the default model)", model.display());
+    }
+    let (src, cfg, tok, tok_json): (Box<dyn WeightSource>, ModelConfig, Tokenizer, PathBuf) = if model.is_dir() {
+        let st = SafetensorsDir::open(model)?;
+        let cfg = st.config().clone();
+        let tj = tokenizer.map(Path::to_path_buf).unwrap_or_else(|| model.join("tokenizer.json"));
+        let tok = Tokenizer::from_file(&tj)?;
+        (Box::new(st), cfg, tok, tj)
+    } else {
+        let g = GgufFile::open(model)?;
+        let cfg = g.config().clone();
+        let beside = model.with_file_name("tokenizer.json");
+        let tj = match tokenizer {
+            Some(t) => t.to_path_buf(),
+            None if beside.exists() => beside,
+            None => bail!(
+                "{}: a GGUF model needs --tokenizer PATH/tokenizer.json (it is copied into the exported folder), e.g. \
+                 --tokenizer ../shared/data/models/smollm2-135m-instruct/tokenizer.json for SmolLM2",
+                model.display()
+            ),
+        };
+        let mut tok = Tokenizer::from_file(&tj)?;
+        if tok.default_system.is_none() {
+            // A bare tokenizer.json has no chat template; the GGUF's own says which system prompt inference
+            // with this model inserts, and training must render the same.
+            tok.default_system = Tokenizer::from_gguf(&g).ok().and_then(|t| t.default_system);
+        }
+        (Box::new(g), cfg, tok, tj)
+    };
+    if tok.vocab_size() > cfg.vocab_size {
+        bail!("tokenizer {} has {} tokens but the model has {}: wrong tokenizer for this model?", tok.source, tok.vocab_size(), cfg.vocab_size);
+    }
+    let mut tok = tok;
+    if tok.bos_id.is_none() {
+        tok.bos_id = cfg.bos_token_id;
+    }
+    Ok((src, cfg, tok, tok_json))
+}
+
+pub fn run(a: Args) -> Result<()> {
+    let cfg = a.config()?;
+    let data_file = if a.data.is_dir() { a.data.join("dialogues.jsonl") } else { a.data.clone() };
+    let (src, model_cfg, tok, tok_json) = open_base(&a.model, a.tokenizer.as_deref())?;
+    let dialogues = read_dialogues(&data_file)?;
+    let data = SftData::prepare(&dialogues, &tok, cfg.max_len, cfg.valid_fraction)?;
+    let count = |s: &[ragtime::sft::Example]| (s.iter().map(|e| e.len()).sum::<usize>(), s.iter().map(|e| e.targets()).sum::<usize>());
+    let (tt, tg) = count(&data.train);
+    let (vt, vg) = count(&data.valid);
+    eprintln!(
+        "{}: {} dialogues -> train {} ({tt} tokens, {tg} on model turns), valid {} ({vt} tokens, {vg}); {} cut at {} tokens, {} dropped",
+        data_file.display(),
+        dialogues.len(),
+        data.train.len(),
+        data.valid.len(),
+        data.truncated,
+        cfg.max_len,
+        data.dropped
+    );
+    eprintln!(
+        "model {} ({} layers, hidden {}), {} on {}; lr {:.1e}, batch {} x accum {}, {} epochs{}",
+        a.model.display(),
+        model_cfg.num_layers,
+        model_cfg.hidden_size,
+        match &cfg.lora {
+            Some(l) => format!("LoRA r={} alpha={} on {}", l.rank, l.alpha, l.targets.join(",")),
+            None => "full fine-tuning".into(),
+        },
+        a.device,
+        cfg.lr,
+        cfg.batch_size,
+        cfg.grad_accum,
+        cfg.epochs,
+        cfg.max_steps.map(|m| format!(", at most {m} updates")).unwrap_or_default()
+    );
+    std::fs::create_dir_all(&a.out).with_context(|| format!("{}: cannot create", a.out.display()))?;
+    let ckpt = a.out.join("checkpoint");
+    if a.restart {
+        remove_checkpoint(&ckpt)?;
+    }
+    let mut log = |line: &str| eprintln!("{line}");
+    let trained: Trained<_> = match a.device {
+        DeviceKind::Cpu => {
+            use burn::backend::{Autodiff, Flex};
+            ragtime::sft::train::<Autodiff<Flex>>(src.as_ref(), &model_cfg, &data, &cfg, Some(&ckpt), &Default::default(), &mut log)?
+        }
+        DeviceKind::Cuda(n) => return run_cuda(n, &a, src.as_ref(), &model_cfg, &data, &cfg, &ckpt, &tok, &tok_json),
+    };
+    finish(&a, trained, &model_cfg, &tok, &tok_json)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_cuda(
+    n: usize,
+    a: &Args,
+    src: &dyn WeightSource,
+    model_cfg: &ModelConfig,
+    data: &SftData,
+    cfg: &SftConfig,
+    ckpt: &Path,
+    tok: &Tokenizer,
+    tok_json: &Path,
+) -> Result<()> {
+    ragtime::device::check_cuda(n)?;
+    #[cfg(feature = "cuda")]
+    {
+        use burn::backend::{cuda::CudaDevice, Autodiff, Cuda};
+        let mut log = |line: &str| eprintln!("{line}");
+        let dev = CudaDevice::new(n);
+        let trained = ragtime::device::guard("--device cuda: training failed", || {
+            ragtime::sft::train::<Autodiff<Cuda>>(src, model_cfg, data, cfg, Some(ckpt), &dev, &mut log)
+        })??;
+        finish(a, trained, model_cfg, tok, tok_json)
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        let _ = (a, src, model_cfg, data, cfg, ckpt, tok, tok_json);
+        unreachable!("check_cuda refuses without the cuda feature")
+    }
+}
+
+fn finish<B: burn::prelude::Backend>(a: &Args, t: Trained<B>, model_cfg: &ModelConfig, tok: &Tokenizer, tok_json: &Path) -> Result<()> {
+    std::fs::write(a.out.join("train_report.json"), serde_json::to_string_pretty(&t.state)?)?;
+    if !t.finished {
+        eprintln!("stopped after update {}/{} (checkpoint kept); run the same command again to continue", t.state.step, t.state.total_steps);
+        return Ok(());
+    }
+    export_hf(&t.model, model_cfg, tok_json, tok, &a.out)?;
+    if let (Some(ad), Some(l)) = (&t.adapters, &t.state.config.lora) {
+        let dir = a.out.join("adapter");
+        std::fs::create_dir_all(&dir)?;
+        write_tensors(&dir.join("adapter_model.safetensors"), ad)?;
+        std::fs::write(dir.join("adapter_config.json"), serde_json::to_string_pretty(&adapter_config_json(l, &a.model.display().to_string()))?)?;
+    }
+    let h = &t.state.history;
+    let mean = |r: &[ragtime::sft::train::StepLog]| r.iter().map(|x| x.loss).sum::<f64>() / r.len().max(1) as f64;
+    let k = (h.len() / 5).max(1);
+    let secs: f64 = h.iter().map(|r| r.secs).sum();
+    let toks: usize = h.iter().map(|r| r.tokens).sum();
+    println!(
+        "train loss {:.4} (first {k} updates) -> {:.4} (last {k}); {:.0} tokens/s over {} updates",
+        mean(&h[..k.min(h.len())]),
+        mean(&h[h.len().saturating_sub(k)..]),
+        toks as f64 / secs.max(1e-9),
+        h.len()
+    );
+    for v in &t.state.valid {
+        println!("valid loss at update {:>5}: {:.4}", v.step, v.loss);
+    }
+    eprintln!("wrote {} (Hugging Face folder; loads with --model {})", a.out.display(), a.out.display());
+    Ok(())
+}

@@ -1,0 +1,323 @@
+//! Dialogues to token ids with a loss mask, length-grouped batches with right padding.
+//!
+//! A dialogue `x_0, y_0, ..., x_T, y_T` is rendered with the model's chat template (user = `x_t`, assistant =
+//! `y_t`, the template's default system prompt). Tokenization goes segment by segment, cut exactly where
+//! generation starts and stops at inference: everything up to and including `<|im_start|>assistant\n` is one
+//! segment (no loss), the assistant content plus `<|im_end|>` is the next (loss), and so on. The model's own
+//! tokens at inference are therefore exactly the tokens it is trained on, and the mask needs no offset
+//! arithmetic. The concatenated segments are checked to equal the full rendered conversation.
+
+use std::io::BufRead;
+use std::path::Path;
+
+use anyhow::{bail, ensure, Context, Result};
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+use sha2::{Digest, Sha256};
+
+use crate::autorag::dialogue::Dialogue;
+use crate::model::{Message, Tokenizer};
+
+/// One tokenized dialogue.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Example {
+    pub id: String,
+    pub ids: Vec<u32>,
+    /// `loss[j]`: token `j` is a target (predicted from positions `..j`); true only on the model's turns.
+    pub loss: Vec<bool>,
+}
+
+impl Example {
+    pub fn len(&self) -> usize {
+        self.ids.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.ids.is_empty()
+    }
+    /// Number of target tokens (position 0 can never be one: nothing predicts it).
+    pub fn targets(&self) -> usize {
+        self.loss.iter().skip(1).filter(|&&l| l).count()
+    }
+    /// Keeps the first `max_len` tokens.
+    pub fn truncate(&mut self, max_len: usize) {
+        self.ids.truncate(max_len);
+        self.loss.truncate(max_len);
+    }
+}
+
+/// Reads `dialogues.jsonl` (one [`Dialogue`] per line; blank lines skipped). Errors name the file and line.
+pub fn read_dialogues(path: &Path) -> Result<Vec<Dialogue>> {
+    let f = std::fs::File::open(path).with_context(|| format!("{}: cannot open (expected one Dialogue JSON object per line)", path.display()))?;
+    let mut out = Vec::new();
+    for (i, line) in std::io::BufReader::new(f).lines().enumerate() {
+        let line = line.with_context(|| format!("{}:{}: cannot read", path.display(), i + 1))?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let d: Dialogue = serde_json::from_str(&line).with_context(|| format!("{}:{}: not a valid Dialogue", path.display(), i + 1))?;
+        if d.turns.is_empty() {
+            bail!("{}:{}: dialogue '{}' has no turns", path.display(), i + 1, d.id);
+        }
+        out.push(d);
+    }
+    ensure!(!out.is_empty(), "{}: no dialogues", path.display());
+    Ok(out)
+}
+
+/// The chat messages of a dialogue: user = `x_t`, assistant = `y_t`.
+pub fn messages(d: &Dialogue) -> Vec<Message> {
+    d.turns.iter().flat_map(|t| [Message::new("user", t.input.clone()), Message::new("assistant", t.output.clone())]).collect()
+}
+
+/// Renders and tokenizes a dialogue; only the assistant contents and their end-of-turn token carry loss.
+pub fn render(tok: &Tokenizer, d: &Dialogue) -> Result<Example> {
+    let msgs = messages(d);
+    let end = "<|im_end|>";
+    let mut ids = Vec::new();
+    let mut loss = Vec::new();
+    if tok.add_bos {
+        if let Some(b) = tok.bos_id {
+            ids.push(b);
+            loss.push(false);
+        }
+    }
+    let push = |text: &str, is_loss: bool, ids: &mut Vec<u32>, loss: &mut Vec<bool>| -> Result<()> {
+        let seg = tok.encode(text, false)?;
+        loss.extend(std::iter::repeat_n(is_loss, seg.len()));
+        ids.extend(seg);
+        Ok(())
+    };
+    let mut done = String::new(); // text rendered so far
+    for (t, turn) in d.turns.iter().enumerate() {
+        // Prompt for turn t: everything through the assistant header.
+        let prompt = tok.apply_chat_template(&msgs[..2 * t + 1], true);
+        let Some(new) = prompt.strip_prefix(done.as_str()) else {
+            bail!("dialogue '{}': the chat template is not incremental (turn {t} does not extend turn {})", d.id, t.saturating_sub(1));
+        };
+        push(new, false, &mut ids, &mut loss)?;
+        let target = format!("{}{end}", turn.output);
+        push(&target, true, &mut ids, &mut loss)?;
+        let full = tok.apply_chat_template(&msgs[..2 * t + 2], false);
+        let tail = full.strip_prefix(prompt.as_str()).and_then(|r| r.strip_prefix(target.as_str()));
+        let Some(tail) = tail else {
+            bail!("dialogue '{}': the chat template does not end an assistant turn with {end} (not ChatML?)", d.id);
+        };
+        push(tail, false, &mut ids, &mut loss)?;
+        done = full;
+    }
+    Ok(Example { id: d.id.clone(), ids, loss })
+}
+
+/// Deterministic train/valid split: dialogues sorted by SHA-256 of their id; the first `ceil(fraction * n)`
+/// (at least one when `fraction > 0` and `n >= 2`) are validation. Independent of file order and seed.
+pub fn split_valid(ids: &[&str], fraction: f64) -> (Vec<usize>, Vec<usize>) {
+    let mut order: Vec<(Vec<u8>, usize)> = ids.iter().enumerate().map(|(i, id)| (Sha256::digest(id.as_bytes()).to_vec(), i)).collect();
+    order.sort();
+    let n = ids.len();
+    let mut nv = (fraction * n as f64).ceil() as usize;
+    if fraction > 0.0 && n >= 2 {
+        nv = nv.clamp(1, n - 1);
+    } else {
+        nv = 0;
+    }
+    let mut valid: Vec<usize> = order[..nv].iter().map(|x| x.1).collect();
+    let mut train: Vec<usize> = order[nv..].iter().map(|x| x.1).collect();
+    valid.sort();
+    train.sort();
+    (train, valid)
+}
+
+/// The batches of one epoch, as indices into `lengths`: shuffled with `(seed, epoch)`, grouped into windows of
+/// `batch * 16`, sorted by length inside each window (so batches have similar lengths and little padding),
+/// cut into batches, and the batch order shuffled again. Deterministic in `(seed, epoch)`.
+pub fn epoch_batches(lengths: &[usize], batch: usize, seed: u64, epoch: usize) -> Vec<Vec<usize>> {
+    let mut rng = StdRng::seed_from_u64(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add(epoch as u64));
+    let mut idx: Vec<usize> = (0..lengths.len()).collect();
+    idx.shuffle(&mut rng);
+    let mut batches = Vec::new();
+    for window in idx.chunks(batch * 16) {
+        let mut w = window.to_vec();
+        w.sort_by_key(|&i| std::cmp::Reverse(lengths[i]));
+        batches.extend(w.chunks(batch).map(|c| c.to_vec()));
+    }
+    batches.shuffle(&mut rng);
+    batches
+}
+
+/// Batches for evaluation: sorted by length, no shuffling.
+pub fn eval_batches(lengths: &[usize], batch: usize) -> Vec<Vec<usize>> {
+    let mut idx: Vec<usize> = (0..lengths.len()).collect();
+    idx.sort_by_key(|&i| std::cmp::Reverse(lengths[i]));
+    idx.chunks(batch).map(|c| c.to_vec()).collect()
+}
+
+/// A right-padded batch: `ids` is `[b, t]` row-major; `positions[k]` is the flat index `row * t + j` of the
+/// position whose output predicts `targets[k]` (= the token at `j + 1`). Pads are never targets, and with causal
+/// attention pads at the end of a row never influence its real tokens.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Batch {
+    pub ids: Vec<i32>,
+    pub b: usize,
+    pub t: usize,
+    pub positions: Vec<i64>,
+    pub targets: Vec<i64>,
+    /// Real (non-pad) tokens in the batch.
+    pub tokens: usize,
+}
+
+pub fn make_batch(examples: &[&Example], pad_id: u32) -> Batch {
+    let b = examples.len();
+    let t = examples.iter().map(|e| e.len()).max().unwrap_or(0);
+    let mut ids = vec![pad_id as i32; b * t];
+    let mut positions = Vec::new();
+    let mut targets = Vec::new();
+    let mut tokens = 0;
+    for (r, e) in examples.iter().enumerate() {
+        for (j, &id) in e.ids.iter().enumerate() {
+            ids[r * t + j] = id as i32;
+            if j > 0 && e.loss[j] {
+                positions.push((r * t + j - 1) as i64);
+                targets.push(id as i64);
+            }
+        }
+        tokens += e.len();
+    }
+    Batch { ids, b, t, positions, targets, tokens }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::autorag::dialogue::Turn;
+
+    fn smollm_tokenizer() -> Tokenizer {
+        Tokenizer::from_file(&crate::shared_data_dir().join("models/smollm2-135m-instruct/tokenizer.json")).unwrap()
+    }
+
+    fn dialogue() -> Dialogue {
+        Dialogue {
+            id: "q1".into(),
+            dataset: "hotpotqa".into(),
+            question: "Who directed the film?".into(),
+            answers: vec!["Jane Doe".into()],
+            turns: vec![
+                Turn { input: "Who directed the film?".into(), output: "Analysis: I need the director.\nRetrieval Query: film director".into() },
+                Turn { input: "Retrieved Document_1: The film was directed by Jane Doe. ".into(), output: " Jane Doe directed it.\nFinal Answer: Jane Doe".into() },
+            ],
+            iterations: 1,
+            final_answer: "Jane Doe".into(),
+        }
+    }
+
+    #[test]
+    fn render_masks_exactly_the_assistant_turns() {
+        let mut tok = smollm_tokenizer();
+        // The shared tokenizer.json comes without tokenizer_config.json: no template default. Without one, no
+        // system turn is rendered; with one (from the GGUF or tokenizer_config.json) it leads the dialogue.
+        let d = dialogue();
+        let bare = render(&tok, &d).unwrap();
+        assert!(tok.decode(&bare.ids).starts_with("<|im_start|>user\n"));
+        tok.default_system = Some("You are a helpful AI assistant named SmolLM, trained by Hugging Face".into());
+        let ex = render(&tok, &d).unwrap();
+        assert!(ex.len() > bare.len());
+        assert_eq!(ex.ids[ex.len() - bare.len()..], bare.ids[..]);
+        assert_eq!(ex.loss[ex.len() - bare.len()..], bare.loss[..]);
+        assert_eq!(ex.ids.len(), ex.loss.len());
+        // The whole sequence is the chat-template rendering of the conversation.
+        let full = tok.apply_chat_template(&messages(&d), false);
+        assert_eq!(tok.decode(&ex.ids), full);
+        assert!(full.starts_with("<|im_start|>system\n"), "default system prompt expected: {full}");
+        // The loss tokens are exactly the assistant contents, each followed by <|im_end|>.
+        let loss_ids: Vec<u32> = ex.ids.iter().zip(&ex.loss).filter(|(_, &l)| l).map(|(&i, _)| i).collect();
+        let want: String = d.turns.iter().map(|t| format!("{}<|im_end|>", t.output)).collect();
+        assert_eq!(tok.decode(&loss_ids), want);
+        // Contiguous runs of loss tokens: one per assistant turn, each ending with <|im_end|>.
+        let im_end = tok.token_id("<|im_end|>").unwrap();
+        let mut runs = Vec::new();
+        let mut cur: Vec<u32> = Vec::new();
+        for (&i, &l) in ex.ids.iter().zip(&ex.loss) {
+            if l {
+                cur.push(i);
+            } else if !cur.is_empty() {
+                runs.push(std::mem::take(&mut cur));
+            }
+        }
+        assert_eq!(runs.len(), 2);
+        for (r, t) in runs.iter().zip(&d.turns) {
+            assert_eq!(*r.last().unwrap(), im_end);
+            assert_eq!(tok.decode(&r[..r.len() - 1]), t.output);
+        }
+        // The user's documents and the question never carry loss.
+        let user_ids: Vec<u32> = ex.ids.iter().zip(&ex.loss).filter(|(_, &l)| !l).map(|(&i, _)| i).collect();
+        assert!(tok.decode(&user_ids).contains("Retrieved Document_1"));
+        // The assistant's tokens are those generation would produce after the prompt: the prompt of turn 0
+        // encodes to exactly the ids before the first loss token.
+        let prompt = tok.apply_chat_template(&messages(&d)[..1], true);
+        let first = ex.loss.iter().position(|&l| l).unwrap();
+        assert_eq!(tok.encode(&prompt, true).unwrap(), ex.ids[..first]);
+    }
+
+    #[test]
+    fn batch_is_right_padded_and_targets_skip_pads() {
+        let a = Example { id: "a".into(), ids: vec![5, 6, 7, 8], loss: vec![false, false, true, true] };
+        let b = Example { id: "b".into(), ids: vec![9, 10], loss: vec![false, true] };
+        let batch = make_batch(&[&a, &b], 0);
+        assert_eq!((batch.b, batch.t), (2, 4));
+        assert_eq!(batch.ids, vec![5, 6, 7, 8, 9, 10, 0, 0]);
+        // a: token 7 predicted at position 1, token 8 at 2; b: token 10 at row 1 position 0 -> flat 4.
+        assert_eq!(batch.positions, vec![1, 2, 4]);
+        assert_eq!(batch.targets, vec![7, 8, 10]);
+        assert_eq!(batch.tokens, 6);
+        assert_eq!(a.targets() + b.targets(), batch.targets.len());
+    }
+
+    #[test]
+    fn epoch_batches_cover_everything_once_and_are_deterministic() {
+        let lengths: Vec<usize> = (0..103).map(|i| (i * 37) % 91 + 1).collect();
+        let e0 = epoch_batches(&lengths, 4, 1, 0);
+        assert_eq!(e0, epoch_batches(&lengths, 4, 1, 0));
+        assert_ne!(e0, epoch_batches(&lengths, 4, 1, 1));
+        let mut all: Vec<usize> = e0.iter().flatten().copied().collect();
+        all.sort();
+        assert_eq!(all, (0..103).collect::<Vec<_>>());
+        // grouped by length: inside a batch lengths are sorted descending
+        for b in &e0 {
+            assert!(b.windows(2).all(|w| lengths[w[0]] >= lengths[w[1]]));
+        }
+    }
+
+    #[test]
+    fn split_is_stable_and_disjoint() {
+        let ids: Vec<String> = (0..50).map(|i| format!("id{i}")).collect();
+        let refs: Vec<&str> = ids.iter().map(|s| s.as_str()).collect();
+        let (t, v) = split_valid(&refs, 0.1);
+        assert_eq!(v.len(), 5);
+        assert_eq!(t.len() + v.len(), 50);
+        assert!(v.iter().all(|i| !t.contains(i)));
+        // the same ids in another order fall in the same split
+        let mut rev = refs.clone();
+        rev.reverse();
+        let (_, v2) = split_valid(&rev, 0.1);
+        let mut a: Vec<&str> = v.iter().map(|&i| refs[i]).collect();
+        let mut b: Vec<&str> = v2.iter().map(|&i| rev[i]).collect();
+        a.sort();
+        b.sort();
+        assert_eq!(a, b);
+        assert_eq!(split_valid(&refs[..2], 0.01).1.len(), 1);
+    }
+
+    #[test]
+    fn bad_lines_name_file_and_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("dialogues.jsonl");
+        let good = serde_json::to_string(&dialogue()).unwrap();
+        std::fs::write(&p, format!("{good}\n\n{{\"id\": \"x\"}}\n")).unwrap();
+        let err = format!("{:#}", read_dialogues(&p).unwrap_err());
+        assert!(err.contains("dialogues.jsonl:3"), "{err}");
+        let err = format!("{:#}", read_dialogues(&dir.path().join("missing.jsonl")).unwrap_err());
+        assert!(err.contains("missing.jsonl"), "{err}");
+        std::fs::write(&p, format!("{good}\n")).unwrap();
+        assert_eq!(read_dialogues(&p).unwrap().len(), 1);
+    }
+}

@@ -1,0 +1,117 @@
+//! Saving a fine-tuned decoder as a Hugging Face folder that both ragtime (`Lm::load`) and transformers
+//! (`AutoModelForCausalLM.from_pretrained`) load: `config.json`, `model.safetensors` (f32, HF names and
+//! `[out, in]` layout, `{"format": "pt"}` metadata, which transformers requires), `tokenizer.json`,
+//! `tokenizer_config.json` (ChatML template with the base model's default system prompt, so ragtime reads the
+//! same default back) and `generation_config.json`.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use burn::prelude::Backend;
+
+use crate::model::llama::Llama;
+use crate::model::safetensors::write_safetensors;
+use crate::model::weights::HostTensor;
+use crate::model::{export_llama, ModelConfig, Tokenizer};
+
+/// Writes f32 tensors (atomically) with the metadata transformers expects.
+pub fn write_tensors(path: &Path, tensors: &[(String, HostTensor)]) -> Result<()> {
+    let meta: HashMap<String, String> = [("format".to_string(), "pt".to_string())].into_iter().collect();
+    write_safetensors(path, tensors, Some(meta))
+}
+
+/// Reads every tensor of one safetensors file (f32, f16 or bf16) as f32.
+pub fn read_tensors(path: &Path) -> Result<Vec<(String, HostTensor)>> {
+    let bytes = std::fs::read(path).with_context(|| format!("{}: cannot read", path.display()))?;
+    let st = safetensors::SafeTensors::deserialize(&bytes).map_err(|e| anyhow::anyhow!("{}: not a valid safetensors file ({e})", path.display()))?;
+    let mut out = Vec::new();
+    for (name, view) in st.tensors() {
+        let b = view.data();
+        let data: Vec<f32> = match view.dtype() {
+            safetensors::Dtype::F32 => b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect(),
+            safetensors::Dtype::F16 => b.chunks_exact(2).map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32()).collect(),
+            safetensors::Dtype::BF16 => b.chunks_exact(2).map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f32()).collect(),
+            other => anyhow::bail!("{}: tensor '{name}' has dtype {other:?}", path.display()),
+        };
+        out.push((name, HostTensor { data, shape: view.shape().to_vec() }));
+    }
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(out)
+}
+
+/// `config.json` for the exported weights: [`ModelConfig::to_hf_config`] with the float fields written as
+/// their shortest decimal (`1e-5`, not the f32 widening `9.999999747378752e-6`).
+pub fn hf_config(cfg: &ModelConfig) -> serde_json::Value {
+    let mut v = cfg.to_hf_config();
+    let short = |x: f32| -> serde_json::Value { serde_json::json!(format!("{x}").parse::<f64>().unwrap_or(x as f64)) };
+    v["rms_norm_eps"] = short(cfg.rms_norm_eps);
+    v["rope_theta"] = short(cfg.rope_theta);
+    v
+}
+
+/// ChatML as a Jinja template (SmolLM2 / Qwen2 style), inserting `default_system` when the conversation has no
+/// system message.
+pub fn chatml_template(default_system: Option<&str>) -> String {
+    let sys = match default_system {
+        Some(s) => format!(
+            "{{% if messages[0]['role'] != 'system' %}}{{{{ '<|im_start|>system\\n{}<|im_end|>\\n' }}}}{{% endif %}}",
+            s.replace('\'', "\\'").replace('\n', "\\n")
+        ),
+        None => String::new(),
+    };
+    format!(
+        "{sys}{{% for message in messages %}}{{{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n'}}}}{{% endfor %}}{{% if add_generation_prompt %}}{{{{ '<|im_start|>assistant\\n' }}}}{{% endif %}}"
+    )
+}
+
+/// Writes the Hugging Face folder. `tokenizer_json` is copied; `tok` supplies special tokens and the default
+/// system prompt for `tokenizer_config.json`.
+pub fn export_hf<B: Backend>(model: &Llama<B>, cfg: &ModelConfig, tokenizer_json: &Path, tok: &Tokenizer, out: &Path) -> Result<()> {
+    std::fs::create_dir_all(out).with_context(|| format!("{}: cannot create", out.display()))?;
+    write_tensors(&out.join("model.safetensors"), &export_llama(model))?;
+    std::fs::write(out.join("config.json"), serde_json::to_string_pretty(&hf_config(cfg))?)?;
+    // The source may be read-only (shared data): replace any earlier copy and make ours writable.
+    let tj = out.join("tokenizer.json");
+    if tj.exists() {
+        std::fs::remove_file(&tj).with_context(|| format!("{}: cannot replace", tj.display()))?;
+    }
+    std::fs::copy(tokenizer_json, &tj).with_context(|| format!("{}: cannot copy to {}", tokenizer_json.display(), out.display()))?;
+    let mut perm = std::fs::metadata(&tj)?.permissions();
+    #[allow(clippy::permissions_set_readonly_false)]
+    perm.set_readonly(false);
+    std::fs::set_permissions(&tj, perm)?;
+    let name = |id: Option<u32>| id.map(|i| tok.decode(&[i]));
+    let eos = tok.token_id("<|im_end|>").or_else(|| tok.stop_ids.first().copied());
+    let pad = tok.token_id("<|endoftext|>").or(eos);
+    let tc = serde_json::json!({
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "model_max_length": cfg.max_position_embeddings,
+        "add_bos_token": tok.add_bos,
+        "bos_token": name(tok.bos_id.or(cfg.bos_token_id)),
+        "eos_token": name(eos),
+        "pad_token": name(pad),
+        "chat_template": chatml_template(tok.default_system.as_deref()),
+        "clean_up_tokenization_spaces": false,
+    });
+    std::fs::write(out.join("tokenizer_config.json"), serde_json::to_string_pretty(&tc)?)?;
+    let gc = serde_json::json!({
+        "bos_token_id": tok.bos_id.or(cfg.bos_token_id),
+        "eos_token_id": tok.stop_ids,
+        "pad_token_id": pad,
+    });
+    std::fs::write(out.join("generation_config.json"), serde_json::to_string_pretty(&gc)?)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn template_renders_the_default_system_prompt_readably() {
+        let t = chatml_template(Some("You are a helpful AI assistant named SmolLM, trained by Hugging Face"));
+        assert!(t.contains("<|im_start|>system\\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>"));
+        assert!(t.contains("add_generation_prompt"));
+    }
+}

@@ -1,0 +1,97 @@
+//! Fine-tune a tiny random decoder on toy Auto-RAG dialogues (full and LoRA), export it as a Hugging Face
+//! folder, and load that folder back with `Lm::load`: same config, same chat template default, same logits.
+
+use std::collections::HashMap;
+
+use burn::backend::{Autodiff, Flex};
+use burn::tensor::{Int, Tensor, TensorData};
+
+use ragtime::autorag::dialogue::{Dialogue, Turn};
+use ragtime::device::DeviceKind;
+use ragtime::model::llama::{Capture, Rope};
+use ragtime::model::{random_weights, Arch, Lm, MemoryWeights, ModelConfig, Tokenizer};
+use ragtime::sft::export::export_hf;
+use ragtime::sft::{LoraConfig, SftConfig, SftData};
+
+fn tokenizer_path() -> std::path::PathBuf {
+    ragtime::shared_data_dir().join("models/smollm2-135m-instruct/tokenizer.json")
+}
+
+fn dialogues(n: usize) -> Vec<Dialogue> {
+    (0..n)
+        .map(|i| Dialogue {
+            id: format!("d{i}"),
+            dataset: "toy".into(),
+            question: format!("Where was person {i} born?"),
+            answers: vec!["Paris".into()],
+            turns: vec![
+                Turn { input: format!("Where was person {i} born?"), output: format!("Retrieval Query: person {i} birthplace") },
+                Turn { input: format!("Retrieved Document_1: Person {i} was born in Paris."), output: "Final Answer: Paris".into() },
+            ],
+            iterations: 1,
+            final_answer: "Paris".into(),
+        })
+        .collect()
+}
+
+#[test]
+fn trained_model_exports_and_loads_back_with_the_same_logits() {
+    for (arch, lora) in [(Arch::Llama, false), (Arch::Qwen2, true)] {
+        let mut mcfg = ModelConfig::tiny(arch, 49152);
+        mcfg.eos_token_ids = vec![2];
+        let w = MemoryWeights(random_weights(&mcfg, 5).into_iter().collect::<HashMap<_, _>>());
+        let mut tok = Tokenizer::from_file(&tokenizer_path()).unwrap();
+        tok.default_system = Some("You are a test assistant.".into());
+        let data = SftData::prepare(&dialogues(12), &tok, 96, 0.2).unwrap();
+        let cfg = SftConfig {
+            epochs: 1,
+            lr: 1e-2,
+            batch_size: 2,
+            grad_accum: 1,
+            max_len: 96,
+            eval_every: 0,
+            save_every: 0,
+            log_every: 0,
+            valid_fraction: 0.2,
+            lora: lora.then(|| LoraConfig { rank: 2, alpha: 4.0, targets: vec!["q_proj".into(), "down_proj".into()] }),
+            ..Default::default()
+        };
+        let dev = Default::default();
+        let t = ragtime::sft::train::<Autodiff<Flex>>(&w, &mcfg, &data, &cfg, None, &dev, &mut |_| {}).unwrap();
+        assert!(t.finished);
+        assert!(t.model.layers.iter().all(|b| b.self_attn.q_proj.lora.is_none()), "export needs merged adapters");
+
+        let dir = tempfile::tempdir().unwrap();
+        export_hf(&t.model, &mcfg, &tokenizer_path(), &tok, dir.path()).unwrap();
+        for f in ["config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "generation_config.json"] {
+            assert!(dir.path().join(f).exists(), "{f} missing");
+        }
+        let back_cfg = ModelConfig::from_hf_config(&dir.path().join("config.json")).unwrap();
+        assert_eq!(back_cfg, mcfg);
+        let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.path().join("config.json")).unwrap()).unwrap();
+        assert_eq!(v["model_type"], if arch == Arch::Llama { "llama" } else { "qwen2" });
+        assert_eq!(v["rms_norm_eps"], serde_json::json!(1e-5));
+
+        let lm = Lm::load(dir.path(), DeviceKind::Cpu, None).unwrap();
+        assert_eq!(lm.tokenizer.default_system.as_deref(), Some("You are a test assistant."));
+        let ids: Vec<u32> = data.train[0].ids[..40].to_vec();
+        let mut s = lm.session();
+        s.prefill(&ids).unwrap();
+        let loaded = s.logits().unwrap().to_vec();
+
+        let rope = Rope::<Flex>::new(&mcfg, 64, &dev);
+        let x = Tensor::<Flex, 2, Int>::from_data(TensorData::new(ids.iter().map(|&i| i as i32).collect::<Vec<_>>(), [1, ids.len()]), &dev);
+        let h = t.model.forward(x, &rope, 0, None, Capture::default()).hidden;
+        let all = t.model.logits(h).into_data().convert::<f32>().to_vec::<f32>().unwrap();
+        let direct = &all[(ids.len() - 1) * 49152..];
+        let diff = loaded.iter().zip(direct).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+        assert!(diff < 1e-4, "{arch:?} lora={lora}: exported model's logits differ by {diff}");
+
+        // The fine-tuned weights differ from the base ones (training did something and export kept it).
+        let base = Lm::from_source(&w, mcfg.clone(), Tokenizer::from_file(&tokenizer_path()).unwrap(), "base".into(), DeviceKind::Cpu).unwrap();
+        let mut sb = base.session();
+        sb.prefill(&ids).unwrap();
+        let bdiff = sb.logits().unwrap().iter().zip(&loaded).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+        assert!(bdiff > 1e-3, "{arch:?} lora={lora}: exported logits equal the base model's");
+    }
+}
