@@ -12,6 +12,8 @@ pub mod entities;
 pub mod train;
 mod index;
 mod search;
+pub mod synth;
+pub mod synth_autorag;
 
 #[derive(Parser, Debug)]
 #[command(name = "ragtime", version, about = "Train and evaluate retrieval controllers for dynamic RAG")]
@@ -38,6 +40,8 @@ pub enum Command {
     Index(index::IndexArgs),
     /// Search a BM25 index.
     Search(search::SearchArgs),
+    /// Synthesize training data (`autorag`: Auto-RAG's iterative-retrieval dialogues).
+    Synth(synth::SynthArgs),
 }
 
 pub fn run(cli: Cli) -> Result<()> {
@@ -50,5 +54,6 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Train(args) => train::run(args),
         Command::Index(a) => index::run(a),
         Command::Search(a) => search::run(a),
+        Command::Synth(a) => synth::run(a),
     }
 }
