@@ -128,7 +128,8 @@ impl Default for SynthConfig {
 pub struct Attempt {
     pub id: String,
     pub kept: bool,
-    /// `kept`, `wrong_answer`, `no_answer`, `repeated_query`, `empty_reasoning` or `context_full`.
+    /// `kept`, or why not (the first that applies): `context_full`, `no_answer`, `wrong_answer`,
+    /// `empty_reasoning`, `repeated_query`.
     pub reason: String,
     /// Queries issued (the chosen candidate of each iteration).
     pub iterations: usize,
@@ -139,6 +140,9 @@ pub struct Attempt {
     /// The answer was forced (not written by the teacher on its own).
     pub forced_answer: bool,
     pub final_answer: String,
+    /// The final answer matches the gold (whether or not a quality filter dropped the dialogue).
+    #[serde(default)]
+    pub answer_correct: bool,
     pub generated_tokens: usize,
     pub seconds: f64,
 }
@@ -297,16 +301,18 @@ impl<'a> Synthesizer<'a> {
             let mut seen = HashSet::new();
             !queries.iter().all(|q| seen.insert(normalize_answer(q)))
         };
+        let correct = !final_answer.is_empty() && filter::answer_matches(&final_answer, &ex.answers, cfg.max_answer_words);
+        // correctness first, then the quality filters, so stats tell correct-but-filtered dialogues apart
         let reason = if context_full {
             "context_full"
         } else if final_answer.is_empty() {
             "no_answer"
+        } else if !correct {
+            "wrong_answer"
         } else if empty {
             "empty_reasoning"
         } else if cfg.drop_repeated_queries && repeated {
             "repeated_query"
-        } else if !filter::answer_matches(&final_answer, &ex.answers, cfg.max_answer_words) {
-            "wrong_answer"
         } else {
             "kept"
         };
@@ -320,6 +326,7 @@ impl<'a> Synthesizer<'a> {
             sub_answers: subs,
             forced_answer: forced,
             final_answer: final_answer.clone(),
+            answer_correct: correct,
             generated_tokens: tgen.generated + qgen.generated - gen0,
             seconds: t0.elapsed().as_secs_f64(),
         };
@@ -341,6 +348,9 @@ impl<'a> Synthesizer<'a> {
 pub struct Stats {
     pub tried: usize,
     pub kept: usize,
+    /// Attempts whose final answer matched the gold (kept, or dropped by a quality filter).
+    #[serde(default)]
+    pub correct: usize,
     /// kept / tried (0 when nothing was tried).
     pub yield_rate: f64,
     /// Attempts per reason (`kept`, `wrong_answer`, ...).
@@ -371,6 +381,7 @@ impl Stats {
             queries += a.sub_answers.len();
             hits += a.sub_answers.iter().filter(|x| x.is_some()).count();
             forced += a.forced_answer as usize;
+            s.correct += a.answer_correct as usize;
             secs += a.seconds;
         }
         let div = |a: f64, b: usize| if b == 0 { 0.0 } else { a / b as f64 };
@@ -381,14 +392,15 @@ impl Stats {
         s
     }
 
-    /// One progress line: `[12/250] kept 3 (25.0%) | iterations of kept {1: 2, 2: 1} | 9.1 s/q`.
+    /// One progress line: `[12/250] kept 3 (25.0%), correct 4 | iterations of kept {1: 2, 2: 1} | ...`.
     pub fn line(&self, total: usize) -> String {
         format!(
-            "[{}/{}] kept {} ({:.1}%) | iterations of kept {:?} | sub-answer {:.1}% | {:.1} s/q",
+            "[{}/{}] kept {} ({:.1}%), correct {} | iterations of kept {:?} | sub-answer {:.1}% | {:.1} s/q",
             self.tried,
             total,
             self.kept,
             100.0 * self.yield_rate,
+            self.correct,
             self.iterations_kept,
             100.0 * self.sub_answer_rate,
             self.seconds_per_question
@@ -687,6 +699,7 @@ mod tests {
             sub_answers: subs,
             forced_answer: !kept,
             final_answer: "A".into(),
+            answer_correct: kept || id == "4",
             generated_tokens: 10,
             seconds: 2.0,
         }
@@ -701,7 +714,7 @@ mod tests {
             attempt("4", false, 0, vec![]),
         ];
         let s = Stats::of(&a);
-        assert_eq!((s.tried, s.kept), (4, 2));
+        assert_eq!((s.tried, s.kept, s.correct), (4, 2, 3));
         assert!((s.yield_rate - 0.5).abs() < 1e-12);
         // 2 of 5 queries had a sub-answer
         assert!((s.sub_answer_rate - 0.4).abs() < 1e-12);
