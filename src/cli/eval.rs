@@ -60,6 +60,9 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<()> {
+    if args.trigger == "autorag" {
+        return run_autorag(args);
+    }
     // load
     let spec = DatasetSpec::load(&args.dataset)?;
     let mut examples = spec.load_examples()?;
@@ -128,6 +131,69 @@ pub fn run(args: Args) -> Result<()> {
         rec.forward_tokens = o.forward_tokens;
         rec.seconds = t0.elapsed().as_secs_f64();
         rec.trace = o.tokens.iter().zip(&o.scores).map(|(t, s)| TraceToken { text: t.text.clone(), entropy: t.entropy, score: *s }).collect();
+        writer.write(&rec)?;
+        eprintln!("{}", progress.update(&rec));
+    }
+    let summary = writer.finish()?;
+    println!("{}", ragtime::eval::report::markdown_table(&[summary]));
+    Ok(())
+}
+
+/// `--trigger autorag`: Auto-RAG's Algorithm 2 (`ragtime::autorag::infer`), written in the same run-directory
+/// format. The config's `[autorag]` table gives T, T_PK, k, the turn length and whether the few-shot exemplars
+/// are shown (the base model) or not (a model trained on `synth autorag` dialogues); `-k` overrides k and
+/// `--max-new-tokens` the turn length (`--max-retrievals` does not apply: T is `[autorag] max_iter`).
+fn run_autorag(args: Args) -> Result<()> {
+    use ragtime::autorag::infer::{AutoRag, ChatGen, InferConfig};
+    use ragtime::autorag::prompts::AutoRagPrompts;
+    let spec = DatasetSpec::load(&args.dataset)?;
+    let mut examples = spec.load_examples()?;
+    if let Some(n) = args.limit {
+        examples.truncate(n);
+    }
+    let config_path = args.config.clone().unwrap_or_else(|| PathBuf::from("configs/autorag.toml"));
+    let root = super::synth_autorag::method_config(&config_path, &spec.name)?;
+    let mut cfg: InferConfig = super::synth_autorag::section(&root, "autorag", &config_path)?;
+    if let Some(k) = args.top_k {
+        cfg.top_k = k;
+    }
+    if let Some(n) = args.max_new_tokens {
+        cfg.max_new_tokens = n;
+    }
+    let prompt_dir = AutoRagPrompts::default_dir();
+    let prompts = AutoRagPrompts::load(&prompt_dir, &cfg.reasoning)?;
+    let index = args.index.clone().or_else(|| spec.index.clone());
+    let Some(index) = index else { anyhow::bail!("--trigger autorag retrieves: give --index DIR (dataset '{}' names no default index)", spec.name) };
+    let retriever = Bm25Index::open(&index)?;
+    let lm = args.model.load()?;
+    let out_dir = args.out.clone().unwrap_or_else(|| PathBuf::from(format!("runs/{}-{}", spec.name, args.trigger)));
+    let mut run_config = toml::map::Map::new();
+    run_config.insert("label".into(), toml::Value::String(args.trigger.clone()));
+    run_config.insert("method".into(), toml::Value::String(args.trigger.clone()));
+    run_config.insert("dataset".into(), toml::Value::String(spec.name.clone()));
+    run_config.insert("model".into(), toml::Value::String(args.model.model.display().to_string()));
+    run_config.insert("index".into(), toml::Value::String(index.display().to_string()));
+    run_config.insert("autorag".into(), toml::Value::try_from(&cfg)?);
+    run_config.insert("method_config".into(), root.clone());
+    let mut writer = RunWriter::create(&out_dir, &toml::Value::Table(run_config))?;
+    let mut progress = Progress::new(examples.len(), writer.len());
+    let rag = AutoRag { lm: &lm, retriever: &retriever, prompts: &prompts, cfg };
+    let mut main = ChatGen::new(&lm);
+    let mut aux = ChatGen::new(&lm);
+    for ex in &examples {
+        if writer.is_done(&ex.id) {
+            continue;
+        }
+        let t0 = std::time::Instant::now();
+        let trace_from = main.trace.len();
+        let o = rag.answer(&mut main, &mut aux, &ex.question).with_context(|| format!("question '{}'", ex.id))?;
+        let mut rec = PredictionRecord::new(ex, &o.answer);
+        rec.raw_output = o.transcript();
+        rec.retrievals = o.retrievals.iter().filter(|r| !r.pseudo).map(|r| RetrievalRecord::new(ex, r.token_pos, &r.query, &r.passages)).collect();
+        rec.generated_tokens = o.generated_tokens;
+        rec.forward_tokens = o.forward_tokens;
+        rec.seconds = t0.elapsed().as_secs_f64();
+        rec.trace = main.trace[trace_from..].iter().map(|(t, e)| TraceToken { text: t.clone(), entropy: *e, score: None }).collect();
         writer.write(&rec)?;
         eprintln!("{}", progress.update(&rec));
     }

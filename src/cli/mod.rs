@@ -14,6 +14,7 @@ mod train_autorag;
 mod index;
 mod search;
 mod synth;
+mod synth_autorag;
 mod synth_hallucination;
 
 #[derive(Parser, Debug)]
@@ -41,7 +42,8 @@ pub enum Command {
     Index(index::IndexArgs),
     /// Search a BM25 index.
     Search(search::SearchArgs),
-    /// Synthesize training data for a learned controller (`hallucination`: MIND/RaDIO labels).
+    /// Synthesize training data for a learned controller (`hallucination`: MIND/RaDIO labels; `autorag`:
+    /// Auto-RAG's iterative-retrieval dialogues).
     Synth(synth::SynthArgs),
 }
 

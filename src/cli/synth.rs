@@ -3,7 +3,7 @@
 use anyhow::Result;
 use clap::{Args, Subcommand};
 
-use super::synth_hallucination;
+use super::{synth_autorag, synth_hallucination};
 
 #[derive(Args, Debug)]
 pub struct SynthArgs {
@@ -16,10 +16,13 @@ pub enum SynthCommand {
     /// MIND/RaDIO hallucination labels: truncate Wikipedia openings at entities, let the model continue,
     /// compare the entity it writes with the real one, store labels and hidden states (Parquet).
     Hallucination(synth_hallucination::Args),
+    /// Auto-RAG's iterative-retrieval dialogues (the paper's Algorithm 1), as JSON lines and Parquet.
+    Autorag(synth_autorag::Args),
 }
 
 pub fn run(args: SynthArgs) -> Result<()> {
     match args.what {
         SynthCommand::Hallucination(a) => synth_hallucination::run(a),
+        SynthCommand::Autorag(a) => synth_autorag::run(a),
     }
 }

@@ -1,0 +1,123 @@
+//! The sub-answer filter of Algorithm 1: does a candidate query's retrieval bring back something that answers
+//! (part of) the question?
+//!
+//! - Questions with supporting paragraphs (HotpotQA, 2Wiki with the official context): a retrieved passage is a
+//!   supporting paragraph ([`Example::is_supporting`], title + text after whitespace collapsing), or a passage
+//!   contains the answer.
+//! - Otherwise (2Wiki dev without context, NQ, TriviaQA): a passage contains the answer or one of its aliases.
+//!
+//! "Contains" is [`contains_answer`]: the SQuAD-normalised alias occurs in the normalised `title text` as a
+//! whole-word sequence. Yes/no/maybe answers never count as contained (any passage has the word "no"); for such
+//! questions only a supporting paragraph is a sub-answer.
+
+use crate::eval::metrics::{contains_answer, normalize_answer};
+use crate::qa::Example;
+use crate::retrieval::Passage;
+
+/// Why a set of documents counts as holding a sub-answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SubAnswer {
+    /// A supporting paragraph of the question was retrieved.
+    Supporting,
+    /// A passage contains the gold answer (or an alias).
+    Answer,
+}
+
+fn is_yes_no(a: &str) -> bool {
+    matches!(normalize_answer(a).as_str(), "yes" | "no" | "maybe")
+}
+
+/// Whether `passage` contains one of the (non yes/no) gold answers.
+pub fn passage_has_answer(passage: &Passage, answers: &[String]) -> bool {
+    let golds: Vec<String> = answers.iter().filter(|a| !is_yes_no(a)).cloned().collect();
+    !golds.is_empty() && contains_answer(&format!("{} {}", passage.title, passage.text), &golds) > 0.0
+}
+
+/// The first reason (supporting paragraph before answer string) why `docs` hold a sub-answer of `ex`, if any.
+pub fn sub_answer(ex: &Example, docs: &[Passage]) -> Option<SubAnswer> {
+    if !ex.supporting.is_empty() && docs.iter().any(|p| ex.is_supporting(&p.title, &p.text)) {
+        return Some(SubAnswer::Supporting);
+    }
+    docs.iter().any(|p| passage_has_answer(p, &ex.answers)).then_some(SubAnswer::Answer)
+}
+
+/// Index of the first candidate whose documents hold a sub-answer.
+pub fn first_with_sub_answer(ex: &Example, candidates: &[Vec<Passage>]) -> Option<(usize, SubAnswer)> {
+    candidates.iter().enumerate().find_map(|(i, docs)| sub_answer(ex, docs).map(|s| (i, s)))
+}
+
+/// Whether a final answer matches the gold: exact match after SQuAD normalisation, or the answer has at most
+/// `max_words` words and contains a (non yes/no) gold alias as a whole-word sequence ("Reese Witherspoon, the
+/// actress" for "Reese Witherspoon"). Yes/no golds need the first yes/no word of the answer to agree.
+pub fn answer_matches(answer: &str, golds: &[String], max_words: usize) -> bool {
+    if crate::eval::metrics::exact_match(answer, golds) > 0.0 {
+        return true;
+    }
+    if golds.iter().any(|g| is_yes_no(g)) {
+        let label = crate::eval::metrics::yes_no_label(answer, true);
+        return label.is_some_and(|l| golds.iter().any(|g| normalize_answer(g) == l));
+    }
+    let words = normalize_answer(answer).split_whitespace().count();
+    words <= max_words && contains_answer(answer, golds) > 0.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::qa::{AnswerKind, Doc};
+
+    fn p(title: &str, text: &str) -> Passage {
+        Passage { id: title.into(), title: title.into(), text: text.into(), score: 0.0 }
+    }
+
+    fn ex(answers: &[&str], supporting: &[(&str, &str)]) -> Example {
+        Example {
+            id: "q".into(),
+            question: "?".into(),
+            answers: answers.iter().map(|s| s.to_string()).collect(),
+            kind: AnswerKind::Span,
+            supporting: supporting.iter().map(|(t, x)| Doc { title: t.to_string(), text: x.to_string() }).collect(),
+            contexts: vec![],
+        }
+    }
+
+    #[test]
+    fn supporting_paragraph_or_answer_string() {
+        let e = ex(&["Chief of Protocol"], &[("Shirley Temple", "Shirley  Temple was an actress.")]);
+        // supporting paragraph (whitespace collapsed) without the answer
+        assert_eq!(sub_answer(&e, &[p("Other", "x"), p("Shirley Temple", "Shirley Temple was an actress.")]), Some(SubAnswer::Supporting));
+        // same title, different text: not supporting, and no answer
+        assert_eq!(sub_answer(&e, &[p("Shirley Temple", "She was born in 1928.")]), None);
+        // answer string, case and punctuation normalised
+        assert_eq!(sub_answer(&e, &[p("US", "She served as chief of protocol.")]), Some(SubAnswer::Answer));
+        // not as a whole word sequence
+        assert_eq!(sub_answer(&e, &[p("US", "the chief of protocols office")]), None);
+    }
+
+    #[test]
+    fn aliases_and_yes_no() {
+        let e = ex(&["JFK", "John F. Kennedy"], &[]);
+        assert_eq!(sub_answer(&e, &[p("Dallas", "John F Kennedy was shot.")]), Some(SubAnswer::Answer));
+        assert_eq!(sub_answer(&e, &[p("JFK airport", "an airport")]), Some(SubAnswer::Answer)); // title counts
+        let yn = ex(&["no"], &[]);
+        assert_eq!(sub_answer(&yn, &[p("X", "There is no such thing.")]), None);
+        let cands = vec![vec![p("A", "nothing")], vec![p("B", "Kennedy")], vec![p("C", "JFK")], vec![p("D", "JFK")]];
+        assert_eq!(first_with_sub_answer(&e, &cands), Some((2, SubAnswer::Answer)));
+        assert_eq!(first_with_sub_answer(&e, &cands[..2]), None);
+    }
+
+    #[test]
+    fn final_answer_match() {
+        let g = vec!["Reese Witherspoon".to_string()];
+        assert!(answer_matches("reese witherspoon.", &g, 10));
+        assert!(answer_matches("The actress Reese Witherspoon", &g, 10));
+        // 6 normalised words > 5
+        assert!(!answer_matches("it was played by reese witherspoon", &g, 5));
+        assert!(!answer_matches("Witherspoon", &g, 10));
+        let yn = vec!["no".to_string()];
+        assert!(answer_matches("No, they do not.", &yn, 10));
+        assert!(!answer_matches("Yes, not the same", &yn, 10));
+        assert!(!answer_matches("Indian", &yn, 10));
+    }
+}

@@ -1,0 +1,134 @@
+//! `ragtime synth autorag`: Auto-RAG's Algorithm 1 over a QA dataset (see `ragtime::autorag::synth`). Also the
+//! config loading `ragtime eval --trigger autorag` shares.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use clap::Args as ClapArgs;
+use serde::de::DeserializeOwned;
+
+use ragtime::autorag::infer::ChatGen;
+use ragtime::autorag::prompts::AutoRagPrompts;
+use ragtime::autorag::synth::{DialogueStore, SynthConfig, Synthesizer};
+use ragtime::eval::DatasetSpec;
+use ragtime::model::Lm;
+use ragtime::retrieval::bm25::Bm25Index;
+
+use super::model_args::ModelArgs;
+
+#[derive(ClapArgs, Debug)]
+pub struct Args {
+    /// The model: writes the reasoning and the queries unless --teacher / --query-model say otherwise.
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Dataset name (datasets/NAME.toml) or a data file.
+    #[arg(long)]
+    pub dataset: String,
+    /// BM25 index from `ragtime index` (default: the dataset's).
+    #[arg(long)]
+    pub index: Option<PathBuf>,
+    /// Model that writes the reasoning turns (default: --model).
+    #[arg(long)]
+    pub teacher: Option<PathBuf>,
+    /// Model that writes the candidate queries (default: --model).
+    #[arg(long)]
+    pub query_model: Option<PathBuf>,
+    /// Output directory (dialogues.jsonl, dialogues.parquet, attempts.jsonl, stats.json). Re-running resumes.
+    #[arg(long, default_value = "datasets/autorag")]
+    pub out: PathBuf,
+    /// Method config with a [synth] table.
+    #[arg(long, default_value = "configs/autorag.toml")]
+    pub config: PathBuf,
+    /// Only the first N questions.
+    #[arg(long)]
+    pub limit: Option<usize>,
+    /// T: iterations at most (overrides the config).
+    #[arg(long)]
+    pub max_iter: Option<usize>,
+    /// n: candidate queries per iteration (overrides the config).
+    #[arg(long)]
+    pub candidates: Option<usize>,
+    /// Seed of the query sampling and the random fallback (overrides the config).
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Folder of the Auto-RAG prompt files (default: <shared data>/fewshot/autorag).
+    #[arg(long)]
+    pub prompts: Option<PathBuf>,
+}
+
+/// The method config with the dataset's overrides applied (`[datasets.NAME]`).
+pub fn method_config(path: &Path, dataset: &str) -> Result<toml::Value> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("{}: cannot read method config", path.display()))?;
+    let root: toml::Value = toml::from_str(&text).with_context(|| format!("{}: not valid TOML", path.display()))?;
+    ragtime::trigger::resolve_dataset(&root, Some(dataset)).with_context(|| format!("{}", path.display()))
+}
+
+/// Table `name` of the config as `T` (defaults for what it leaves out; unknown keys are errors).
+pub fn section<T: DeserializeOwned + Default>(root: &toml::Value, name: &str, path: &Path) -> Result<T> {
+    match root.get(name) {
+        None => Ok(T::default()),
+        Some(v) => v.clone().try_into::<T>().with_context(|| format!("{}: bad [{name}] table", path.display())),
+    }
+}
+
+fn load_model(path: &Path, base: &ModelArgs) -> Result<Lm> {
+    ModelArgs { model: path.to_path_buf(), tokenizer: base.tokenizer.clone(), device: base.device }.load()
+}
+
+pub fn run(args: Args) -> Result<()> {
+    let spec = DatasetSpec::load(&args.dataset)?;
+    let mut examples = spec.load_examples()?;
+    if let Some(n) = args.limit {
+        examples.truncate(n);
+    }
+    let root = method_config(&args.config, &spec.name)?;
+    let mut cfg: SynthConfig = section(&root, "synth", &args.config)?;
+    if let Some(t) = args.max_iter {
+        cfg.max_iter = t;
+    }
+    if let Some(n) = args.candidates {
+        cfg.candidates = n;
+    }
+    if let Some(s) = args.seed {
+        cfg.seed = s;
+    }
+    anyhow::ensure!(cfg.rewrite == "fewshot" || cfg.rewrite == "zeroshot", "{}: [synth] rewrite must be fewshot or zeroshot, not {:?}", args.config.display(), cfg.rewrite);
+    let prompt_dir = args.prompts.clone().unwrap_or_else(AutoRagPrompts::default_dir);
+    let prompts = AutoRagPrompts::load(&prompt_dir, &cfg.reasoning)?;
+    let index = args.index.clone().or_else(|| spec.index.clone()).with_context(|| format!("give --index DIR (dataset '{}' names no default index)", spec.name))?;
+    let retriever = Bm25Index::open(&index)?;
+
+    // models: load each distinct file once
+    let model_path = args.model.model.clone();
+    let teacher_path = args.teacher.clone().unwrap_or_else(|| model_path.clone());
+    let query_path = args.query_model.clone().unwrap_or_else(|| model_path.clone());
+    let teacher = load_model(&teacher_path, &args.model)?;
+    let query_own = if query_path == teacher_path { None } else { Some(load_model(&query_path, &args.model)?) };
+    let query_lm = query_own.as_ref().unwrap_or(&teacher);
+
+    let config = serde_json::json!({
+        "dataset": spec.name,
+        "index": index.display().to_string(),
+        "teacher": teacher_path.display().to_string(),
+        "query_model": query_path.display().to_string(),
+        "prompts": prompt_dir.display().to_string(),
+        "synth": cfg,
+    });
+    let mut store = DialogueStore::open(&args.out, &config)?;
+    let synth = Synthesizer { retriever: &retriever, prompts: &prompts, cfg, dataset: spec.name.clone() };
+    let mut tgen = ChatGen::new(&teacher);
+    let mut qgen = ChatGen::new(query_lm);
+    let total = examples.len();
+    eprintln!("synth autorag: {} questions ({} already tried) -> {}", total, examples.iter().filter(|e| store.is_done(&e.id)).count(), args.out.display());
+    for ex in &examples {
+        if store.is_done(&ex.id) {
+            continue;
+        }
+        let (attempt, dialogue) = synth.synthesize(&mut tgen, &mut qgen, ex).with_context(|| format!("question '{}'", ex.id))?;
+        store.record(&attempt, dialogue.as_ref())?;
+        eprintln!("{} | {}: {} ({} iterations, answer {:?})", store.stats().line(total), ex.id, attempt.reason, attempt.iterations, attempt.final_answer);
+    }
+    let stats = store.finish()?;
+    println!("{}", serde_json::to_string_pretty(&stats)?);
+    Ok(())
+}

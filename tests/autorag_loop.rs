@@ -1,0 +1,159 @@
+//! Auto-RAG's loops end to end on a tiny random model and a tiny corpus: Algorithm 2 (inference) must retrieve
+//! T times with new passages each time, feed them back as document turns, force an answer, and reuse the cached
+//! exemplar prefix across questions; Algorithm 1 (synthesis) must pick candidates by the sub-answer filter and
+//! record the attempt in a resumable store.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Mutex;
+
+use anyhow::Result;
+use ragtime::autorag::infer::{AutoRag, ChatGen, InferConfig};
+use ragtime::autorag::prompts::AutoRagPrompts;
+use ragtime::autorag::synth::{DialogueStore, SynthConfig, Synthesizer};
+use ragtime::autorag::filter::SubAnswer;
+use ragtime::device::DeviceKind;
+use ragtime::model::{random_weights, Arch, Lm, MemoryWeights, ModelConfig, Tokenizer};
+use ragtime::qa::{AnswerKind, Example};
+use ragtime::retrieval::{Passage, Retriever};
+
+/// Word-overlap retrieval; records the queries it saw.
+struct Tiny(Vec<Passage>, Mutex<Vec<String>>);
+
+impl Retriever for Tiny {
+    fn search(&self, query: &str, k: usize) -> Result<Vec<Passage>> {
+        self.1.lock().unwrap().push(query.to_string());
+        let q: Vec<String> = query.split_whitespace().map(|w| w.to_lowercase()).collect();
+        let mut hits: Vec<Passage> = self
+            .0
+            .iter()
+            .map(|p| {
+                let s = p.text.split_whitespace().filter(|w| q.contains(&w.to_lowercase())).count() as f32;
+                Passage { score: s, ..p.clone() }
+            })
+            .collect();
+        hits.sort_by(|a, b| b.score.total_cmp(&a.score));
+        hits.truncate(k);
+        Ok(hits)
+    }
+}
+
+fn tiny_lm(max_pos: usize) -> Lm {
+    let mut cfg = ModelConfig::tiny(Arch::Llama, 49152);
+    cfg.max_position_embeddings = max_pos;
+    let tok = Tokenizer::from_file(&ragtime::shared_data_dir().join("models/smollm2-135m-instruct/tokenizer.json")).unwrap();
+    let w = MemoryWeights(random_weights(&cfg, 11).into_iter().collect::<HashMap<_, _>>());
+    Lm::from_source(&w, cfg, tok, "tiny".into(), DeviceKind::Cpu).unwrap()
+}
+
+fn corpus() -> Tiny {
+    Tiny(
+        ["Paris is the capital of France.", "Berlin is the capital of Germany.", "The Seine flows through Paris.", "Rome is in Italy."]
+            .iter()
+            .enumerate()
+            .map(|(i, t)| Passage { id: i.to_string(), title: format!("doc {i}"), text: t.to_string(), score: 0.0 })
+            .collect(),
+        Mutex::new(vec![]),
+    )
+}
+
+#[test]
+fn algorithm2_retrieves_new_passages_and_forces_an_answer() {
+    let lm = tiny_lm(2048);
+    let corpus = corpus();
+    let prompts = AutoRagPrompts::load(&AutoRagPrompts::default_dir(), "nq").unwrap();
+    let cfg = InferConfig { max_iter: 2, max_pk: 2, top_k: 1, max_new_tokens: 6, answer_tokens: 4, fewshot: true, ..InferConfig::default() };
+    let rag = AutoRag { lm: &lm, retriever: &corpus, prompts: &prompts, cfg };
+    let mut main = ChatGen::new(&lm);
+    let mut aux = ChatGen::new(&lm);
+    let a = rag.answer(&mut main, &mut aux, "What is the capital of France?").unwrap();
+    assert!(!a.context_full);
+    // the random model never writes "Final Answer:": T retrievals, then a forced answer
+    assert_eq!(a.retrievals.len(), 2);
+    assert!(a.forced);
+    // it writes no query either, so the question is the query (as the authors' code), and each retrieval brings
+    // one passage not shown before
+    assert!(a.retrievals.iter().all(|r| r.query == "What is the capital of France?" && !r.pseudo && r.passages.len() == 1));
+    let ids: HashSet<&str> = a.retrievals.iter().map(|r| r.passages[0].id.as_str()).collect();
+    assert_eq!(ids.len(), 2);
+    // the tiny retriever saw the query once per retrieval (search_excluding asks for k + shown passages)
+    assert_eq!(corpus.1.lock().unwrap().len(), 2);
+    // turns: x_0 question, x_1, x_2 documents; the last output ends with the forced final answer
+    assert_eq!(a.turns.len(), 3);
+    assert_eq!(a.turns[0].input, "Question: What is the capital of France?");
+    assert!(a.turns[1].input.starts_with("Retrieved Document_1: (Title: doc "));
+    assert!(a.turns[2].input.starts_with("Retrieved Document_2: "));
+    assert!(a.turns[2].output.contains("Final Answer:"), "{:?}", a.turns[2].output);
+    assert!(a.generated_tokens > 0 && a.generated_tokens <= 3 * 6 + 4);
+    // a second question reuses the cached system prompt + exemplars: far fewer forward tokens
+    let b = rag.answer(&mut main, &mut aux, "What is the capital of Germany?").unwrap();
+    let prefix = lm
+        .tokenizer
+        .encode(&lm.tokenizer.apply_chat_template(&ragtime::autorag::prompts::dialogue_messages(Some(ragtime::autorag::prompts::SYSTEM_PROMPT), &prompts.fewshot_messages(), &[]), false), true)
+        .unwrap()
+        .len();
+    assert!(prefix > 200, "exemplar prefix {prefix} tokens");
+    assert!(b.forward_tokens + prefix <= a.forward_tokens + 50, "second {} first {} prefix {prefix}", b.forward_tokens, a.forward_tokens);
+    // the same question in a fresh session gives the same dialogue (cache reuse changes nothing)
+    let mut fresh = ChatGen::new(&lm);
+    let mut fresh_aux = ChatGen::new(&lm);
+    let c = rag.answer(&mut fresh, &mut fresh_aux, "What is the capital of Germany?").unwrap();
+    assert_eq!(b.turns, c.turns);
+    assert_eq!(b.answer, c.answer);
+}
+
+#[test]
+fn algorithm2_context_full_ends_cleanly() {
+    let lm = tiny_lm(300); // the exemplar prefix alone is longer
+    let corpus = corpus();
+    let prompts = AutoRagPrompts::load(&AutoRagPrompts::default_dir(), "nq").unwrap();
+    let rag = AutoRag { lm: &lm, retriever: &corpus, prompts: &prompts, cfg: InferConfig { max_iter: 2, max_new_tokens: 6, fewshot: true, ..InferConfig::default() } };
+    let a = rag.answer(&mut ChatGen::new(&lm), &mut ChatGen::new(&lm), "Where is Paris?").unwrap();
+    assert!(a.context_full);
+    assert_eq!(a.answer, "");
+    assert!(a.retrievals.is_empty());
+    assert_eq!(a.generated_tokens, 0);
+}
+
+#[test]
+fn algorithm1_filters_candidates_and_records_attempts() {
+    let lm = tiny_lm(2048);
+    let corpus = corpus();
+    let prompts = AutoRagPrompts::load(&AutoRagPrompts::default_dir(), "nq").unwrap();
+    let ex = Example {
+        id: "q1".into(),
+        question: "What is the capital of France?".into(),
+        answers: vec!["Paris".into()],
+        kind: AnswerKind::Span,
+        supporting: vec![],
+        contexts: vec![],
+    };
+    // k = 4: every candidate retrieves the whole corpus at t = 1, which holds "Paris": the first candidate is
+    // chosen for its sub-answer
+    let cfg = SynthConfig { max_iter: 2, candidates: 2, top_k: 4, max_new_tokens: 6, query_tokens: 6, answer_tokens: 4, reasoning: "nq".into(), ..SynthConfig::default() };
+    let synth = Synthesizer { retriever: &corpus, prompts: &prompts, cfg, dataset: "tiny".into() };
+    let mut tgen = ChatGen::new(&lm);
+    let mut qgen = ChatGen::new(&lm);
+    let (a, d) = synth.synthesize(&mut tgen, &mut qgen, &ex).unwrap();
+    assert!(a.iterations >= 1 && a.iterations <= 2, "{a:?}");
+    assert_eq!(a.queries.len(), a.iterations);
+    assert_eq!(a.sub_answers[0], Some(SubAnswer::Answer));
+    // every passage was shown at t = 1, so a second iteration would find nothing new
+    assert!(["kept", "wrong_answer", "no_answer", "repeated_query", "empty_reasoning"].contains(&a.reason.as_str()), "{}", a.reason);
+    assert_eq!(a.kept, d.is_some());
+    assert!(a.generated_tokens > 0);
+    // synthesis is deterministic per question (seeded by the config seed and the id): a resumed run redoes it
+    // identically
+    let (a2, _) = synth.synthesize(&mut ChatGen::new(&lm), &mut ChatGen::new(&lm), &ex).unwrap();
+    assert_eq!((a2.queries, a2.final_answer, a2.reason), (a.queries.clone(), a.final_answer.clone(), a.reason.clone()));
+    // recorded and resumed
+    let dir = tempfile::tempdir().unwrap();
+    let config = serde_json::json!({"test": 1});
+    let mut store = DialogueStore::open(dir.path(), &config).unwrap();
+    store.record(&a, d.as_ref()).unwrap();
+    drop(store);
+    let store = DialogueStore::open(dir.path(), &config).unwrap();
+    assert!(store.is_done("q1"));
+    let stats = store.finish().unwrap();
+    assert_eq!(stats.tried, 1);
+    assert_eq!(stats.kept, a.kept as usize);
+}
