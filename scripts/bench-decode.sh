@@ -1,21 +1,66 @@
 #!/usr/bin/env bash
-# Decode and prefill speed of the burn runtime on the default model (CPU unless DEVICE=cuda).
-# Prints a table: prompt tokens, prefill tok/s, decode tok/s. Usage: scripts/bench-decode.sh [runs]
+# Prefill and decode speed of the burn runtime beside Hugging Face transformers, on the same prompt and weights.
+#
+#   scripts/bench-decode.sh [runs]        # default 5 runs of each engine, interleaved; medians in the table
+#
+# ragtime: `ragtime generate --stats` (internals captured at every decoded token: entropy, last-layer attention,
+# final hidden state, mean over layers), CPU unless DEVICE=cuda.
+# transformers: scripts/bench_decode_hf.py, float32, the GGUF de-quantized by transformers, KV cache, greedy; the
+# same prompt (the 153-token case of ../shared/reference/smollm2_135m_q4_1.json) and 64 new tokens. Its venv
+# (torch, transformers, gguf, accelerate from PyPI) is made once under ${RAGTIME_CACHE:-~/.cache/ragtime}/bench-venv;
+# HF=0 skips it. Peak memory is each process's peak resident set (VmHWM / ru_maxrss).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-RUNS="${1:-3}"
+RUNS="${1:-5}"
 DEVICE="${DEVICE:-cpu}"
 MODEL="${MODEL:-checkpoints/smollm2-135m-instruct-q4_1.gguf}"
+NEW="${NEW:-64}"
+HF="${HF:-1}"
+CACHE="${RAGTIME_CACHE:-$HOME/.cache/ragtime}"
+VENV="$CACHE/bench-venv"
+[[ -f $MODEL ]] || { echo "bench-decode: $MODEL missing (run scripts/setup.sh)" >&2; exit 1; }
 cargo build --release -q
 BIN=target/release/ragtime
-long_prompt="$(python3 -c "import json;print(json.load(open('../shared/reference/smollm2_135m_q4_1.json'))['cases'][2]['prompt'])")"
-printf '| prompt | run | prompt tokens | prefill tok/s | decode tok/s |\n|---|---|---|---|---|\n'
-for name in short long; do
-  if [[ $name == short ]]; then p="Write a long story about a dragon."; chat=--chat; else p="$long_prompt"; chat=; fi
-  for r in $(seq "$RUNS"); do
-    line=$($BIN generate --model "$MODEL" --device "$DEVICE" $chat --prompt "$p" --max-new-tokens 64 --stats 2>&1 >/dev/null | tail -1)
-    # prompt N tokens in Xs (P tok/s); generated M tokens in Ys (D tok/s)
-    read -r n pf dc < <(echo "$line" | sed -E 's/prompt ([0-9]+) tokens in [0-9.]+s \(([0-9.]+) tok\/s\); generated [0-9]+ tokens in [0-9.]+s \(([0-9.]+) tok\/s\)/\1 \2 \3/')
-    printf '| %s | %s | %s | %s | %s |\n' "$name" "$r" "$n" "$pf" "$dc"
-  done
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+python3 -c "import json,sys;sys.stdout.write(json.load(open('../shared/reference/smollm2_135m_q4_1.json'))['cases'][2]['prompt'])" >"$WORK/prompt.txt"
+if [[ $HF == 1 && ! -x $VENV/bin/python ]]; then
+  echo "bench-decode: making $VENV (torch, transformers, gguf, accelerate from PyPI; once) ..." >&2
+  python3 -m venv "$VENV"
+  "$VENV/bin/pip" install -q torch transformers gguf accelerate numpy
+fi
+for r in $(seq "$RUNS"); do
+  $BIN generate --model "$MODEL" --device "$DEVICE" --prompt-file "$WORK/prompt.txt" --max-new-tokens "$NEW" \
+    --ignore-eos --stats 2>&1 >/dev/null | tail -1 >>"$WORK/ragtime.txt"
+  if [[ $HF == 1 ]]; then
+    "$VENV/bin/python" scripts/bench_decode_hf.py "$MODEL" "$WORK/prompt.txt" "$NEW" 2>/dev/null | tail -1 >>"$WORK/hf.txt"
+  fi
 done
+python3 - "$WORK" "$RUNS" <<'PY'
+import os, re, statistics, sys
+work, runs = sys.argv[1], int(sys.argv[2])
+pat = re.compile(r"prompt (\d+) tokens in [0-9.]+s \(([0-9.]+) tok/s\); generated (\d+) tokens in [0-9.]+s "
+                 r"\(([0-9.]+) tok/s\); peak rss ([0-9.]+) MiB")
+rows = {}
+for name, f in (("ragtime (burn, f32, internals captured)", "ragtime.txt"), ("transformers (torch, f32)", "hf.txt")):
+    p = os.path.join(work, f)
+    if not os.path.exists(p):
+        continue
+    ms = [pat.search(l) for l in open(p)]
+    ms = [m for m in ms if m]
+    if not ms:
+        print(f"{name}: no timing line parsed from {f}", file=sys.stderr)
+        continue
+    col = lambda i: [float(m.group(i)) for m in ms]
+    rows[name] = dict(n=len(ms), prompt=int(ms[0].group(1)), gen=int(ms[0].group(3)),
+                      pre=col(2), dec=col(4), rss=statistics.median(col(5)))
+print(f"| engine | runs | prompt tokens | new tokens | prefill tok/s median (min-max) | decode tok/s median (min-max) | peak RSS MiB |")
+print("|---|---|---|---|---|---|---|")
+for name, r in rows.items():
+    fmt = lambda v: f"{statistics.median(v):.1f} ({min(v):.1f}-{max(v):.1f})"
+    print(f"| {name} | {r['n']} | {r['prompt']} | {r['gen']} | {fmt(r['pre'])} | {fmt(r['dec'])} | {r['rss']:.0f} |")
+if len(rows) == 2:
+    a, b = rows.values()
+    print(f"\nragtime / transformers: prefill {statistics.median(a['pre']) / statistics.median(b['pre']):.2f}x, "
+          f"decode {statistics.median(a['dec']) / statistics.median(b['dec']):.2f}x (medians)")
+PY

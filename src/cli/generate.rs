@@ -32,9 +32,12 @@ pub struct Args {
     pub top_p: f32,
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
-    /// Print tokens/s to stderr.
+    /// Print tokens/s and peak memory to stderr.
     #[arg(long)]
     pub stats: bool,
+    /// Keep generating past end-of-sequence tokens (fixed-length runs for benchmarks).
+    #[arg(long)]
+    pub ignore_eos: bool,
 }
 
 pub fn read_prompt(prompt: &Option<String>, file: &Option<PathBuf>) -> Result<String> {
@@ -63,7 +66,7 @@ pub fn run(args: Args) -> Result<()> {
     for _ in 0..args.max_new_tokens {
         let step = s.step(&mut sampler)?;
         n += 1;
-        if lm.tokenizer.is_stop(step.id) {
+        if lm.tokenizer.is_stop(step.id) && !args.ignore_eos {
             break;
         }
         write!(out, "{}", step.text)?;
@@ -72,8 +75,9 @@ pub fn run(args: Args) -> Result<()> {
     writeln!(out)?;
     if args.stats {
         let dt = t1.elapsed().as_secs_f64();
+        let peak = peak_rss_mib().map(|m| format!("; peak rss {m:.0} MiB")).unwrap_or_default();
         eprintln!(
-            "prompt {} tokens in {:.3}s ({:.1} tok/s); generated {n} tokens in {dt:.3}s ({:.1} tok/s)",
+            "prompt {} tokens in {:.3}s ({:.1} tok/s); generated {n} tokens in {dt:.3}s ({:.1} tok/s){peak}",
             ids.len(),
             t_prefill.as_secs_f64(),
             ids.len() as f64 / t_prefill.as_secs_f64(),
@@ -81,4 +85,12 @@ pub fn run(args: Args) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// Peak resident memory of this process (Linux `VmHWM`), in MiB.
+fn peak_rss_mib() -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib / 1024.0)
 }
