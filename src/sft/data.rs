@@ -1,7 +1,8 @@
 //! Dialogues to token ids with a loss mask, length-grouped batches with right padding.
 //!
-//! A dialogue `x_0, y_0, ..., x_T, y_T` is rendered with the model's chat template (user = `x_t`, assistant =
-//! `y_t`, the template's default system prompt). Tokenization goes segment by segment, cut exactly where
+//! A dialogue `x_0, y_0, ..., x_T, y_T` is rendered with the model's chat template exactly as Auto-RAG inference
+//! (`autorag::infer`, without few-shot exemplars) feeds it: system = Auto-RAG's `SYSTEM_PROMPT`, user = `x_t`,
+//! assistant = `y_t` (both through [`crate::autorag::prompts::dialogue_messages`]). Tokenization goes segment by segment, cut exactly where
 //! generation starts and stops at inference: everything up to and including `<|im_start|>assistant\n` is one
 //! segment (no loss), the assistant content plus `<|im_end|>` is the next (loss), and so on. The model's own
 //! tokens at inference are therefore exactly the tokens it is trained on, and the mask needs no offset
@@ -65,9 +66,16 @@ pub fn read_dialogues(path: &Path) -> Result<Vec<Dialogue>> {
     Ok(out)
 }
 
-/// The chat messages of a dialogue: user = `x_t`, assistant = `y_t`.
+/// Messages before the first user turn: Auto-RAG's system prompt.
+const LEAD: usize = 1;
+
+/// The chat messages of a dialogue: system = Auto-RAG's `SYSTEM_PROMPT`, then user = `x_t`, assistant = `y_t`;
+/// the same function Auto-RAG inference renders its prompts with, so a fine-tuned model is trained on the
+/// exact text it will be fed.
 pub fn messages(d: &Dialogue) -> Vec<Message> {
-    d.turns.iter().flat_map(|t| [Message::new("user", t.input.clone()), Message::new("assistant", t.output.clone())]).collect()
+    let m = crate::autorag::prompts::dialogue_messages(Some(crate::autorag::prompts::SYSTEM_PROMPT), &[], &d.turns);
+    debug_assert_eq!(m.len(), LEAD + 2 * d.turns.len(), "every training turn has an output");
+    m
 }
 
 /// Renders and tokenizes a dialogue; only the assistant contents and their end-of-turn token carry loss.
@@ -91,14 +99,14 @@ pub fn render(tok: &Tokenizer, d: &Dialogue) -> Result<Example> {
     let mut done = String::new(); // text rendered so far
     for (t, turn) in d.turns.iter().enumerate() {
         // Prompt for turn t: everything through the assistant header.
-        let prompt = tok.apply_chat_template(&msgs[..2 * t + 1], true);
+        let prompt = tok.apply_chat_template(&msgs[..LEAD + 2 * t + 1], true);
         let Some(new) = prompt.strip_prefix(done.as_str()) else {
             bail!("dialogue '{}': the chat template is not incremental (turn {t} does not extend turn {})", d.id, t.saturating_sub(1));
         };
         push(new, false, &mut ids, &mut loss)?;
         let target = format!("{}{end}", turn.output);
         push(&target, true, &mut ids, &mut loss)?;
-        let full = tok.apply_chat_template(&msgs[..2 * t + 2], false);
+        let full = tok.apply_chat_template(&msgs[..LEAD + 2 * t + 2], false);
         let tail = full.strip_prefix(prompt.as_str()).and_then(|r| r.strip_prefix(target.as_str()));
         let Some(tail) = tail else {
             bail!("dialogue '{}': the chat template does not end an assistant turn with {end} (not ChatML?)", d.id);
@@ -213,21 +221,17 @@ mod tests {
     #[test]
     fn render_masks_exactly_the_assistant_turns() {
         let mut tok = smollm_tokenizer();
-        // The shared tokenizer.json comes without tokenizer_config.json: no template default. Without one, no
-        // system turn is rendered; with one (from the GGUF or tokenizer_config.json) it leads the dialogue.
         let d = dialogue();
-        let bare = render(&tok, &d).unwrap();
-        assert!(tok.decode(&bare.ids).starts_with("<|im_start|>user\n"));
-        tok.default_system = Some("You are a helpful AI assistant named SmolLM, trained by Hugging Face".into());
         let ex = render(&tok, &d).unwrap();
-        assert!(ex.len() > bare.len());
-        assert_eq!(ex.ids[ex.len() - bare.len()..], bare.ids[..]);
-        assert_eq!(ex.loss[ex.len() - bare.len()..], bare.loss[..]);
         assert_eq!(ex.ids.len(), ex.loss.len());
-        // The whole sequence is the chat-template rendering of the conversation.
+        // The whole sequence is the chat-template rendering of the conversation, led by Auto-RAG's system
+        // prompt, not the model's default one (which inference never shows a fine-tuned model).
         let full = tok.apply_chat_template(&messages(&d), false);
         assert_eq!(tok.decode(&ex.ids), full);
-        assert!(full.starts_with("<|im_start|>system\n"), "default system prompt expected: {full}");
+        let sys = format!("<|im_start|>system\n{}<|im_end|>\n<|im_start|>user\n", crate::autorag::prompts::SYSTEM_PROMPT);
+        assert!(full.starts_with(&sys), "Auto-RAG system prompt expected: {full}");
+        tok.default_system = Some("You are a helpful AI assistant named SmolLM, trained by Hugging Face".into());
+        assert_eq!(render(&tok, &d).unwrap(), ex, "a template default must not change the rendering");
         // The loss tokens are exactly the assistant contents, each followed by <|im_end|>.
         let loss_ids: Vec<u32> = ex.ids.iter().zip(&ex.loss).filter(|(_, &l)| l).map(|(&i, _)| i).collect();
         let want: String = d.turns.iter().map(|t| format!("{}<|im_end|>", t.output)).collect();
@@ -253,7 +257,7 @@ mod tests {
         assert!(tok.decode(&user_ids).contains("Retrieved Document_1"));
         // The assistant's tokens are those generation would produce after the prompt: the prompt of turn 0
         // encodes to exactly the ids before the first loss token.
-        let prompt = tok.apply_chat_template(&messages(&d)[..1], true);
+        let prompt = tok.apply_chat_template(&messages(&d)[..LEAD + 1], true);
         let first = ex.loss.iter().position(|&l| l).unwrap();
         assert_eq!(tok.encode(&prompt, true).unwrap(), ex.ids[..first]);
     }
