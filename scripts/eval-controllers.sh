@@ -6,7 +6,7 @@
 # Env: MODEL (default SmolLM2), DATASET (hotpotqa), INDEX (indexes/hotpotqa, built if missing), OUT (runs/cmp-...),
 #      JOBS (2: runs side by side, one rayon thread each, which uses 2 cores better than one run with two
 #      threads: decoding is a matrix-vector product per weight and runs on one thread anyway),
-#      THETA / ALPHA: RIND's theta and ETC's alpha (see below), CONTROLLERS (space-separated subset).
+#      BIN (the ragtime binary; default target/release/ragtime), THETA / ALPHA: RIND's theta and ETC's alpha (see below), CONTROLLERS (space-separated subset).
 # Every run resumes: re-running the script after a kill finishes what is missing and re-prints the table.
 #
 # Thresholds: DRAGIN's theta (1.4 on HotpotQA) and ETC's alpha were set for Llama2-7B/13B; with SmolLM2 the
@@ -26,7 +26,7 @@ ALPHA="${ALPHA:-3.0}"
 CONTROLLERS="${CONTROLLERS:-none single fixed-length fixed-sentence flare rind etc}"
 TAG="$(basename "$MODEL" | sed 's/\.[^.]*$//')"
 OUT="${OUT:-runs/cmp-$DATASET-$LIMIT-$TAG}"
-BIN=target/release/ragtime
+BIN="${BIN:-target/release/ragtime}"
 [[ -x $BIN ]] || cargo build --release -q
 [[ -f $INDEX/ragtime-index.json ]] || $BIN index --corpus ../shared/data/corpus/hotpotqa_paragraphs.tsv --out "$INDEX"
 mkdir -p "$OUT"

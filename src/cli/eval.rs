@@ -32,6 +32,10 @@ pub struct Args {
     /// Passages per retrieval (default: the config's [retrieval] top_k, else 3).
     #[arg(short = 'k', long)]
     pub top_k: Option<usize>,
+    /// Skip the first N questions (for example those `synth autorag --limit N` made training dialogues from),
+    /// then apply `--limit`.
+    #[arg(long, default_value_t = 0)]
+    pub skip: usize,
     #[arg(long)]
     pub limit: Option<usize>,
     #[arg(long, default_value_t = 10)]
@@ -59,16 +63,18 @@ pub struct Args {
     pub out: Option<PathBuf>,
 }
 
+/// The questions a run answers: `--skip` first, then `--limit`.
+fn select<T>(examples: Vec<T>, skip: usize, limit: Option<usize>) -> Vec<T> {
+    examples.into_iter().skip(skip).take(limit.unwrap_or(usize::MAX)).collect()
+}
+
 pub fn run(args: Args) -> Result<()> {
     if args.trigger == "autorag" {
         return run_autorag(args);
     }
     // load
     let spec = DatasetSpec::load(&args.dataset)?;
-    let mut examples = spec.load_examples()?;
-    if let Some(n) = args.limit {
-        examples.truncate(n);
-    }
+    let examples = select(spec.load_examples()?, args.skip, args.limit);
     let prompt = spec.prompt_builder()?;
     let config_path = args.config.clone().unwrap_or_else(|| PathBuf::from(format!("configs/{}.toml", args.trigger)));
     let text = std::fs::read_to_string(&config_path).with_context(|| format!("{}: cannot read method config", config_path.display()))?;
@@ -109,6 +115,9 @@ pub fn run(args: Args) -> Result<()> {
     run_config.insert("label".into(), toml::Value::String(args.label.clone().unwrap_or_else(|| args.trigger.clone())));
     run_config.insert("method".into(), toml::Value::String(args.trigger.clone()));
     run_config.insert("dataset".into(), toml::Value::String(spec.name.clone()));
+    if args.skip > 0 {
+        run_config.insert("skip".into(), toml::Value::Integer(args.skip as i64));
+    }
     run_config.insert("model".into(), toml::Value::String(args.model.model.display().to_string()));
     run_config.insert("index".into(), toml::Value::String(index.map(|p| p.display().to_string()).unwrap_or_default()));
     run_config.insert("loop".into(), toml::Value::try_from(&cfg)?);
@@ -147,12 +156,12 @@ fn run_autorag(args: Args) -> Result<()> {
     use ragtime::autorag::infer::{AutoRag, ChatGen, InferConfig};
     use ragtime::autorag::prompts::AutoRagPrompts;
     let spec = DatasetSpec::load(&args.dataset)?;
-    let mut examples = spec.load_examples()?;
-    if let Some(n) = args.limit {
-        examples.truncate(n);
-    }
+    let examples = select(spec.load_examples()?, args.skip, args.limit);
     let config_path = args.config.clone().unwrap_or_else(|| PathBuf::from("configs/autorag.toml"));
-    let root = super::synth_autorag::method_config(&config_path, &spec.name)?;
+    let mut root = super::synth_autorag::method_config(&config_path, &spec.name)?;
+    for o in &args.overrides {
+        ragtime::trigger::params::apply_override(&mut root, o)?;
+    }
     let mut cfg: InferConfig = super::synth_autorag::section(&root, "autorag", &config_path)?;
     if let Some(k) = args.top_k {
         cfg.top_k = k;
@@ -168,9 +177,12 @@ fn run_autorag(args: Args) -> Result<()> {
     let lm = args.model.load()?;
     let out_dir = args.out.clone().unwrap_or_else(|| PathBuf::from(format!("runs/{}-{}", spec.name, args.trigger)));
     let mut run_config = toml::map::Map::new();
-    run_config.insert("label".into(), toml::Value::String(args.trigger.clone()));
+    run_config.insert("label".into(), toml::Value::String(args.label.clone().unwrap_or_else(|| args.trigger.clone())));
     run_config.insert("method".into(), toml::Value::String(args.trigger.clone()));
     run_config.insert("dataset".into(), toml::Value::String(spec.name.clone()));
+    if args.skip > 0 {
+        run_config.insert("skip".into(), toml::Value::Integer(args.skip as i64));
+    }
     run_config.insert("model".into(), toml::Value::String(args.model.model.display().to_string()));
     run_config.insert("index".into(), toml::Value::String(index.display().to_string()));
     run_config.insert("autorag".into(), toml::Value::try_from(&cfg)?);
@@ -200,4 +212,18 @@ fn run_autorag(args: Args) -> Result<()> {
     let summary = writer.finish()?;
     println!("{}", ragtime::eval::report::markdown_table(&[summary]));
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::select;
+
+    #[test]
+    fn skip_then_limit() {
+        let q: Vec<u32> = (0..10).collect();
+        assert_eq!(select(q.clone(), 0, None), q);
+        assert_eq!(select(q.clone(), 2, Some(3)), vec![2, 3, 4]);
+        assert_eq!(select(q.clone(), 8, Some(5)), vec![8, 9]);
+        assert!(select(q, 10, None).is_empty());
+    }
 }
