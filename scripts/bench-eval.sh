@@ -5,6 +5,7 @@
 # output_attentions=True). Both runs must take the same decisions; the table shows seconds per question,
 # forward tokens and peak memory.
 # Usage: scripts/bench-eval.sh [N questions] (default 10). MODEL=... DEVICE=cpu|cuda INDEX=indexes/hotpotqa
+#        THETA=0.35 overrides RIND's threshold (DRAGIN's 1.4 never fires on SmolLM2; see scripts/eval-controllers.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N="${1:-10}"
@@ -19,7 +20,7 @@ trap 'rm -rf "$OUT"' EXIT
 for mode in captured recomputed; do
   flag=; [[ $mode == recomputed ]] && flag=--recompute-internals
   /usr/bin/time -v -o "$OUT/$mode.time" $BIN eval --dataset hotpotqa --trigger rind --index "$INDEX" --limit "$N" \
-    --model "$MODEL" --device "$DEVICE" $flag --out "$OUT/$mode" >/dev/null 2>"$OUT/$mode.log"
+    --model "$MODEL" --device "$DEVICE" $flag ${THETA:+--set trigger.theta=$THETA} --out "$OUT/$mode" >/dev/null 2>"$OUT/$mode.log"
 done
 python3 - "$OUT" <<'PY'
 import json, sys, re

@@ -131,3 +131,52 @@ fn session_reuse_across_questions_equals_fresh_sessions() {
     // the second and third question skip at least the shared exemplar prefix
     assert!(reused_forward + 2 * prefix <= fresh_forward, "reused {reused_forward} fresh {fresh_forward} prefix {prefix}");
 }
+
+/// DRAGIN-style recomputation of the internals (`recompute_internals`) must take the same decisions as the
+/// captured ones, also when a block ends on a stop token: the session then holds the stop token's id, which is
+/// not one of the answer tokens (a regression: "recompute: 45 steps for 44 tokens").
+#[test]
+fn recomputed_internals_match_captured_when_a_block_ends_at_a_stop_token() {
+    let cfg = ModelConfig::tiny(Arch::Llama, 49152);
+    let tok = || Tokenizer::from_file(&ragtime::shared_data_dir().join("models/smollm2-135m-instruct/tokenizer.json")).unwrap();
+    let weights: HashMap<_, _> = random_weights(&cfg, 3).into_iter().collect();
+    let corpus = Tiny(
+        ["Paris is the capital of France.", "Berlin is the capital of Germany."]
+            .iter()
+            .enumerate()
+            .map(|(i, t)| Passage { id: i.to_string(), title: format!("doc {i}"), text: t.to_string(), score: 0.0 })
+            .collect(),
+        Mutex::new(vec![]),
+    );
+    let exemplars = "Question: What is the capital of Italy?\nAnswer: Rome is the capital of Italy. So the answer is Rome.\n";
+    let prompt = PromptBuilder::new(ragtime::prompt::parse_exemplars(exemplars).unwrap());
+    let run = |tok: Tokenizer, recompute: bool| {
+        let lm = Lm::from_source(&MemoryWeights(weights.clone()), cfg.clone(), tok, "tiny".into(), DeviceKind::Cpu).unwrap();
+        let rag = RagLoop {
+            lm: &lm,
+            prompt: &prompt,
+            retriever: Some(&corpus),
+            cfg: LoopConfig { max_new_tokens: 24, max_retrievals: 2, suffix_tokens: 0, recompute_internals: recompute, ..LoopConfig::default() },
+        };
+        let mut trigger = ragtime::trigger::build("fixed-length", &toml::toml! { n = 8 }.into()).unwrap();
+        let qf = ragtime::query::build("last-tokens", &toml::toml! { n = 8 }.into()).unwrap();
+        rag.answer("What is the capital of France?", trigger.as_mut(), qf.as_ref()).unwrap()
+    };
+    // Make the 4th answer token of a free run a stop token, so the first judged block ends on it.
+    let free = run(tok(), false);
+    let stop = free.tokens[3].id;
+    let stopping = || {
+        let mut t = tok();
+        t.stop_ids.push(stop);
+        t
+    };
+    let captured = run(stopping(), false);
+    let recomputed = run(stopping(), true);
+    assert!(captured.tokens.len() < free.tokens.len(), "the stop token ended the generation early");
+    assert!(recomputed.recompute_tokens > 0);
+    assert_eq!(recomputed.text, captured.text);
+    let ids = |o: &ragtime::rag::Outcome| o.tokens.iter().map(|t| t.id).collect::<Vec<_>>();
+    assert_eq!(ids(&recomputed), ids(&captured));
+    let at = |o: &ragtime::rag::Outcome| o.retrievals.iter().map(|r| r.token_pos).collect::<Vec<_>>();
+    assert_eq!(at(&recomputed), at(&captured));
+}

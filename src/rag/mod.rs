@@ -103,7 +103,9 @@ impl<'a> RagLoop<'a> {
         let Some(first) = tokens.first() else { return Ok(tokens) };
         let prompt_len = first.pos;
         let mut fresh = self.lm.session();
-        let steps = fresh.feed(s.ids(), prompt_len)?;
+        // the session may hold one more id than prompt + tokens: a stop token that was fed but not kept
+        let end = (prompt_len + tokens.len()).min(s.ids().len());
+        let steps = fresh.feed(&s.ids()[..end], prompt_len)?;
         anyhow::ensure!(steps.len() == tokens.len(), "recompute: {} steps for {} tokens", steps.len(), tokens.len());
         Ok(steps)
     }
