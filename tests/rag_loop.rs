@@ -33,22 +33,31 @@ impl Retriever for Tiny {
     }
 }
 
+impl Tiny {
+    fn new(texts: &[&str]) -> Tiny {
+        let passages = texts
+            .iter()
+            .enumerate()
+            .map(|(i, t)| Passage { id: i.to_string(), title: format!("doc {i}"), text: t.to_string(), score: 0.0 })
+            .collect();
+        Tiny(passages, Mutex::new(vec![]))
+    }
+}
+
+/// One exemplar in DRAGIN's layout.
+fn italy_prompt() -> PromptBuilder {
+    let exemplars = "Question: What is the capital of Italy?\nAnswer: Rome is the capital of Italy. So the answer is Rome.\n";
+    PromptBuilder::new(ragtime::prompt::parse_exemplars(exemplars).unwrap())
+}
+
 #[test]
 fn fixed_length_retrieves_and_rewinds() {
     let cfg = ModelConfig::tiny(Arch::Llama, 49152);
     let tok = Tokenizer::from_file(&ragtime::shared_data_dir().join("models/smollm2-135m-instruct/tokenizer.json")).unwrap();
     let w = MemoryWeights(random_weights(&cfg, 3).into_iter().collect::<HashMap<_, _>>());
     let lm = Lm::from_source(&w, cfg, tok, "tiny".into(), DeviceKind::Cpu).unwrap();
-    let corpus = Tiny(
-        ["Paris is the capital of France.", "Berlin is the capital of Germany.", "The Seine flows through Paris."]
-            .iter()
-            .enumerate()
-            .map(|(i, t)| Passage { id: i.to_string(), title: format!("doc {i}"), text: t.to_string(), score: 0.0 })
-            .collect(),
-        Mutex::new(vec![]),
-    );
-    let exemplars = "Question: What is the capital of Italy?\nAnswer: Rome is the capital of Italy. So the answer is Rome.\n";
-    let prompt = PromptBuilder::new(ragtime::prompt::parse_exemplars(exemplars).unwrap());
+    let corpus = Tiny::new(&["Paris is the capital of France.", "Berlin is the capital of Germany.", "The Seine flows through Paris."]);
+    let prompt = italy_prompt();
     let rag = RagLoop {
         lm: &lm,
         prompt: &prompt,
@@ -93,16 +102,8 @@ fn session_reuse_across_questions_equals_fresh_sessions() {
     let tok = Tokenizer::from_file(&ragtime::shared_data_dir().join("models/smollm2-135m-instruct/tokenizer.json")).unwrap();
     let w = MemoryWeights(random_weights(&cfg, 5).into_iter().collect::<HashMap<_, _>>());
     let lm = Lm::from_source(&w, cfg, tok, "tiny".into(), DeviceKind::Cpu).unwrap();
-    let corpus = Tiny(
-        ["Paris is the capital of France.", "Berlin is the capital of Germany."]
-            .iter()
-            .enumerate()
-            .map(|(i, t)| Passage { id: i.to_string(), title: format!("doc {i}"), text: t.to_string(), score: 0.0 })
-            .collect(),
-        Mutex::new(vec![]),
-    );
-    let exemplars = "Question: What is the capital of Italy?\nAnswer: Rome is the capital of Italy. So the answer is Rome.\n";
-    let prompt = PromptBuilder::new(ragtime::prompt::parse_exemplars(exemplars).unwrap());
+    let corpus = Tiny::new(&["Paris is the capital of France.", "Berlin is the capital of Germany."]);
+    let prompt = italy_prompt();
     let rag = RagLoop {
         lm: &lm,
         prompt: &prompt,
@@ -140,16 +141,8 @@ fn recomputed_internals_match_captured_when_a_block_ends_at_a_stop_token() {
     let cfg = ModelConfig::tiny(Arch::Llama, 49152);
     let tok = || Tokenizer::from_file(&ragtime::shared_data_dir().join("models/smollm2-135m-instruct/tokenizer.json")).unwrap();
     let weights: HashMap<_, _> = random_weights(&cfg, 3).into_iter().collect();
-    let corpus = Tiny(
-        ["Paris is the capital of France.", "Berlin is the capital of Germany."]
-            .iter()
-            .enumerate()
-            .map(|(i, t)| Passage { id: i.to_string(), title: format!("doc {i}"), text: t.to_string(), score: 0.0 })
-            .collect(),
-        Mutex::new(vec![]),
-    );
-    let exemplars = "Question: What is the capital of Italy?\nAnswer: Rome is the capital of Italy. So the answer is Rome.\n";
-    let prompt = PromptBuilder::new(ragtime::prompt::parse_exemplars(exemplars).unwrap());
+    let corpus = Tiny::new(&["Paris is the capital of France.", "Berlin is the capital of Germany."]);
+    let prompt = italy_prompt();
     let run = |tok: Tokenizer, recompute: bool| {
         let lm = Lm::from_source(&MemoryWeights(weights.clone()), cfg.clone(), tok, "tiny".into(), DeviceKind::Cpu).unwrap();
         let rag = RagLoop {
