@@ -63,6 +63,22 @@ pub struct Args {
     pub out: Option<PathBuf>,
 }
 
+/// The run directory and the part of its recorded config that every method shares: label, method, dataset,
+/// skipped questions, model and index.
+fn run_header(args: &Args, dataset: &str, index: String) -> (PathBuf, toml::map::Map<String, toml::Value>) {
+    let out_dir = args.out.clone().unwrap_or_else(|| PathBuf::from(format!("runs/{dataset}-{}", args.trigger)));
+    let mut c = toml::map::Map::new();
+    c.insert("label".into(), toml::Value::String(args.label.clone().unwrap_or_else(|| args.trigger.clone())));
+    c.insert("method".into(), toml::Value::String(args.trigger.clone()));
+    c.insert("dataset".into(), toml::Value::String(dataset.to_string()));
+    if args.skip > 0 {
+        c.insert("skip".into(), toml::Value::Integer(args.skip as i64));
+    }
+    c.insert("model".into(), toml::Value::String(args.model.model.display().to_string()));
+    c.insert("index".into(), toml::Value::String(index));
+    (out_dir, c)
+}
+
 /// The questions a run answers: `--skip` first, then `--limit`.
 fn select<T>(examples: Vec<T>, skip: usize, limit: Option<usize>) -> Vec<T> {
     examples.into_iter().skip(skip).take(limit.unwrap_or(usize::MAX)).collect()
@@ -110,16 +126,7 @@ pub fn run(args: Args) -> Result<()> {
         recompute_internals: args.recompute_internals,
         ..LoopConfig::default()
     };
-    let out_dir = args.out.clone().unwrap_or_else(|| PathBuf::from(format!("runs/{}-{}", spec.name, args.trigger)));
-    let mut run_config = toml::map::Map::new();
-    run_config.insert("label".into(), toml::Value::String(args.label.clone().unwrap_or_else(|| args.trigger.clone())));
-    run_config.insert("method".into(), toml::Value::String(args.trigger.clone()));
-    run_config.insert("dataset".into(), toml::Value::String(spec.name.clone()));
-    if args.skip > 0 {
-        run_config.insert("skip".into(), toml::Value::Integer(args.skip as i64));
-    }
-    run_config.insert("model".into(), toml::Value::String(args.model.model.display().to_string()));
-    run_config.insert("index".into(), toml::Value::String(index.map(|p| p.display().to_string()).unwrap_or_default()));
+    let (out_dir, mut run_config) = run_header(&args, &spec.name, index.map(|p| p.display().to_string()).unwrap_or_default());
     run_config.insert("loop".into(), toml::Value::try_from(&cfg)?);
     run_config.insert("method_config".into(), root.clone());
     let mut writer = RunWriter::create(&out_dir, &toml::Value::Table(run_config))?;
@@ -175,16 +182,7 @@ fn run_autorag(args: Args) -> Result<()> {
     let Some(index) = index else { anyhow::bail!("--trigger autorag retrieves: give --index DIR (dataset '{}' names no default index)", spec.name) };
     let retriever = Bm25Index::open(&index)?;
     let lm = args.model.load()?;
-    let out_dir = args.out.clone().unwrap_or_else(|| PathBuf::from(format!("runs/{}-{}", spec.name, args.trigger)));
-    let mut run_config = toml::map::Map::new();
-    run_config.insert("label".into(), toml::Value::String(args.label.clone().unwrap_or_else(|| args.trigger.clone())));
-    run_config.insert("method".into(), toml::Value::String(args.trigger.clone()));
-    run_config.insert("dataset".into(), toml::Value::String(spec.name.clone()));
-    if args.skip > 0 {
-        run_config.insert("skip".into(), toml::Value::Integer(args.skip as i64));
-    }
-    run_config.insert("model".into(), toml::Value::String(args.model.model.display().to_string()));
-    run_config.insert("index".into(), toml::Value::String(index.display().to_string()));
+    let (out_dir, mut run_config) = run_header(&args, &spec.name, index.display().to_string());
     run_config.insert("autorag".into(), toml::Value::try_from(&cfg)?);
     run_config.insert("method_config".into(), root.clone());
     let mut writer = RunWriter::create(&out_dir, &toml::Value::Table(run_config))?;
