@@ -94,3 +94,120 @@ fn bad_model_files_get_clear_errors() {
     let err = format!("{:#}", Lm::load(&dir.path().join("missing.gguf"), DeviceKind::Cpu, None).err().unwrap());
     assert!(err.contains("missing.gguf") && err.contains("not found"), "{err}");
 }
+
+/// Writes a tiny random model as a GGUF file the way llama.cpp lays it out (GGUF names, Q/K rows permuted for
+/// `llama`), linear weights in quantized block formats, and returns the path.
+fn write_tiny_gguf(arch: Arch, dir: &std::path::Path) -> std::path::PathBuf {
+    use candle_core::quantized::{gguf_file, GgmlDType, QTensor};
+    use candle_core::{Device, Tensor};
+    let cfg = ModelConfig::tiny(arch, 49152);
+    let w: HashMap<String, ragtime::model::weights::HostTensor> = random_weights(&cfg, 11).into_iter().collect();
+    let a = if arch == Arch::Llama { "llama" } else { "qwen2" };
+    let meta: Vec<(String, gguf_file::Value)> = vec![
+        ("general.architecture".into(), gguf_file::Value::String(a.into())),
+        (format!("{a}.embedding_length"), gguf_file::Value::U32(cfg.hidden_size as u32)),
+        (format!("{a}.feed_forward_length"), gguf_file::Value::U32(cfg.intermediate_size as u32)),
+        (format!("{a}.block_count"), gguf_file::Value::U32(cfg.num_layers as u32)),
+        (format!("{a}.attention.head_count"), gguf_file::Value::U32(cfg.num_heads as u32)),
+        (format!("{a}.attention.head_count_kv"), gguf_file::Value::U32(cfg.num_kv_heads as u32)),
+        (format!("{a}.context_length"), gguf_file::Value::U32(2048)),
+        (format!("{a}.rope.freq_base"), gguf_file::Value::F32(cfg.rope_theta)),
+        (format!("{a}.attention.layer_norm_rms_epsilon"), gguf_file::Value::F32(cfg.rms_norm_eps)),
+    ];
+    // llama.cpp's permutation for `llama` Q/K: original row (h, j, i) is stored at (h, i, j)
+    let permute = |t: &ragtime::model::weights::HostTensor, n_head: usize| -> Vec<f32> {
+        let (rows, cols) = (t.shape[0], t.shape[1]);
+        let (hd, half) = (rows / n_head, rows / n_head / 2);
+        let mut out = vec![0f32; rows * cols];
+        for h in 0..n_head {
+            for i in 0..half {
+                for j in 0..2 {
+                    let (stored, orig) = (h * hd + i * 2 + j, h * hd + j * half + i);
+                    out[stored * cols..(stored + 1) * cols].copy_from_slice(&t.data[orig * cols..(orig + 1) * cols]);
+                }
+            }
+        }
+        out
+    };
+    let mut tensors: Vec<(String, QTensor)> = Vec::new();
+    let mut put = |name: String, data: Vec<f32>, shape: &[usize], dtype: GgmlDType| {
+        let t = Tensor::from_vec(data, shape, &Device::Cpu).unwrap();
+        tensors.push((name, QTensor::quantize(&t, dtype).unwrap()));
+    };
+    let e = &w["model.embed_tokens.weight"];
+    put("token_embd.weight".into(), e.data.clone(), &e.shape, GgmlDType::Q8_0);
+    put("output_norm.weight".into(), w["model.norm.weight"].data.clone(), &[cfg.hidden_size], GgmlDType::F32);
+    for l in 0..cfg.num_layers {
+        let p = format!("model.layers.{l}");
+        for (hf, gg, dtype) in [
+            ("self_attn.q_proj", "attn_q", GgmlDType::Q4_1),
+            ("self_attn.k_proj", "attn_k", GgmlDType::Q4_0),
+            ("self_attn.v_proj", "attn_v", GgmlDType::Q8_0),
+            ("self_attn.o_proj", "attn_output", GgmlDType::Q5_0),
+            ("mlp.gate_proj", "ffn_gate", GgmlDType::Q4_1),
+            ("mlp.up_proj", "ffn_up", GgmlDType::Q5_1),
+            ("mlp.down_proj", "ffn_down", GgmlDType::Q8_0),
+        ] {
+            let t = &w[&format!("{p}.{hf}.weight")];
+            let heads = match gg {
+                "attn_q" => cfg.num_heads,
+                "attn_k" => cfg.num_kv_heads,
+                _ => 0,
+            };
+            let data = if arch == Arch::Llama && heads > 0 { permute(t, heads) } else { t.data.clone() };
+            put(format!("blk.{l}.{gg}.weight"), data, &t.shape, dtype);
+            if let Some(b) = w.get(&format!("{p}.{hf}.bias")) {
+                put(format!("blk.{l}.{gg}.bias"), b.data.clone(), &b.shape, GgmlDType::F32);
+            }
+        }
+        put(format!("blk.{l}.attn_norm.weight"), w[&format!("{p}.input_layernorm.weight")].data.clone(), &[cfg.hidden_size], GgmlDType::F32);
+        put(format!("blk.{l}.ffn_norm.weight"), w[&format!("{p}.post_attention_layernorm.weight")].data.clone(), &[cfg.hidden_size], GgmlDType::F32);
+    }
+    let path = dir.join(format!("tiny-{a}.gguf"));
+    let mut f = std::fs::File::create(&path).unwrap();
+    let meta_refs: Vec<(&str, &gguf_file::Value)> = meta.iter().map(|(k, v)| (k.as_str(), v)).collect();
+    let tensor_refs: Vec<(&str, &QTensor)> = tensors.iter().map(|(k, v)| (k.as_str(), v)).collect();
+    gguf_file::write(&mut f, &meta_refs, &tensor_refs).unwrap();
+    path
+}
+
+/// A quantized GGUF decodes on its int8 blocks; the result must equal decoding on the de-quantized f32 weights
+/// (same greedy ids, logits, attention and hidden states up to f32 rounding), through a rewind too. For `llama`
+/// this also checks that the blocks' Q/K rows are un-permuted like the f32 ones.
+#[test]
+fn quantized_gguf_decode_matches_f32_decode() {
+    for arch in [Arch::Llama, Arch::Qwen2] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = write_tiny_gguf(arch, dir.path());
+        let int8 = Lm::load(&path, DeviceKind::Cpu, Some(&tokenizer_path())).unwrap();
+        let mut f32m = Lm::load(&path, DeviceKind::Cpu, Some(&tokenizer_path())).unwrap();
+        // every linear weight and the tied output projection have an int8 copy (1.5 bytes per weight)
+        let cfg = &int8.config;
+        let (d, f, kv) = (cfg.hidden_size, cfg.intermediate_size, cfg.num_kv_heads * cfg.head_dim);
+        let per_layer = 2 * d * d + 2 * d * kv + 3 * d * f;
+        let weights = cfg.num_layers * per_layer + cfg.vocab_size * d;
+        assert_eq!(int8.int8_decode_bytes, weights * 3 / 2, "{arch:?}: int8 copies attached");
+        f32m.f32_decode();
+        assert_eq!(f32m.int8_decode_bytes, 0);
+        let prompt = [10u32, 200, 3000, 4000, 50, 60, 70];
+        let run = |lm: &Lm| {
+            let mut s = lm.session();
+            s.prefill(&prompt).unwrap();
+            let mut steps = s.generate(6, &mut ragtime::model::Sampler::greedy()).unwrap();
+            s.truncate(prompt.len() + 2);
+            steps.extend(s.feed(&[5, 6, 7], 0).unwrap());
+            (steps, s.logits().unwrap().to_vec())
+        };
+        let ((sa, la), (sb, lb)) = (run(&int8), run(&f32m));
+        assert!(max_diff(&la, &lb) < 1e-4, "{arch:?}: logits differ by {}", max_diff(&la, &lb));
+        assert_eq!(sa.len(), sb.len());
+        for (x, y) in sa.iter().zip(&sb) {
+            assert_eq!(x.id, y.id, "{arch:?}: greedy ids differ at {}", x.pos);
+            assert!((x.entropy - y.entropy).abs() < 1e-4 || (x.entropy.is_nan() && y.entropy.is_nan()));
+            for h in 0..x.attn.len() {
+                assert!(max_diff(&x.attn[h], &y.attn[h]) < 1e-5, "{arch:?}: attention");
+            }
+            assert!(max_diff(&x.hidden_final, &y.hidden_final) < 1e-4, "{arch:?}: hidden");
+        }
+    }
+}

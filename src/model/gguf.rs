@@ -152,13 +152,18 @@ impl GgufFile {
         v
     }
 
-    fn read_raw(&self, gguf_name: &str) -> Result<Option<HostTensor>> {
+    fn read_qtensor(&self, gguf_name: &str) -> Result<Option<candle_core::quantized::QTensor>> {
         let Some(info) = self.content.tensor_infos.get(gguf_name) else { return Ok(None) };
         let file = File::open(&self.path).with_context(|| format!("{}: cannot open", self.path.display()))?;
         let mut reader = BufReader::new(file);
         let q = info
             .read(&mut reader, self.content.tensor_data_offset, &candle_core::Device::Cpu)
             .map_err(|e| anyhow::anyhow!("{}: tensor '{gguf_name}': {e}", self.path.display()))?;
+        Ok(Some(q))
+    }
+
+    fn read_raw(&self, gguf_name: &str) -> Result<Option<HostTensor>> {
+        let Some(q) = self.read_qtensor(gguf_name)? else { return Ok(None) };
         let t = q
             .dequantize(&candle_core::Device::Cpu)
             .map_err(|e| anyhow::anyhow!("{}: tensor '{gguf_name}': cannot de-quantize ({e})", self.path.display()))?;
@@ -203,22 +208,29 @@ fn gguf_name(hf: &str) -> Option<String> {
     Some(format!("blk.{layer}.{mapped}"))
 }
 
-/// Undo llama.cpp's Q/K row permutation: rows were reordered from `[n_head, 2, hd/2]` to `[n_head, hd/2, 2]`.
-pub fn unpermute_rows(t: &HostTensor, n_head: usize) -> HostTensor {
-    let rows = t.shape[0];
-    let cols: usize = t.shape[1..].iter().product::<usize>().max(1);
+/// For undoing llama.cpp's Q/K row permutation: the stored row that holds each original row. Rows were reordered
+/// from `[n_head, 2, hd/2]` to `[n_head, hd/2, 2]`: stored row (h, i, j) holds original row (h, j, i).
+fn unpermuted_sources(rows: usize, n_head: usize) -> Vec<usize> {
     let hd = rows / n_head;
     let half = hd / 2;
-    let mut out = vec![0f32; t.data.len()];
+    let mut src_of = vec![0; rows];
     for h in 0..n_head {
         for i in 0..half {
             for j in 0..2 {
-                // stored row (h, i, j) holds original row (h, j, i)
-                let src = h * hd + i * 2 + j;
-                let dst = h * hd + j * half + i;
-                out[dst * cols..(dst + 1) * cols].copy_from_slice(&t.data[src * cols..(src + 1) * cols]);
+                src_of[h * hd + j * half + i] = h * hd + i * 2 + j;
             }
         }
+    }
+    src_of
+}
+
+/// Undo llama.cpp's Q/K row permutation (see [`unpermuted_sources`]).
+pub fn unpermute_rows(t: &HostTensor, n_head: usize) -> HostTensor {
+    let rows = t.shape[0];
+    let cols: usize = t.shape[1..].iter().product::<usize>().max(1);
+    let mut out = vec![0f32; t.data.len()];
+    for (dst, &src) in unpermuted_sources(rows, n_head).iter().enumerate() {
+        out[dst * cols..(dst + 1) * cols].copy_from_slice(&t.data[src * cols..(src + 1) * cols]);
     }
     HostTensor { data: out, shape: t.shape.clone() }
 }
@@ -240,6 +252,30 @@ impl WeightSource for GgufFile {
             }
         }
         Ok(Some(t))
+    }
+
+    fn quantized(&self, hf_name: &str) -> Result<Option<super::quant::QMatrix>> {
+        let Some(name) = gguf_name(hf_name) else { return Ok(None) };
+        if !hf_name.ends_with(".weight") {
+            return Ok(None);
+        }
+        let Some(q) = self.read_qtensor(&name)? else { return Ok(None) };
+        let dims = q.shape().dims().to_vec();
+        if dims.len() != 2 || !super::quant::supported(q.dtype()) {
+            return Ok(None);
+        }
+        let bytes = q.data().map_err(|e| anyhow::anyhow!("{}: tensor '{name}': {e}", self.path.display()))?;
+        let m = super::quant::QMatrix::from_ggml(q.dtype(), &bytes, dims[0], dims[1])
+            .with_context(|| format!("{}: tensor '{name}'", self.path.display()))?;
+        if self.arch == Arch::Llama {
+            if hf_name.ends_with("q_proj.weight") {
+                return Ok(Some(m.permute_rows(&unpermuted_sources(dims[0], self.config.num_heads))));
+            }
+            if hf_name.ends_with("k_proj.weight") {
+                return Ok(Some(m.permute_rows(&unpermuted_sources(dims[0], self.config.num_kv_heads))));
+            }
+        }
+        Ok(Some(m))
     }
 }
 

@@ -10,7 +10,10 @@ use burn::prelude::Backend;
 use burn::tensor::activation::{silu, softmax};
 use burn::tensor::{Bool, Int, Tensor, TensorData};
 
+use std::sync::Arc;
+
 use super::config::ModelConfig;
+use super::quant::QMatrix;
 
 /// `y = x W + b` with `W` stored `[in, out]` (the transpose of Hugging Face's `[out, in]`), plus an optional
 /// low-rank adapter `scale * (x A) B` during LoRA fine-tuning (`None` for inference: no cost).
@@ -19,6 +22,9 @@ pub struct Linear<B: Backend> {
     pub weight: Param<Tensor<B, 2>>,
     pub bias: Option<Param<Tensor<B, 1>>>,
     pub lora: Option<LoraAdapter<B>>,
+    /// The same weight as int8 blocks ([`QMatrix`], `[out, in]`) for CPU decoding, set only on inference models
+    /// loaded from a quantized GGUF (see [`Llama::attach_quantized`]). Not a parameter: training never sees it.
+    pub quant: Option<Arc<QMatrix>>,
 }
 
 /// LoRA (Hu et al., 2021): `delta W = scale * A B`, `scale = alpha / r`. Stored `[in, r]` and `[r, out]`, the
@@ -34,9 +40,26 @@ pub struct LoraAdapter<B: Backend> {
     pub scale: f64,
 }
 
+/// Rows (tokens) up to which a product with a [`QMatrix`] copy uses it instead of the f32 matmul: decoding
+/// feeds one token at a time, and a rewind feeds a few.
+const QUANT_MAX_ROWS: usize = 4;
 impl<B: Backend> Linear<B> {
     pub fn forward(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
         // x: [b, t, in] -> [b, t, out]
+        let [b, t, _] = x.dims();
+        if let (Some(q), None) = (&self.quant, &self.lora) {
+            if b * t <= QUANT_MAX_ROWS {
+                let device = x.device();
+                let xs = x.into_data().convert::<f32>().to_vec::<f32>().unwrap();
+                let mut y = vec![0f32; b * t * q.rows];
+                q.matvec(&xs, &mut y);
+                let y = Tensor::<B, 3>::from_data(TensorData::new(y, [b, t, q.rows]), &device);
+                return match &self.bias {
+                    Some(bias) => y + bias.val().unsqueeze::<3>(),
+                    None => y,
+                };
+            }
+        }
         let y = match &self.lora {
             None => x.matmul(self.weight.val().unsqueeze::<3>()),
             Some(l) => {
@@ -106,6 +129,8 @@ pub struct Llama<B: Backend> {
     pub norm: RmsNorm<B>,
     /// `[d, vocab]`; `None` when tied to `embed_tokens`.
     pub lm_head: Option<Param<Tensor<B, 2>>>,
+    /// The output projection (`lm_head`, or the tied embedding) as int8 blocks `[vocab, d]` for CPU decoding.
+    pub lm_head_quant: Option<Arc<QMatrix>>,
 }
 
 /// Precomputed RoPE tables, `[max_pos, head_dim]` each (frequencies repeated over both halves, as transformers).
@@ -326,6 +351,14 @@ impl<B: Backend> Llama<B> {
 
     /// hidden: [b, t, d] -> logits [b, t, vocab]
     pub fn logits(&self, hidden: Tensor<B, 3>) -> Tensor<B, 3> {
+        let [b, t, _] = hidden.dims();
+        if let Some(q) = self.lm_head_quant.as_ref().filter(|_| b * t <= QUANT_MAX_ROWS) {
+            let device = hidden.device();
+            let xs = hidden.into_data().convert::<f32>().to_vec::<f32>().unwrap();
+            let mut y = vec![0f32; b * t * q.rows];
+            q.matvec(&xs, &mut y);
+            return Tensor::from_data(TensorData::new(y, [b, t, q.rows]), &device);
+        }
         match &self.lm_head {
             Some(w) => hidden.matmul(w.val().unsqueeze::<3>()), // [d, vocab]
             None => {

@@ -12,6 +12,7 @@
 pub mod config;
 pub mod gguf;
 pub mod llama;
+pub mod quant;
 pub mod safetensors;
 pub mod sampling;
 pub mod tokenizer;
@@ -55,7 +56,7 @@ pub fn build_llama<B: Backend>(src: &dyn WeightSource, cfg: &ModelConfig, device
     let lin = |name: &str, out: usize, inp: usize, bias: bool| -> Result<Linear<B>> {
         let w = src.require(&format!("{name}.weight"), &[out, inp])?;
         let b = if bias { Some(Param::from_tensor(tensor1(src.require(&format!("{name}.bias"), &[out])?, device))) } else { None };
-        Ok(Linear { weight: Param::from_tensor(transposed(w, device)), bias: b, lora: None })
+        Ok(Linear { weight: Param::from_tensor(transposed(w, device)), bias: b, lora: None, quant: None })
     };
     let norm = |name: &str| -> Result<RmsNorm<B>> {
         Ok(RmsNorm { weight: Param::from_tensor(tensor1(src.require(name, &[d])?, device)), eps: cfg.rms_norm_eps as f64 })
@@ -90,7 +91,50 @@ pub fn build_llama<B: Backend>(src: &dyn WeightSource, cfg: &ModelConfig, device
     } else {
         Some(Param::from_tensor(transposed(src.require("lm_head.weight", &[cfg.vocab_size, d])?, device)))
     };
-    Ok(Llama { embed_tokens, layers, norm: norm("model.norm.weight")?, lm_head })
+    Ok(Llama { embed_tokens, layers, norm: norm("model.norm.weight")?, lm_head, lm_head_quant: None })
+}
+
+/// Gives each linear layer (and the output projection) whose weight the source stores in a quantized block
+/// format its int8 copy ([`quant::QMatrix`]) for CPU decoding. Returns the bytes attached.
+pub fn attach_quantized<B: Backend>(m: &mut Llama<B>, src: &dyn WeightSource, cfg: &ModelConfig) -> Result<usize> {
+    let mut bytes = 0;
+    let mut get = |name: &str, dims: [usize; 2]| -> Result<Option<std::sync::Arc<quant::QMatrix>>> {
+        let Some(q) = src.quantized(name)? else { return Ok(None) };
+        if [q.rows, q.cols] != dims {
+            bail!("{}: tensor '{name}' is {}x{} as blocks but {}x{} de-quantized", src.describe(), q.rows, q.cols, dims[0], dims[1]);
+        }
+        bytes += q.bytes();
+        Ok(Some(std::sync::Arc::new(q)))
+    };
+    let out_in = |l: &Linear<B>| -> [usize; 2] {
+        let [i, o] = l.weight.dims();
+        [o, i]
+    };
+    for (l, b) in m.layers.iter_mut().enumerate() {
+        let p = format!("model.layers.{l}");
+        let a = &mut b.self_attn;
+        for (n, lin) in [("q_proj", &mut a.q_proj), ("k_proj", &mut a.k_proj), ("v_proj", &mut a.v_proj), ("o_proj", &mut a.o_proj)] {
+            lin.quant = get(&format!("{p}.self_attn.{n}.weight"), out_in(lin))?;
+        }
+        let f = &mut b.mlp;
+        for (n, lin) in [("gate_proj", &mut f.gate_proj), ("up_proj", &mut f.up_proj), ("down_proj", &mut f.down_proj)] {
+            lin.quant = get(&format!("{p}.mlp.{n}.weight"), out_in(lin))?;
+        }
+    }
+    let name = if cfg.tie_word_embeddings { "model.embed_tokens.weight" } else { "lm_head.weight" };
+    m.lm_head_quant = get(name, [cfg.vocab_size, cfg.hidden_size])?;
+    Ok(bytes)
+}
+
+/// Removes the int8 copies: every product then uses the f32 weights.
+pub fn detach_quantized<B: Backend>(m: &mut Llama<B>) {
+    for b in &mut m.layers {
+        let (a, f) = (&mut b.self_attn, &mut b.mlp);
+        for lin in [&mut a.q_proj, &mut a.k_proj, &mut a.v_proj, &mut a.o_proj, &mut f.gate_proj, &mut f.up_proj, &mut f.down_proj] {
+            lin.quant = None;
+        }
+    }
+    m.lm_head_quant = None;
 }
 
 /// Random weights in Hugging Face layout (normal(0, 0.02), norms at 1) for tests and tiny demos.
@@ -198,6 +242,8 @@ struct ChunkOut {
 
 trait Engine: Send + Sync {
     fn open(&self, capacity: usize) -> Box<dyn EngineSession + '_>;
+    /// Drops the int8 decode weights (see [`Lm::f32_decode`]).
+    fn detach_quantized(&mut self);
 }
 
 trait EngineSession {
@@ -226,6 +272,10 @@ where
 {
     fn open(&self, capacity: usize) -> Box<dyn EngineSession + '_> {
         Box::new(BurnSession { e: self, cache: KvCache::new(&self.cfg, 1, capacity, &self.device) })
+    }
+
+    fn detach_quantized(&mut self) {
+        detach_quantized(&mut self.model);
     }
 }
 
@@ -284,6 +334,8 @@ pub struct Lm {
     /// Short identifier (file or folder name), recorded in datasets and checkpoints trained on this model.
     pub name: String,
     pub device: DeviceKind,
+    /// Bytes of int8 weight copies used for CPU decoding (0: decoding multiplies the f32 weights).
+    pub int8_decode_bytes: usize,
 }
 
 /// Maximum RoPE table length (positions) we precompute.
@@ -331,10 +383,15 @@ impl Lm {
     /// Builds from any weight source (used by [`Lm::load`] and by tests with random weights).
     pub fn from_source(src: &dyn WeightSource, cfg: ModelConfig, tokenizer: Tokenizer, name: String, device: DeviceKind) -> Result<Lm> {
         let max_pos = cfg.max_position_embeddings.min(MAX_POSITIONS);
+        let mut int8_decode_bytes = 0;
         let engine: Box<dyn Engine> = match device {
             DeviceKind::Cpu => {
                 let dev = burn::backend::flex::FlexDevice;
-                let model = build_llama::<burn::backend::Flex>(src, &cfg, &dev)?;
+                let mut model = build_llama::<burn::backend::Flex>(src, &cfg, &dev)?;
+                // decode on the file's quantized blocks (int8 in memory) unless asked not to
+                if std::env::var_os("RAGTIME_F32_DECODE").is_none() {
+                    int8_decode_bytes = attach_quantized(&mut model, src, &cfg)?;
+                }
                 let rope = Rope::new(&cfg, max_pos, &dev);
                 Box::new(BurnEngine { model, rope, cfg: cfg.clone(), device: dev })
             }
@@ -351,7 +408,14 @@ impl Lm {
                 unreachable!()
             }
         };
-        Ok(Lm { engine, tokenizer, config: cfg, name, device })
+        Ok(Lm { engine, tokenizer, config: cfg, name, device, int8_decode_bytes })
+    }
+
+    /// Decodes with the f32 weights only, dropping the int8 copies of a quantized GGUF (as `RAGTIME_F32_DECODE=1`
+    /// does at load time). Numbers agree with the int8 path up to the order of f32 additions.
+    pub fn f32_decode(&mut self) {
+        self.engine.detach_quantized();
+        self.int8_decode_bytes = 0;
     }
 
     /// A fresh decoding session (empty KV cache).

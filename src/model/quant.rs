@@ -1,0 +1,472 @@
+//! Matrix-vector products on the GGUF file's own quantized weights, for CPU decoding.
+//!
+//! A decode step multiplies one row vector by every weight matrix. In f32 that reads ~540 MB per token for
+//! SmolLM2-135M and is bound by memory bandwidth, so the step cannot go faster than the memory allows. This
+//! module keeps a second copy of each quantized GGUF weight as 8-bit integers with one `(scale, offset)` pair per
+//! group of 16 columns (1.5 bytes per weight) and computes `y = W x` from it, de-quantizing on the fly in
+//! registers.
+//!
+//! The copy is lossless: every ggml block format we accept (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K)
+//! stores a weight as `scale * q + offset` with an integer `q` in -32..=31 (or 0..=31) and one scale/offset per
+//! 16 or 32 columns, so `w = q as f32 * scale + offset` rebuilds exactly the f32 value candle's de-quantization
+//! gives (tested below for each format). Only the order of the f32 additions in the dot product differs from a
+//! gemm on the de-quantized matrix.
+//!
+//! Prefill (many rows at once) and training keep using burn's matmul on the f32 weights; this path is used only
+//! for the few-row products of decoding on the CPU.
+
+use anyhow::{bail, Result};
+use candle_core::quantized::GgmlDType;
+use half::f16;
+
+/// Columns per `(scale, offset)` group.
+pub const GROUP: usize = 16;
+
+/// A `[rows, cols]` matrix (Hugging Face `[out, in]` layout) as int8 values with per-group scale and offset.
+#[derive(Clone)]
+pub struct QMatrix {
+    pub rows: usize,
+    pub cols: usize,
+    /// `[rows, cols]`
+    q: Vec<i8>,
+    /// `[rows, cols / GROUP]`
+    scale: Vec<f32>,
+    /// `[rows, cols / GROUP]` (zeros for the symmetric formats)
+    offset: Vec<f32>,
+}
+
+impl std::fmt::Debug for QMatrix {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "QMatrix[{}x{}, int8]", self.rows, self.cols)
+    }
+}
+
+fn f16_at(b: &[u8], i: usize) -> f32 {
+    f16::from_le_bytes([b[i], b[i + 1]]).to_f32()
+}
+
+/// What one ggml block holds: `n` weights, and for each group of 16 the scale and offset.
+struct Decoded {
+    q: Vec<i8>,
+    scale: Vec<f32>,
+    offset: Vec<f32>,
+}
+
+/// Block size (weights) and byte size of the formats we can hold losslessly.
+fn block_layout(dtype: GgmlDType) -> Option<(usize, usize)> {
+    Some(match dtype {
+        GgmlDType::Q4_0 => (32, 18),
+        GgmlDType::Q4_1 => (32, 20),
+        GgmlDType::Q5_0 => (32, 22),
+        GgmlDType::Q5_1 => (32, 24),
+        GgmlDType::Q8_0 => (32, 34),
+        GgmlDType::Q4K => (256, 144),
+        GgmlDType::Q5K => (256, 176),
+        GgmlDType::Q6K => (256, 210),
+        _ => return None,
+    })
+}
+
+/// Whether [`QMatrix::from_ggml`] accepts this format.
+pub fn supported(dtype: GgmlDType) -> bool {
+    block_layout(dtype).is_some()
+}
+
+/// The K-quant 6-bit scale and min of sub-block `j` (llama.cpp's `get_scale_min_k4`).
+fn scale_min_k4(j: usize, s: &[u8]) -> (u8, u8) {
+    if j < 4 {
+        (s[j] & 63, s[j + 4] & 63)
+    } else {
+        ((s[j + 4] & 0x0F) | ((s[j - 4] >> 6) << 4), (s[j + 4] >> 4) | ((s[j] >> 6) << 4))
+    }
+}
+
+/// Decodes one block, following candle's `to_float` for the format weight by weight.
+fn decode_block(dtype: GgmlDType, b: &[u8], out: &mut Decoded) {
+    let (q, scale, offset) = (&mut out.q, &mut out.scale, &mut out.offset);
+    match dtype {
+        GgmlDType::Q4_0 | GgmlDType::Q4_1 => {
+            let d = f16_at(b, 0);
+            let (m, qs) = if dtype == GgmlDType::Q4_1 { (f16_at(b, 2), &b[4..20]) } else { (0.0, &b[2..18]) };
+            let bias = if dtype == GgmlDType::Q4_0 { 8 } else { 0 };
+            let mut vals = [0i8; 32];
+            for j in 0..16 {
+                vals[j] = (qs[j] & 0x0F) as i8 - bias;
+                vals[j + 16] = (qs[j] >> 4) as i8 - bias;
+            }
+            q.extend_from_slice(&vals);
+            scale.extend_from_slice(&[d, d]);
+            offset.extend_from_slice(&[m, m]);
+        }
+        GgmlDType::Q5_0 | GgmlDType::Q5_1 => {
+            let d = f16_at(b, 0);
+            let (m, rest) = if dtype == GgmlDType::Q5_1 { (f16_at(b, 2), &b[4..]) } else { (0.0, &b[2..]) };
+            let qh = u32::from_le_bytes([rest[0], rest[1], rest[2], rest[3]]);
+            let qs = &rest[4..20];
+            let bias = if dtype == GgmlDType::Q5_0 { 16 } else { 0 };
+            let mut vals = [0i8; 32];
+            for j in 0..16 {
+                let xh0 = (((qh >> j) << 4) & 0x10) as u8;
+                let xh1 = ((qh >> (j + 12)) & 0x10) as u8;
+                vals[j] = ((qs[j] & 0x0F) | xh0) as i8 - bias;
+                vals[j + 16] = ((qs[j] >> 4) | xh1) as i8 - bias;
+            }
+            q.extend_from_slice(&vals);
+            scale.extend_from_slice(&[d, d]);
+            offset.extend_from_slice(&[m, m]);
+        }
+        GgmlDType::Q8_0 => {
+            let d = f16_at(b, 0);
+            q.extend(b[2..34].iter().map(|&v| v as i8));
+            scale.extend_from_slice(&[d, d]);
+            offset.extend_from_slice(&[0.0, 0.0]);
+        }
+        GgmlDType::Q4K | GgmlDType::Q5K => {
+            let d = f16_at(b, 0);
+            let dmin = f16_at(b, 2);
+            let scales = &b[4..16];
+            let (qh, qs) = if dtype == GgmlDType::Q5K { (Some(&b[16..48]), &b[48..176]) } else { (None, &b[16..144]) };
+            let (mut u1, mut u2) = (1u8, 2u8);
+            for (s, j) in (0..256).step_by(64).enumerate() {
+                let qs = &qs[j / 2..j / 2 + 32];
+                for half in 0..2 {
+                    let (sc, m) = scale_min_k4(2 * s + half, scales);
+                    let (d1, m1) = (d * sc as f32, dmin * m as f32);
+                    let u = if half == 0 { u1 } else { u2 };
+                    for l in 0..32 {
+                        let nib = if half == 0 { qs[l] & 0x0F } else { qs[l] >> 4 };
+                        let high = qh.map_or(0, |h| if h[l] & u != 0 { 16 } else { 0 });
+                        q.push((nib + high) as i8);
+                    }
+                    scale.extend_from_slice(&[d1, d1]);
+                    offset.extend_from_slice(&[-m1, -m1]);
+                }
+                u1 <<= 2;
+                u2 <<= 2;
+            }
+        }
+        GgmlDType::Q6K => {
+            let (ql, qh, sc) = (&b[0..128], &b[128..192], &b[192..208]);
+            let d = f16_at(b, 208);
+            let mut vals = [0i8; 256];
+            for n in (0..256).step_by(128) {
+                let idx = n / 128;
+                let (ql, qh) = (&ql[64 * idx..], &qh[32 * idx..]);
+                for l in 0..32 {
+                    vals[n + l] = ((ql[l] & 0xF) | ((qh[l] & 3) << 4)) as i8 - 32;
+                    vals[n + l + 32] = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) as i8 - 32;
+                    vals[n + l + 64] = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) as i8 - 32;
+                    vals[n + l + 96] = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) as i8 - 32;
+                }
+            }
+            q.extend_from_slice(&vals);
+            // group g (16 weights) uses scales[g]: candle computes `d * sc as f32 * q as f32`
+            for &s in sc {
+                scale.push(d * (s as i8) as f32);
+                offset.push(0.0);
+            }
+        }
+        _ => unreachable!("checked by block_layout"),
+    }
+}
+
+impl QMatrix {
+    /// From the raw ggml blocks of a `[rows, cols]` tensor (candle's `QTensor::data()`).
+    pub fn from_ggml(dtype: GgmlDType, bytes: &[u8], rows: usize, cols: usize) -> Result<QMatrix> {
+        let Some((bs, size)) = block_layout(dtype) else { bail!("no int8 form for {dtype:?} blocks") };
+        if cols % bs != 0 {
+            bail!("{cols} columns is not a multiple of the {dtype:?} block size {bs}");
+        }
+        let blocks = rows * cols / bs;
+        if bytes.len() != blocks * size {
+            bail!("{dtype:?} data has {} bytes, {rows}x{cols} needs {}", bytes.len(), blocks * size);
+        }
+        let mut d = Decoded {
+            q: Vec::with_capacity(rows * cols),
+            scale: Vec::with_capacity(rows * cols / GROUP),
+            offset: Vec::with_capacity(rows * cols / GROUP),
+        };
+        for blk in bytes.chunks_exact(size) {
+            decode_block(dtype, blk, &mut d);
+        }
+        Ok(QMatrix { rows, cols, q: d.q, scale: d.scale, offset: d.offset })
+    }
+
+    /// The f32 matrix this holds, row-major `[rows, cols]` (`q * scale + offset`, as candle de-quantizes).
+    pub fn dequantize(&self) -> Vec<f32> {
+        let g = self.cols / GROUP;
+        (0..self.rows * self.cols)
+            .map(|i| {
+                let gi = (i / self.cols) * g + (i % self.cols) / GROUP;
+                self.q[i] as f32 * self.scale[gi] + self.offset[gi]
+            })
+            .collect()
+    }
+
+    /// Row `dst` of the result is row `src_of[dst]` of `self` (for undoing llama.cpp's Q/K permutation).
+    pub fn permute_rows(&self, src_of: &[usize]) -> QMatrix {
+        let g = self.cols / GROUP;
+        let mut q = Vec::with_capacity(self.q.len());
+        let mut scale = Vec::with_capacity(self.scale.len());
+        let mut offset = Vec::with_capacity(self.offset.len());
+        for &s in src_of {
+            q.extend_from_slice(&self.q[s * self.cols..(s + 1) * self.cols]);
+            scale.extend_from_slice(&self.scale[s * g..(s + 1) * g]);
+            offset.extend_from_slice(&self.offset[s * g..(s + 1) * g]);
+        }
+        QMatrix { rows: self.rows, cols: self.cols, q, scale, offset }
+    }
+
+    /// Bytes held.
+    pub fn bytes(&self) -> usize {
+        self.q.len() + 4 * (self.scale.len() + self.offset.len())
+    }
+
+    /// `y[r] = sum_c W[r, c] x[c]` for each of the `x.len() / cols` row vectors in `x` (row-major), written to
+    /// `y` (`[n, rows]`). Splits the rows over the rayon pool for large matrices.
+    pub fn matvec(&self, x: &[f32], y: &mut [f32]) {
+        assert_eq!(x.len() % self.cols, 0, "matvec: input length {} is not a multiple of {}", x.len(), self.cols);
+        let n = x.len() / self.cols;
+        assert_eq!(y.len(), n * self.rows, "matvec: output length");
+        for (xi, yi) in x.chunks_exact(self.cols).zip(y.chunks_exact_mut(self.rows)) {
+            let threads = rayon::current_num_threads();
+            if threads > 1 && self.rows * self.cols >= PARALLEL_MIN {
+                use rayon::prelude::*;
+                let chunk = self.rows.div_ceil(threads * 2).next_multiple_of(ROWS);
+                yi.par_chunks_mut(chunk).enumerate().for_each(|(c, out)| self.rows_into(c * chunk, xi, out));
+            } else {
+                self.rows_into(0, xi, yi);
+            }
+        }
+    }
+
+    /// Rows `row0..row0 + out.len()` of `W x`.
+    fn rows_into(&self, row0: usize, x: &[f32], out: &mut [f32]) {
+        assert!(row0 + out.len() <= self.rows && x.len() == self.cols);
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::arch::is_x86_feature_detected!("avx512f") {
+                // SAFETY: the CPU has AVX-512F; the bounds were checked above.
+                return unsafe { x86::rows_avx512(self, row0, x, out) };
+            }
+            if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+                // SAFETY: as above, with AVX2 and FMA.
+                return unsafe { x86::rows_avx2(self, row0, x, out) };
+            }
+        }
+        rows_scalar(self, row0, x, out)
+    }
+}
+
+/// Weights at or above which a matrix-vector product is split over threads (the tied lm_head; the per-layer
+/// matrices stay on one thread: waking the pool 200 times per token costs more than it gains).
+const PARALLEL_MIN: usize = 4 << 20;
+/// Rows computed together: they share each load of `x` and give the CPU independent accumulator chains.
+const ROWS: usize = 4;
+
+/// Portable kernel (and the reference for the SIMD ones): `w = q * scale + offset`, then `sum w x`.
+fn rows_scalar(m: &QMatrix, row0: usize, x: &[f32], out: &mut [f32]) {
+    let (cols, groups) = (m.cols, m.cols / GROUP);
+    for (r, o) in out.iter_mut().enumerate() {
+        let row = row0 + r;
+        let mut acc = [0f32; GROUP];
+        for g in 0..groups {
+            let (s, off) = (m.scale[row * groups + g], m.offset[row * groups + g]);
+            let q = &m.q[row * cols + g * GROUP..row * cols + (g + 1) * GROUP];
+            let xg = &x[g * GROUP..(g + 1) * GROUP];
+            for i in 0..GROUP {
+                acc[i] += (q[i] as f32 * s + off) * xg[i];
+            }
+        }
+        *o = acc.iter().sum();
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    //! The same kernel with AVX-512 (one group = one 16-lane register) and AVX2 (two 8-lane registers): each
+    //! group's 16 int8 weights are widened to f32, de-quantized with one FMA (`q * scale + offset`) and
+    //! accumulated with another. Four rows at a time share the loads of `x`; two accumulators per row (even and
+    //! odd groups) keep eight FMA chains in flight.
+    use super::{QMatrix, GROUP, ROWS};
+    use std::arch::x86_64::*;
+
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn rows_avx512(m: &QMatrix, row0: usize, x: &[f32], out: &mut [f32]) {
+        let (cols, groups) = (m.cols, m.cols / GROUP);
+        let (qp, sp, op, xp) = (m.q.as_ptr(), m.scale.as_ptr(), m.offset.as_ptr(), x.as_ptr());
+        // acc + w x for group g of `row`
+        macro_rules! step {
+            ($acc:expr, $row:expr, $g:expr, $xv:expr) => {{
+                let (row, g) = ($row, $g);
+                let q = _mm_loadu_si128(qp.add(row * cols + g * GROUP) as *const __m128i);
+                let qf = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q));
+                let w = _mm512_fmadd_ps(qf, _mm512_set1_ps(*sp.add(row * groups + g)), _mm512_set1_ps(*op.add(row * groups + g)));
+                _mm512_fmadd_ps(w, $xv, $acc)
+            }};
+        }
+        let n = out.len();
+        let mut r = 0;
+        while r + ROWS <= n {
+            let row = row0 + r;
+            let mut a = [_mm512_setzero_ps(); 2 * ROWS];
+            let mut g = 0;
+            while g + 2 <= groups {
+                let x0 = _mm512_loadu_ps(xp.add(g * GROUP));
+                let x1 = _mm512_loadu_ps(xp.add((g + 1) * GROUP));
+                for k in 0..ROWS {
+                    a[2 * k] = step!(a[2 * k], row + k, g, x0);
+                    a[2 * k + 1] = step!(a[2 * k + 1], row + k, g + 1, x1);
+                }
+                g += 2;
+            }
+            if g < groups {
+                let x0 = _mm512_loadu_ps(xp.add(g * GROUP));
+                for k in 0..ROWS {
+                    a[2 * k] = step!(a[2 * k], row + k, g, x0);
+                }
+            }
+            for k in 0..ROWS {
+                out[r + k] = _mm512_reduce_add_ps(_mm512_add_ps(a[2 * k], a[2 * k + 1]));
+            }
+            r += ROWS;
+        }
+        while r < n {
+            let mut acc = _mm512_setzero_ps();
+            for g in 0..groups {
+                acc = step!(acc, row0 + r, g, _mm512_loadu_ps(xp.add(g * GROUP)));
+            }
+            out[r] = _mm512_reduce_add_ps(acc);
+            r += 1;
+        }
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn rows_avx2(m: &QMatrix, row0: usize, x: &[f32], out: &mut [f32]) {
+        let (cols, groups) = (m.cols, m.cols / GROUP);
+        let (qp, sp, op, xp) = (m.q.as_ptr(), m.scale.as_ptr(), m.offset.as_ptr(), x.as_ptr());
+        let n = out.len();
+        for r in 0..n {
+            let row = row0 + r;
+            let (mut a0, mut a1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+            for g in 0..groups {
+                let base = qp.add(row * cols + g * GROUP);
+                let s = _mm256_set1_ps(*sp.add(row * groups + g));
+                let o = _mm256_set1_ps(*op.add(row * groups + g));
+                let q0 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(base as *const __m128i)));
+                let q1 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(base.add(8) as *const __m128i)));
+                a0 = _mm256_fmadd_ps(_mm256_fmadd_ps(q0, s, o), _mm256_loadu_ps(xp.add(g * GROUP)), a0);
+                a1 = _mm256_fmadd_ps(_mm256_fmadd_ps(q1, s, o), _mm256_loadu_ps(xp.add(g * GROUP + 8)), a1);
+            }
+            let v = _mm256_add_ps(a0, a1);
+            let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+            let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+            out[r] = _mm_cvtss_f32(_mm_add_ss(s, _mm_shuffle_ps(s, s, 1)));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::quantized::QTensor;
+    use candle_core::{Device, Tensor};
+
+    fn random(n: usize, seed: u64) -> Vec<f32> {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        (0..n).map(|_| rng.random::<f32>() * 2.0 - 1.0).collect()
+    }
+
+    const FORMATS: [GgmlDType; 8] = [
+        GgmlDType::Q4_0,
+        GgmlDType::Q4_1,
+        GgmlDType::Q5_0,
+        GgmlDType::Q5_1,
+        GgmlDType::Q8_0,
+        GgmlDType::Q4K,
+        GgmlDType::Q5K,
+        GgmlDType::Q6K,
+    ];
+
+    /// candle quantizes random weights; our int8 copy must de-quantize to exactly candle's f32 values.
+    #[test]
+    fn int8_copy_is_lossless_for_every_format() {
+        let (rows, cols) = (6, 512);
+        let w = random(rows * cols, 1);
+        let t = Tensor::from_vec(w, (rows, cols), &Device::Cpu).unwrap();
+        for dtype in FORMATS {
+            let qt = QTensor::quantize(&t, dtype).unwrap();
+            let want: Vec<f32> = qt.dequantize(&Device::Cpu).unwrap().flatten_all().unwrap().to_vec1().unwrap();
+            let m = QMatrix::from_ggml(dtype, &qt.data().unwrap(), rows, cols).unwrap();
+            let got = m.dequantize();
+            // bit for bit, except that 0 * (negative scale) + 0 offset gives +0.0 where candle gives -0.0
+            let bad = got.iter().zip(&want).position(|(a, b)| a.to_bits() != b.to_bits() && !(*a == 0.0 && *b == 0.0));
+            assert_eq!(bad, None, "{dtype:?}: weight {bad:?} differs: {:?} vs {:?}", bad.map(|i| got[i]), bad.map(|i| want[i]));
+        }
+    }
+
+    #[test]
+    fn matvec_equals_the_dequantized_product() {
+        // 37 rows: the 4-row blocks and the remainder; two input vectors
+        let (rows, cols) = (37, 256);
+        let t = Tensor::from_vec(random(rows * cols, 2), (rows, cols), &Device::Cpu).unwrap();
+        let x = random(2 * cols, 3);
+        for dtype in [GgmlDType::Q4_1, GgmlDType::Q8_0, GgmlDType::Q6K, GgmlDType::Q4K] {
+            let qt = QTensor::quantize(&t, dtype).unwrap();
+            let m = QMatrix::from_ggml(dtype, &qt.data().unwrap(), rows, cols).unwrap();
+            let w = m.dequantize();
+            let mut y = vec![0f32; 2 * rows];
+            m.matvec(&x, &mut y);
+            for n in 0..2 {
+                for r in 0..rows {
+                    let want: f64 = (0..cols).map(|c| w[r * cols + c] as f64 * x[n * cols + c] as f64).sum();
+                    let got = y[n * rows + r] as f64;
+                    assert!((got - want).abs() < 1e-4 * (1.0 + want.abs()), "{dtype:?} row {r}: {got} vs {want}");
+                }
+            }
+            // the portable kernel gives the same numbers up to rounding
+            let mut y0 = vec![0f32; rows];
+            rows_scalar(&m, 0, &x[..cols], &mut y0);
+            for r in 0..rows {
+                assert!((y0[r] - y[r]).abs() < 1e-4 * (1.0 + y[r].abs()));
+            }
+        }
+    }
+
+    /// A matrix large enough to be split over the rayon pool gives the same result as one thread.
+    #[test]
+    fn parallel_rows_equal_one_thread() {
+        let (rows, cols) = (1030, 4096);
+        let t = Tensor::from_vec(random(rows * cols, 5), (rows, cols), &Device::Cpu).unwrap();
+        let qt = QTensor::quantize(&t, GgmlDType::Q8_0).unwrap();
+        let m = QMatrix::from_ggml(GgmlDType::Q8_0, &qt.data().unwrap(), rows, cols).unwrap();
+        assert!(rows * cols >= PARALLEL_MIN);
+        let x = random(cols, 6);
+        let mut y = vec![0f32; rows];
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(3).build().unwrap();
+        pool.install(|| m.matvec(&x, &mut y));
+        let mut y1 = vec![0f32; rows];
+        m.rows_into(0, &x, &mut y1);
+        assert_eq!(y, y1);
+    }
+
+    #[test]
+    fn permute_rows_moves_whole_rows() {
+        let (rows, cols) = (4, 32);
+        let t = Tensor::from_vec(random(rows * cols, 4), (rows, cols), &Device::Cpu).unwrap();
+        let qt = QTensor::quantize(&t, GgmlDType::Q4_1).unwrap();
+        let m = QMatrix::from_ggml(GgmlDType::Q4_1, &qt.data().unwrap(), rows, cols).unwrap();
+        let p = m.permute_rows(&[2, 0, 3, 1]);
+        let (a, b) = (m.dequantize(), p.dequantize());
+        assert_eq!(&b[0..cols], &a[2 * cols..3 * cols]);
+        assert_eq!(&b[3 * cols..4 * cols], &a[cols..2 * cols]);
+    }
+
+    #[test]
+    fn wrong_sizes_are_errors() {
+        assert!(QMatrix::from_ggml(GgmlDType::Q4_1, &[0u8; 19], 1, 32).is_err());
+        assert!(QMatrix::from_ggml(GgmlDType::Q4_1, &[0u8; 20], 1, 16).is_err());
+        assert!(QMatrix::from_ggml(GgmlDType::F16, &[0u8; 64], 1, 32).is_err());
+    }
+}
