@@ -5,7 +5,7 @@
 #
 # ragtime: `ragtime generate --stats` (internals captured at every decoded token: entropy, last-layer attention,
 # final hidden state, mean over layers), CPU unless DEVICE=cuda. On the CPU, decoding multiplies the GGUF's own
-# quantized blocks held as int8 (src/model/quant.rs); RAGTIME_F32_DECODE=1 makes it use the f32 weights instead.
+# quantized blocks held as 4-bit or 8-bit integers (src/model/quant.rs); RAGTIME_F32_DECODE=1 makes it use the f32 weights instead.
 # transformers: scripts/bench_decode_hf.py, float32, the GGUF de-quantized by transformers, KV cache, greedy; the
 # same prompt (the 153-token case of ../shared/reference/smollm2_135m_q4_1.json) and 64 new tokens. Its venv
 # (torch, transformers, gguf, accelerate from PyPI) is made once under ${RAGTIME_CACHE:-~/.cache/ragtime}/bench-venv;
@@ -43,7 +43,7 @@ work, runs = sys.argv[1], int(sys.argv[2])
 pat = re.compile(r"prompt (\d+) tokens in [0-9.]+s \(([0-9.]+) tok/s\); generated (\d+) tokens in [0-9.]+s "
                  r"\(([0-9.]+) tok/s\); peak rss ([0-9.]+) MiB")
 rows = {}
-for name, f in (("ragtime (burn f32 prefill, int8-block decode, internals captured)", "ragtime.txt"), ("transformers (torch, f32)", "hf.txt")):
+for name, f in (("ragtime (burn f32 prefill, 4/8-bit block decode, internals captured)", "ragtime.txt"), ("transformers (torch, f32)", "hf.txt")):
     p = os.path.join(work, f)
     if not os.path.exists(p):
         continue

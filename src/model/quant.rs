@@ -2,9 +2,12 @@
 //!
 //! A decode step multiplies one row vector by every weight matrix. In f32 that reads ~540 MB per token for
 //! SmolLM2-135M and is bound by memory bandwidth, so the step cannot go faster than the memory allows. This
-//! module keeps a second copy of each quantized GGUF weight as 8-bit integers with one `(scale, offset)` pair per
-//! group of 16 columns (1.5 bytes per weight) and computes `y = W x` from it, de-quantizing on the fly in
-//! registers.
+//! module keeps a second copy of each quantized GGUF weight with one f32 `(scale, offset)` pair per group and
+//! computes `y = W x` from it, de-quantizing on the fly in registers. Two layouts:
+//! - [`Layout::U4`] for the 4-bit formats (Q4_0, Q4_1, Q4_K): groups of 32 as 16 bytes of nibble pairs, ggml's
+//!   own order (byte `i` holds weight `i` in its low nibble and weight `i + 16` in its high one): 0.75 bytes per
+//!   weight;
+//! - [`Layout::I8`] for the others: one signed byte per weight, groups of 16: 1.5 bytes per weight.
 //!
 //! The copy is lossless: every ggml block format we accept (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K)
 //! stores a weight as `scale * q + offset` with an integer `q` in -32..=31 (or 0..=31) and one scale/offset per
@@ -19,25 +22,50 @@ use anyhow::{bail, Result};
 use candle_core::quantized::GgmlDType;
 use half::f16;
 
-/// Columns per `(scale, offset)` group.
-pub const GROUP: usize = 16;
+/// How the integer weights are stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    /// One `i8` per weight; a scale/offset pair per 16 weights.
+    I8,
+    /// Two unsigned 4-bit weights per byte (ggml's order within a group of 32); a scale/offset pair per 32.
+    U4,
+}
 
-/// A `[rows, cols]` matrix (Hugging Face `[out, in]` layout) as int8 values with per-group scale and offset.
+impl Layout {
+    /// Weights per `(scale, offset)` group.
+    pub fn group(self) -> usize {
+        match self {
+            Layout::I8 => 16,
+            Layout::U4 => 32,
+        }
+    }
+
+    /// Bytes per row of `cols` weights.
+    fn row_bytes(self, cols: usize) -> usize {
+        match self {
+            Layout::I8 => cols,
+            Layout::U4 => cols / 2,
+        }
+    }
+}
+
+/// A `[rows, cols]` matrix (Hugging Face `[out, in]` layout) as small integers with per-group scale and offset.
 #[derive(Clone)]
 pub struct QMatrix {
     pub rows: usize,
     pub cols: usize,
-    /// `[rows, cols]`
-    q: Vec<i8>,
-    /// `[rows, cols / GROUP]`
+    pub layout: Layout,
+    /// `[rows, row_bytes]`
+    q: Vec<u8>,
+    /// `[rows, cols / group]`
     scale: Vec<f32>,
-    /// `[rows, cols / GROUP]` (zeros for the symmetric formats)
+    /// `[rows, cols / group]` (zeros for the symmetric formats)
     offset: Vec<f32>,
 }
 
 impl std::fmt::Debug for QMatrix {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "QMatrix[{}x{}, int8]", self.rows, self.cols)
+        write!(f, "QMatrix[{}x{}, {:?}]", self.rows, self.cols, self.layout)
     }
 }
 
@@ -45,9 +73,9 @@ fn f16_at(b: &[u8], i: usize) -> f32 {
     f16::from_le_bytes([b[i], b[i + 1]]).to_f32()
 }
 
-/// What one ggml block holds: `n` weights, and for each group of 16 the scale and offset.
+/// What the ggml blocks hold, in our layout.
 struct Decoded {
-    q: Vec<i8>,
+    q: Vec<u8>,
     scale: Vec<f32>,
     offset: Vec<f32>,
 }
@@ -86,17 +114,12 @@ fn decode_block(dtype: GgmlDType, b: &[u8], out: &mut Decoded) {
     let (q, scale, offset) = (&mut out.q, &mut out.scale, &mut out.offset);
     match dtype {
         GgmlDType::Q4_0 | GgmlDType::Q4_1 => {
+            // U4: the nibble bytes are already in our order. Q4_0's `(q - 8) d` is `q d + (-8 d)`: both exact.
             let d = f16_at(b, 0);
-            let (m, qs) = if dtype == GgmlDType::Q4_1 { (f16_at(b, 2), &b[4..20]) } else { (0.0, &b[2..18]) };
-            let bias = if dtype == GgmlDType::Q4_0 { 8 } else { 0 };
-            let mut vals = [0i8; 32];
-            for j in 0..16 {
-                vals[j] = (qs[j] & 0x0F) as i8 - bias;
-                vals[j + 16] = (qs[j] >> 4) as i8 - bias;
-            }
-            q.extend_from_slice(&vals);
-            scale.extend_from_slice(&[d, d]);
-            offset.extend_from_slice(&[m, m]);
+            let (m, qs) = if dtype == GgmlDType::Q4_1 { (f16_at(b, 2), &b[4..20]) } else { (-8.0 * d, &b[2..18]) };
+            q.extend_from_slice(qs);
+            scale.push(d);
+            offset.push(m);
         }
         GgmlDType::Q5_0 | GgmlDType::Q5_1 => {
             let d = f16_at(b, 0);
@@ -104,12 +127,12 @@ fn decode_block(dtype: GgmlDType, b: &[u8], out: &mut Decoded) {
             let qh = u32::from_le_bytes([rest[0], rest[1], rest[2], rest[3]]);
             let qs = &rest[4..20];
             let bias = if dtype == GgmlDType::Q5_0 { 16 } else { 0 };
-            let mut vals = [0i8; 32];
+            let mut vals = [0u8; 32];
             for j in 0..16 {
                 let xh0 = (((qh >> j) << 4) & 0x10) as u8;
                 let xh1 = ((qh >> (j + 12)) & 0x10) as u8;
-                vals[j] = ((qs[j] & 0x0F) | xh0) as i8 - bias;
-                vals[j + 16] = ((qs[j] >> 4) | xh1) as i8 - bias;
+                vals[j] = (((qs[j] & 0x0F) | xh0) as i8 - bias) as u8;
+                vals[j + 16] = (((qs[j] >> 4) | xh1) as i8 - bias) as u8;
             }
             q.extend_from_slice(&vals);
             scale.extend_from_slice(&[d, d]);
@@ -117,15 +140,33 @@ fn decode_block(dtype: GgmlDType, b: &[u8], out: &mut Decoded) {
         }
         GgmlDType::Q8_0 => {
             let d = f16_at(b, 0);
-            q.extend(b[2..34].iter().map(|&v| v as i8));
+            q.extend_from_slice(&b[2..34]);
             scale.extend_from_slice(&[d, d]);
             offset.extend_from_slice(&[0.0, 0.0]);
         }
-        GgmlDType::Q4K | GgmlDType::Q5K => {
+        GgmlDType::Q4K => {
+            // U4. Each 32 bytes of `qs` hold 64 weights: sub-block 2j in the low nibbles, 2j+1 in the high ones;
+            // we repack each sub-block of 32 as 16 nibble pairs (weight i low, weight i + 16 high).
             let d = f16_at(b, 0);
             let dmin = f16_at(b, 2);
             let scales = &b[4..16];
-            let (qh, qs) = if dtype == GgmlDType::Q5K { (Some(&b[16..48]), &b[48..176]) } else { (None, &b[16..144]) };
+            let qs = &b[16..144];
+            for j in 0..4 {
+                let qs = &qs[32 * j..32 * j + 32];
+                for half in 0..2 {
+                    let (sc, m) = scale_min_k4(2 * j + half, scales);
+                    let nib = |v: u8| if half == 0 { v & 0x0F } else { v >> 4 };
+                    q.extend((0..16).map(|i| nib(qs[i]) | (nib(qs[i + 16]) << 4)));
+                    scale.push(d * sc as f32);
+                    offset.push(-(dmin * m as f32));
+                }
+            }
+        }
+        GgmlDType::Q5K => {
+            let d = f16_at(b, 0);
+            let dmin = f16_at(b, 2);
+            let scales = &b[4..16];
+            let (qh, qs) = (&b[16..48], &b[48..176]);
             let (mut u1, mut u2) = (1u8, 2u8);
             for (s, j) in (0..256).step_by(64).enumerate() {
                 let qs = &qs[j / 2..j / 2 + 32];
@@ -135,8 +176,7 @@ fn decode_block(dtype: GgmlDType, b: &[u8], out: &mut Decoded) {
                     let u = if half == 0 { u1 } else { u2 };
                     for l in 0..32 {
                         let nib = if half == 0 { qs[l] & 0x0F } else { qs[l] >> 4 };
-                        let high = qh.map_or(0, |h| if h[l] & u != 0 { 16 } else { 0 });
-                        q.push((nib + high) as i8);
+                        q.push(nib + if qh[l] & u != 0 { 16 } else { 0 });
                     }
                     scale.extend_from_slice(&[d1, d1]);
                     offset.extend_from_slice(&[-m1, -m1]);
@@ -148,15 +188,15 @@ fn decode_block(dtype: GgmlDType, b: &[u8], out: &mut Decoded) {
         GgmlDType::Q6K => {
             let (ql, qh, sc) = (&b[0..128], &b[128..192], &b[192..208]);
             let d = f16_at(b, 208);
-            let mut vals = [0i8; 256];
+            let mut vals = [0u8; 256];
             for n in (0..256).step_by(128) {
                 let idx = n / 128;
                 let (ql, qh) = (&ql[64 * idx..], &qh[32 * idx..]);
                 for l in 0..32 {
-                    vals[n + l] = ((ql[l] & 0xF) | ((qh[l] & 3) << 4)) as i8 - 32;
-                    vals[n + l + 32] = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) as i8 - 32;
-                    vals[n + l + 64] = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) as i8 - 32;
-                    vals[n + l + 96] = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) as i8 - 32;
+                    vals[n + l] = (((ql[l] & 0xF) | ((qh[l] & 3) << 4)) as i8 - 32) as u8;
+                    vals[n + l + 32] = (((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) as i8 - 32) as u8;
+                    vals[n + l + 64] = (((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) as i8 - 32) as u8;
+                    vals[n + l + 96] = (((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) as i8 - 32) as u8;
                 }
             }
             q.extend_from_slice(&vals);
@@ -173,7 +213,7 @@ fn decode_block(dtype: GgmlDType, b: &[u8], out: &mut Decoded) {
 impl QMatrix {
     /// From the raw ggml blocks of a `[rows, cols]` tensor (candle's `QTensor::data()`).
     pub fn from_ggml(dtype: GgmlDType, bytes: &[u8], rows: usize, cols: usize) -> Result<QMatrix> {
-        let Some((bs, size)) = block_layout(dtype) else { bail!("no int8 form for {dtype:?} blocks") };
+        let Some((bs, size)) = block_layout(dtype) else { bail!("no integer form for {dtype:?} blocks") };
         if cols % bs != 0 {
             bail!("{cols} columns is not a multiple of the {dtype:?} block size {bs}");
         }
@@ -181,40 +221,71 @@ impl QMatrix {
         if bytes.len() != blocks * size {
             bail!("{dtype:?} data has {} bytes, {rows}x{cols} needs {}", bytes.len(), blocks * size);
         }
+        let layout = match dtype {
+            GgmlDType::Q4_0 | GgmlDType::Q4_1 | GgmlDType::Q4K => Layout::U4,
+            _ => Layout::I8,
+        };
+        let groups = rows * cols / layout.group();
         let mut d = Decoded {
-            q: Vec::with_capacity(rows * cols),
-            scale: Vec::with_capacity(rows * cols / GROUP),
-            offset: Vec::with_capacity(rows * cols / GROUP),
+            q: Vec::with_capacity(rows * layout.row_bytes(cols)),
+            scale: Vec::with_capacity(groups),
+            offset: Vec::with_capacity(groups),
         };
         for blk in bytes.chunks_exact(size) {
             decode_block(dtype, blk, &mut d);
         }
-        Ok(QMatrix { rows, cols, q: d.q, scale: d.scale, offset: d.offset })
+        debug_assert_eq!((d.q.len(), d.scale.len()), (rows * layout.row_bytes(cols), groups));
+        Ok(QMatrix { rows, cols, layout, q: d.q, scale: d.scale, offset: d.offset })
+    }
+
+    /// The integer weights of group `g` of `row` (16 or 32 of them, in column order).
+    fn group_ints(&self, row: usize, g: usize, out: &mut [f32; 32]) {
+        let n = self.layout.group();
+        let start = row * self.layout.row_bytes(self.cols) + g * self.layout.row_bytes(n);
+        match self.layout {
+            Layout::I8 => {
+                for (o, &b) in out.iter_mut().zip(&self.q[start..start + n]) {
+                    *o = b as i8 as f32;
+                }
+            }
+            Layout::U4 => {
+                for (i, &b) in self.q[start..start + 16].iter().enumerate() {
+                    out[i] = (b & 0x0F) as f32;
+                    out[i + 16] = (b >> 4) as f32;
+                }
+            }
+        }
     }
 
     /// The f32 matrix this holds, row-major `[rows, cols]` (`q * scale + offset`, as candle de-quantizes).
     pub fn dequantize(&self) -> Vec<f32> {
-        let g = self.cols / GROUP;
-        (0..self.rows * self.cols)
-            .map(|i| {
-                let gi = (i / self.cols) * g + (i % self.cols) / GROUP;
-                self.q[i] as f32 * self.scale[gi] + self.offset[gi]
-            })
-            .collect()
+        let n = self.layout.group();
+        let groups = self.cols / n;
+        let mut out = Vec::with_capacity(self.rows * self.cols);
+        let mut ints = [0f32; 32];
+        for row in 0..self.rows {
+            for g in 0..groups {
+                self.group_ints(row, g, &mut ints);
+                let gi = row * groups + g;
+                out.extend(ints[..n].iter().map(|&q| q * self.scale[gi] + self.offset[gi]));
+            }
+        }
+        out
     }
 
     /// Row `dst` of the result is row `src_of[dst]` of `self` (for undoing llama.cpp's Q/K permutation).
     pub fn permute_rows(&self, src_of: &[usize]) -> QMatrix {
-        let g = self.cols / GROUP;
+        let g = self.cols / self.layout.group();
+        let rb = self.layout.row_bytes(self.cols);
         let mut q = Vec::with_capacity(self.q.len());
         let mut scale = Vec::with_capacity(self.scale.len());
         let mut offset = Vec::with_capacity(self.offset.len());
         for &s in src_of {
-            q.extend_from_slice(&self.q[s * self.cols..(s + 1) * self.cols]);
+            q.extend_from_slice(&self.q[s * rb..(s + 1) * rb]);
             scale.extend_from_slice(&self.scale[s * g..(s + 1) * g]);
             offset.extend_from_slice(&self.offset[s * g..(s + 1) * g]);
         }
-        QMatrix { rows: self.rows, cols: self.cols, q, scale, offset }
+        QMatrix { rows: self.rows, cols: self.cols, layout: self.layout, q, scale, offset }
     }
 
     /// Bytes held.
@@ -247,11 +318,21 @@ impl QMatrix {
         {
             if std::arch::is_x86_feature_detected!("avx512f") {
                 // SAFETY: the CPU has AVX-512F; the bounds were checked above.
-                return unsafe { x86::rows_avx512(self, row0, x, out) };
+                return unsafe {
+                    match self.layout {
+                        Layout::I8 => x86::rows_avx512(self, row0, x, out),
+                        Layout::U4 => x86::rows_u4_avx512(self, row0, x, out),
+                    }
+                };
             }
             if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
                 // SAFETY: as above, with AVX2 and FMA.
-                return unsafe { x86::rows_avx2(self, row0, x, out) };
+                return unsafe {
+                    match self.layout {
+                        Layout::I8 => x86::rows_avx2(self, row0, x, out),
+                        Layout::U4 => x86::rows_u4_avx2(self, row0, x, out),
+                    }
+                };
             }
         }
         rows_scalar(self, row0, x, out)
@@ -266,16 +347,17 @@ const ROWS: usize = 4;
 
 /// Portable kernel (and the reference for the SIMD ones): `w = q * scale + offset`, then `sum w x`.
 fn rows_scalar(m: &QMatrix, row0: usize, x: &[f32], out: &mut [f32]) {
-    let (cols, groups) = (m.cols, m.cols / GROUP);
+    let n = m.layout.group();
+    let groups = m.cols / n;
+    let mut ints = [0f32; 32];
     for (r, o) in out.iter_mut().enumerate() {
         let row = row0 + r;
-        let mut acc = [0f32; GROUP];
+        let mut acc = [0f32; 32];
         for g in 0..groups {
+            m.group_ints(row, g, &mut ints);
             let (s, off) = (m.scale[row * groups + g], m.offset[row * groups + g]);
-            let q = &m.q[row * cols + g * GROUP..row * cols + (g + 1) * GROUP];
-            let xg = &x[g * GROUP..(g + 1) * GROUP];
-            for i in 0..GROUP {
-                acc[i] += (q[i] as f32 * s + off) * xg[i];
+            for i in 0..n {
+                acc[i] += (ints[i] * s + off) * x[g * n + i];
             }
         }
         *o = acc.iter().sum();
@@ -288,7 +370,9 @@ mod x86 {
     //! group's 16 int8 weights are widened to f32, de-quantized with one FMA (`q * scale + offset`) and
     //! accumulated with another. Four rows at a time share the loads of `x`; two accumulators per row (even and
     //! odd groups) keep eight FMA chains in flight.
-    use super::{QMatrix, GROUP, ROWS};
+    use super::{QMatrix, ROWS};
+
+    const GROUP: usize = 16;
     use std::arch::x86_64::*;
 
     #[target_feature(enable = "avx512f")]
@@ -359,6 +443,85 @@ mod x86 {
                 a1 = _mm256_fmadd_ps(_mm256_fmadd_ps(q1, s, o), _mm256_loadu_ps(xp.add(g * GROUP + 8)), a1);
             }
             let v = _mm256_add_ps(a0, a1);
+            let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+            let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+            out[r] = _mm_cvtss_f32(_mm_add_ss(s, _mm_shuffle_ps(s, s, 1)));
+        }
+    }
+
+    /// U4: a group is 16 bytes; low nibbles are weights 0..16, high nibbles 16..32.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn rows_u4_avx512(m: &QMatrix, row0: usize, x: &[f32], out: &mut [f32]) {
+        let groups = m.cols / 32;
+        let rb = m.cols / 2;
+        let (qp, sp, op, xp) = (m.q.as_ptr(), m.scale.as_ptr(), m.offset.as_ptr(), x.as_ptr());
+        let mask = _mm_set1_epi8(0x0F);
+        // (acc_lo, acc_hi) + w x for group g of `row`
+        macro_rules! step {
+            ($lo:expr, $hi:expr, $row:expr, $g:expr, $x0:expr, $x1:expr) => {{
+                let (row, g) = ($row, $g);
+                let b = _mm_loadu_si128(qp.add(row * rb + g * 16) as *const __m128i);
+                let ql = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(b, mask)));
+                let qh = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(b, 4), mask)));
+                let s = _mm512_set1_ps(*sp.add(row * groups + g));
+                let o = _mm512_set1_ps(*op.add(row * groups + g));
+                $lo = _mm512_fmadd_ps(_mm512_fmadd_ps(ql, s, o), $x0, $lo);
+                $hi = _mm512_fmadd_ps(_mm512_fmadd_ps(qh, s, o), $x1, $hi);
+            }};
+        }
+        let n = out.len();
+        let mut r = 0;
+        while r + ROWS <= n {
+            let row = row0 + r;
+            let mut a = [_mm512_setzero_ps(); 2 * ROWS];
+            for g in 0..groups {
+                let x0 = _mm512_loadu_ps(xp.add(g * 32));
+                let x1 = _mm512_loadu_ps(xp.add(g * 32 + 16));
+                for k in 0..ROWS {
+                    let (mut lo, mut hi) = (a[2 * k], a[2 * k + 1]);
+                    step!(lo, hi, row + k, g, x0, x1);
+                    a[2 * k] = lo;
+                    a[2 * k + 1] = hi;
+                }
+            }
+            for k in 0..ROWS {
+                out[r + k] = _mm512_reduce_add_ps(_mm512_add_ps(a[2 * k], a[2 * k + 1]));
+            }
+            r += ROWS;
+        }
+        while r < n {
+            let (mut lo, mut hi) = (_mm512_setzero_ps(), _mm512_setzero_ps());
+            for g in 0..groups {
+                step!(lo, hi, row0 + r, g, _mm512_loadu_ps(xp.add(g * 32)), _mm512_loadu_ps(xp.add(g * 32 + 16)));
+            }
+            out[r] = _mm512_reduce_add_ps(_mm512_add_ps(lo, hi));
+            r += 1;
+        }
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn rows_u4_avx2(m: &QMatrix, row0: usize, x: &[f32], out: &mut [f32]) {
+        let groups = m.cols / 32;
+        let rb = m.cols / 2;
+        let (qp, sp, op, xp) = (m.q.as_ptr(), m.scale.as_ptr(), m.offset.as_ptr(), x.as_ptr());
+        let mask = _mm_set1_epi8(0x0F);
+        for r in 0..out.len() {
+            let row = row0 + r;
+            let mut a = [_mm256_setzero_ps(); 4];
+            for g in 0..groups {
+                let b = _mm_loadu_si128(qp.add(row * rb + g * 16) as *const __m128i);
+                let lo = _mm_and_si128(b, mask);
+                let hi = _mm_and_si128(_mm_srli_epi16(b, 4), mask);
+                let s = _mm256_set1_ps(*sp.add(row * groups + g));
+                let o = _mm256_set1_ps(*op.add(row * groups + g));
+                // weights 0..8, 8..16 (low nibbles), 16..24, 24..32 (high nibbles)
+                let parts = [lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)];
+                for (k, p) in parts.into_iter().enumerate() {
+                    let q = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(p));
+                    a[k] = _mm256_fmadd_ps(_mm256_fmadd_ps(q, s, o), _mm256_loadu_ps(xp.add(g * 32 + 8 * k)), a[k]);
+                }
+            }
+            let v = _mm256_add_ps(_mm256_add_ps(a[0], a[1]), _mm256_add_ps(a[2], a[3]));
             let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
             let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
             out[r] = _mm_cvtss_f32(_mm_add_ss(s, _mm_shuffle_ps(s, s, 1)));
