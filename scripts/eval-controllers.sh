@@ -6,7 +6,8 @@
 # Env: MODEL (default SmolLM2), DATASET (hotpotqa), INDEX (indexes/hotpotqa, built if missing), OUT (runs/cmp-...),
 #      JOBS (2: runs side by side, one rayon thread each, which uses 2 cores better than one run with two
 #      threads: decoding is a matrix-vector product per weight and runs on one thread anyway),
-#      BIN (the ragtime binary; default target/release/ragtime), THETA / ALPHA: RIND's theta and ETC's alpha (see below), CONTROLLERS (space-separated subset).
+#      BIN (the ragtime binary; default target/release/ragtime), THETA / ALPHA: RIND's theta and ETC's alpha (see below), CONTROLLERS (space-separated subset;
+#      add `mlp` for the learned trigger, which reads checkpoints/detector from `ragtime train detector`).
 # Every run resumes: re-running the script after a kill finishes what is missing and re-prints the table.
 #
 # Thresholds: DRAGIN's theta (1.4 on HotpotQA) and ETC's alpha were set for Llama2-7B/13B; with SmolLM2 the
