@@ -171,7 +171,7 @@ fn write_tiny_gguf(arch: Arch, dir: &std::path::Path) -> std::path::PathBuf {
     path
 }
 
-/// A quantized GGUF decodes on its int8 blocks; the result must equal decoding on the de-quantized f32 weights
+/// A quantized GGUF decodes on integer copies of its blocks; the result must equal decoding on the de-quantized f32 weights
 /// (same greedy ids, logits, attention and hidden states up to f32 rounding), through a rewind too. For `llama`
 /// this also checks that the blocks' Q/K rows are un-permuted like the f32 ones.
 #[test]

@@ -22,7 +22,7 @@ pub struct Linear<B: Backend> {
     pub weight: Param<Tensor<B, 2>>,
     pub bias: Option<Param<Tensor<B, 1>>>,
     pub lora: Option<LoraAdapter<B>>,
-    /// The same weight as int8 blocks ([`QMatrix`], `[out, in]`) for CPU decoding, set only on inference models
+    /// The same weight as 4- or 8-bit integer blocks ([`QMatrix`], `[out, in]`) for CPU decoding, set only on inference models
     /// loaded from a quantized GGUF (see [`Llama::attach_quantized`]). Not a parameter: training never sees it.
     pub quant: Option<Arc<QMatrix>>,
 }
@@ -129,7 +129,7 @@ pub struct Llama<B: Backend> {
     pub norm: RmsNorm<B>,
     /// `[d, vocab]`; `None` when tied to `embed_tokens`.
     pub lm_head: Option<Param<Tensor<B, 2>>>,
-    /// The output projection (`lm_head`, or the tied embedding) as int8 blocks `[vocab, d]` for CPU decoding.
+    /// The output projection (`lm_head`, or the tied embedding) as integer blocks `[vocab, d]` for CPU decoding.
     pub lm_head_quant: Option<Arc<QMatrix>>,
 }
 

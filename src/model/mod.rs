@@ -95,7 +95,7 @@ pub fn build_llama<B: Backend>(src: &dyn WeightSource, cfg: &ModelConfig, device
 }
 
 /// Gives each linear layer (and the output projection) whose weight the source stores in a quantized block
-/// format its int8 copy ([`quant::QMatrix`]) for CPU decoding. Returns the bytes attached.
+/// format its integer copy ([`quant::QMatrix`]) for CPU decoding. Returns the bytes attached.
 pub fn attach_quantized<B: Backend>(m: &mut Llama<B>, src: &dyn WeightSource, cfg: &ModelConfig) -> Result<usize> {
     let mut bytes = 0;
     let mut get = |name: &str, dims: [usize; 2]| -> Result<Option<std::sync::Arc<quant::QMatrix>>> {
@@ -126,7 +126,7 @@ pub fn attach_quantized<B: Backend>(m: &mut Llama<B>, src: &dyn WeightSource, cf
     Ok(bytes)
 }
 
-/// Removes the int8 copies: every product then uses the f32 weights.
+/// Removes the integer copies: every product then uses the f32 weights.
 pub fn detach_quantized<B: Backend>(m: &mut Llama<B>) {
     for b in &mut m.layers {
         let (a, f) = (&mut b.self_attn, &mut b.mlp);
@@ -242,7 +242,7 @@ struct ChunkOut {
 
 trait Engine: Send + Sync {
     fn open(&self, capacity: usize) -> Box<dyn EngineSession + '_>;
-    /// Drops the int8 decode weights (see [`Lm::f32_decode`]).
+    /// Drops the integer decode weights (see [`Lm::f32_decode`]).
     fn detach_quantized(&mut self);
 }
 
@@ -334,7 +334,7 @@ pub struct Lm {
     /// Short identifier (file or folder name), recorded in datasets and checkpoints trained on this model.
     pub name: String,
     pub device: DeviceKind,
-    /// Bytes of int8 weight copies used for CPU decoding (0: decoding multiplies the f32 weights).
+    /// Bytes of integer weight copies (4- or 8-bit, see [`quant`]) used for CPU decoding (0: decoding multiplies the f32 weights).
     pub int8_decode_bytes: usize,
 }
 
@@ -388,7 +388,7 @@ impl Lm {
             DeviceKind::Cpu => {
                 let dev = burn::backend::flex::FlexDevice;
                 let mut model = build_llama::<burn::backend::Flex>(src, &cfg, &dev)?;
-                // decode on the file's quantized blocks (int8 in memory) unless asked not to
+                // decode on the file's quantized blocks (4- or 8-bit integers in memory) unless asked not to
                 if std::env::var_os("RAGTIME_F32_DECODE").is_none() {
                     int8_decode_bytes = attach_quantized(&mut model, src, &cfg)?;
                 }
@@ -411,8 +411,8 @@ impl Lm {
         Ok(Lm { engine, tokenizer, config: cfg, name, device, int8_decode_bytes })
     }
 
-    /// Decodes with the f32 weights only, dropping the int8 copies of a quantized GGUF (as `RAGTIME_F32_DECODE=1`
-    /// does at load time). Numbers agree with the int8 path up to the order of f32 additions.
+    /// Decodes with the f32 weights only, dropping the integer copies of a quantized GGUF (as `RAGTIME_F32_DECODE=1`
+    /// does at load time). Numbers agree with the integer path up to the order of f32 additions.
     pub fn f32_decode(&mut self) {
         self.engine.detach_quantized();
         self.int8_decode_bytes = 0;

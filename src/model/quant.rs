@@ -552,7 +552,7 @@ mod tests {
         GgmlDType::Q6K,
     ];
 
-    /// candle quantizes random weights; our int8 copy must de-quantize to exactly candle's f32 values.
+    /// candle quantizes random weights; our integer copy must de-quantize to exactly candle's f32 values.
     #[test]
     fn int8_copy_is_lossless_for_every_format() {
         let (rows, cols) = (6, 512);

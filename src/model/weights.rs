@@ -16,7 +16,7 @@ pub trait WeightSource {
     /// The tensor, or `None` when the file has no tensor of that name.
     fn tensor(&self, hf_name: &str) -> Result<Option<HostTensor>>;
 
-    /// The tensor's int8 copy for CPU decoding ([`super::quant::QMatrix`]), when the file stores it in a
+    /// The tensor's integer copy for CPU decoding ([`super::quant::QMatrix`]), when the file stores it in a
     /// quantized block format that has one. `None` for f32/f16/bf16 sources.
     fn quantized(&self, _hf_name: &str) -> Result<Option<super::quant::QMatrix>> {
         Ok(None)
