@@ -22,8 +22,9 @@ pub struct Linear<B: Backend> {
     pub weight: Param<Tensor<B, 2>>,
     pub bias: Option<Param<Tensor<B, 1>>>,
     pub lora: Option<LoraAdapter<B>>,
-    /// The same weight as 4- or 8-bit integer blocks ([`QMatrix`], `[out, in]`) for CPU decoding, set only on inference models
-    /// loaded from a quantized GGUF (see [`Llama::attach_quantized`]). Not a parameter: training never sees it.
+    /// The same weight as 4- or 8-bit integer blocks ([`QMatrix`], `[out, in]`) for CPU decoding, set only on
+    /// inference models loaded from a quantized GGUF (`model::attach_quantized`). Not a parameter: training, which
+    /// builds its model with `model::build_llama`, never sees it.
     pub quant: Option<Arc<QMatrix>>,
 }
 
@@ -43,6 +44,7 @@ pub struct LoraAdapter<B: Backend> {
 /// Rows (tokens) up to which a product with a [`QMatrix`] copy uses it instead of the f32 matmul: decoding
 /// feeds one token at a time, and a rewind feeds a few.
 const QUANT_MAX_ROWS: usize = 4;
+
 impl<B: Backend> Linear<B> {
     pub fn forward(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
         // x: [b, t, in] -> [b, t, out]
