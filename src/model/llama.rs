@@ -13,6 +13,7 @@ use burn::tensor::{Bool, Int, Tensor, TensorData};
 use std::sync::Arc;
 
 use super::config::ModelConfig;
+use super::flex;
 use super::quant::QMatrix;
 
 /// `y = x W + b` with `W` stored `[in, out]` (the transpose of Hugging Face's `[out, in]`), plus an optional
@@ -62,6 +63,16 @@ impl<B: Backend> Linear<B> {
                 };
             }
         }
+        if self.lora.is_none() {
+            if let (Some(xf), Some(wf)) = (flex::as_flex(&x), flex::as_flex(&self.weight.val())) {
+                // CPU inference on flex: column-split gemm on the raw buffers (see `flex::matmul`).
+                let [k, n] = self.weight.dims();
+                let bias = self.bias.as_ref().and_then(|b| flex::as_flex(&b.val()));
+                let bias = bias.as_ref().map(flex::contiguous);
+                let y = flex::matmul(&flex::contiguous(&xf), b * t, k, &wf, n, bias.as_deref());
+                return Tensor::from_data(TensorData::new(y, [b, t, n]), &x.device());
+            }
+        }
         let y = match &self.lora {
             None => x.matmul(self.weight.val().unsqueeze::<3>()),
             Some(l) => {
@@ -86,6 +97,11 @@ pub struct RmsNorm<B: Backend> {
 impl<B: Backend> RmsNorm<B> {
     pub fn forward(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
         // x: [b, t, d]
+        if let (Some(xf), Some(wf)) = (flex::as_flex(&x), flex::as_flex(&self.weight.val())) {
+            let dims = x.dims();
+            let y = flex::rms_norm(&flex::contiguous(&xf), dims[2], &flex::contiguous(&wf), self.eps);
+            return Tensor::from_data(TensorData::new(y, dims), &x.device());
+        }
         let var = x.clone().powi_scalar(2).mean_dim(2); // [b, t, 1]
         x * var.add_scalar(self.eps).sqrt().recip() * self.weight.val().unsqueeze::<3>()
     }
@@ -111,6 +127,15 @@ pub struct Mlp<B: Backend> {
 
 impl<B: Backend> Mlp<B> {
     pub fn forward(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
+        if flex::is_flex::<B>() && self.gate_proj.lora.is_none() && self.up_proj.lora.is_none() {
+            let g = self.gate_proj.forward(x.clone()); // [b, t, ff]
+            let u = self.up_proj.forward(x);
+            let dims = g.dims();
+            let (Some(gf), Some(uf)) = (flex::as_flex(&g), flex::as_flex(&u)) else { unreachable!("flex tensors") };
+            let mut h = flex::contiguous(&gf).into_owned();
+            flex::silu_mul(&mut h, &flex::contiguous(&uf));
+            return self.down_proj.forward(Tensor::from_data(TensorData::new(h, dims), &g.device()));
+        }
         self.down_proj.forward(silu(self.gate_proj.forward(x.clone())) * self.up_proj.forward(x))
     }
 }
@@ -140,6 +165,9 @@ pub struct Llama<B: Backend> {
 pub struct Rope<B: Backend> {
     pub cos: Tensor<B, 2>,
     pub sin: Tensor<B, 2>,
+    /// The same tables on the host, for the flex kernels (`flex::rope`).
+    cos_host: Arc<Vec<f32>>,
+    sin_host: Arc<Vec<f32>>,
 }
 
 impl<B: Backend> Rope<B> {
@@ -161,8 +189,10 @@ impl<B: Backend> Rope<B> {
             }
         }
         Rope {
-            cos: Tensor::from_data(TensorData::new(cos, [max_pos, hd]), device),
-            sin: Tensor::from_data(TensorData::new(sin, [max_pos, hd]), device),
+            cos: Tensor::from_data(TensorData::new(cos.clone(), [max_pos, hd]), device),
+            sin: Tensor::from_data(TensorData::new(sin.clone(), [max_pos, hd]), device),
+            cos_host: Arc::new(cos),
+            sin_host: Arc::new(sin),
         }
     }
 
@@ -267,6 +297,9 @@ impl<B: Backend> Attention<B> {
     ) -> (Tensor<B, 3>, Option<Tensor<B, 4>>) {
         let [b, t, _] = x.dims();
         let (h, kvh, hd) = (self.num_heads, self.num_kv_heads, self.head_dim);
+        if b == 1 && flex::is_flex::<B>() {
+            return self.forward_flex(x, rope, start, cache, keep_probs);
+        }
         let rep = h / kvh;
         let q = self.q_proj.forward(x.clone()).reshape([b, t, h, hd]).swap_dims(1, 2); // [b, h, t, hd]
         let k = self.k_proj.forward(x.clone()).reshape([b, t, kvh, hd]).swap_dims(1, 2); // [b, kv, t, hd]
@@ -292,6 +325,41 @@ impl<B: Backend> Attention<B> {
         let kept = keep_probs.then(|| probs.clone());
         let out = probs.reshape([b, kvh, rep * t, keys]).matmul(v); // [b, kv, rep*t, hd]
         let out = out.reshape([b, h, t, hd]).swap_dims(1, 2).reshape([b, t, h * hd]);
+        (self.o_proj.forward(out), kept)
+    }
+}
+
+impl<B: Backend> Attention<B> {
+    /// [`Attention::forward`] on the flex backend, batch 1: the same steps on the raw buffers (`flex`), with the
+    /// cache appended through burn as above.
+    fn forward_flex(
+        &self,
+        x: Tensor<B, 3>,
+        rope: &Rope<B>,
+        start: usize,
+        cache: Option<(&mut KvCache<B>, usize)>,
+        keep_probs: bool,
+    ) -> (Tensor<B, 3>, Option<Tensor<B, 4>>) {
+        let [_, t, _] = x.dims();
+        let (h, kvh, hd) = (self.num_heads, self.num_kv_heads, self.head_dim);
+        let device = x.device();
+        let raw = |y: Tensor<B, 3>| flex::contiguous(&flex::as_flex(&y).expect("flex tensor")).into_owned();
+        let mut q = raw(self.q_proj.forward(x.clone())); // [t, h * hd]
+        let mut k = raw(self.k_proj.forward(x.clone())); // [t, kv * hd]
+        let v = raw(self.v_proj.forward(x)); // [t, kv * hd]
+        flex::rope(&mut q, t, h, hd, start, &rope.cos_host, &rope.sin_host);
+        flex::rope(&mut k, t, kvh, hd, start, &rope.cos_host, &rope.sin_host);
+        let k = Tensor::<B, 4>::from_data(TensorData::new(flex::heads_first(&k, t, kvh, hd), [1, kvh, t, hd]), &device);
+        let v = Tensor::<B, 4>::from_data(TensorData::new(flex::heads_first(&v, t, kvh, hd), [1, kvh, t, hd]), &device);
+        let (k, v) = match cache {
+            Some((c, layer)) => c.append(layer, start, k, v), // [1, kv, keys, hd]
+            None => (k, v),
+        };
+        let keys = k.dims()[2];
+        let (kf, vf) = (flex::as_flex(&k).expect("flex tensor"), flex::as_flex(&v).expect("flex tensor"));
+        let (out, probs) = flex::causal_attention(&q, t, h, kvh, hd, &kf, &vf, keys); // [t, h*hd], [h, t, keys]
+        let out = Tensor::<B, 3>::from_data(TensorData::new(out, [1, t, h * hd]), &device);
+        let kept = keep_probs.then(|| Tensor::<B, 4>::from_data(TensorData::new(probs, [1, h, t, keys]), &device));
         (self.o_proj.forward(out), kept)
     }
 }

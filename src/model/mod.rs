@@ -12,6 +12,7 @@
 pub mod config;
 pub mod gguf;
 pub mod llama;
+pub mod flex;
 pub mod quant;
 pub mod safetensors;
 pub mod sampling;

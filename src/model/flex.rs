@@ -1,0 +1,407 @@
+//! CPU inference kernels for burn's `flex` backend: the same forward pass as [`super::llama`], with the hot parts
+//! done on the flex tensors' own f32 buffers instead of through burn's generic tensor ops.
+//!
+//! Why: on a 153-token prefill a third of the time went outside the matrix products, into strided copies
+//! (`swap_dims` + `reshape` around attention), RoPE's `narrow`/`cat`, a boolean causal mask built on the host
+//! every layer, and one allocation per element-wise op. And gemm's own two-thread split of a 153-row product
+//! scales poorly. So, for an inference model on the flex backend (never under autodiff, never on CUDA: those
+//! keep burn's ops, see [`as_flex`]):
+//! - [`matmul`]: `x [rows, k] @ w [k, n]` with the weight's output columns split over the rayon pool, one
+//!   single-threaded gemm per block (each thread packs only its block of the weight);
+//! - [`rope`] in place on `[t, heads * hd]` rows (the rotate-half form transformers uses, same products and sums);
+//! - [`causal_attention`]: per head, `softmax(Q K^T / sqrt(hd))` over the visible keys and `P V`, with two gemm
+//!   calls, written straight into the `[t, heads * hd]` layout `o_proj` reads; heads split over the rayon pool;
+//! - [`rms_norm`] and [`silu_mul`] in one pass each.
+//!
+//! The results equal burn's ops up to the order of f32 additions inside reductions (tested against them below and
+//! by the reference tests against transformers).
+
+use std::any::{Any, TypeId};
+
+use burn::backend::flex::FlexTensor;
+use burn::prelude::Backend;
+use burn::tensor::{DType, Tensor, TensorPrimitive};
+use rayon::prelude::*;
+
+/// True when `B` is burn's flex backend (its float primitive is a [`FlexTensor`]).
+pub fn is_flex<B: Backend>() -> bool {
+    TypeId::of::<B::FloatTensorPrimitive>() == TypeId::of::<FlexTensor>()
+}
+
+/// The flex tensor behind `t` (an `Arc` clone, no copy), or `None` on any other backend or dtype.
+pub fn as_flex<B: Backend, const D: usize>(t: &Tensor<B, D>) -> Option<FlexTensor> {
+    if !is_flex::<B>() {
+        return None;
+    }
+    let p = match t.clone().into_primitive() {
+        TensorPrimitive::Float(p) => p,
+        TensorPrimitive::QFloat(_) => return None,
+    };
+    let boxed: Box<dyn Any> = Box::new(p);
+    let ft = *boxed.downcast::<FlexTensor>().ok()?;
+    (ft.dtype() == DType::F32).then_some(ft)
+}
+
+/// A row-major contiguous f32 slice of `t` (borrowed when it already is one; copied otherwise).
+pub fn contiguous(t: &FlexTensor) -> std::borrow::Cow<'_, [f32]> {
+    match t.layout().contiguous_offsets() {
+        Some((a, b)) => std::borrow::Cow::Borrowed(&t.storage::<f32>()[a..b]),
+        None => std::borrow::Cow::Owned(t.to_contiguous().storage::<f32>().to_vec()),
+    }
+}
+
+/// Element strides and start offset of a flex tensor.
+fn strides(t: &FlexTensor) -> (Vec<isize>, usize) {
+    (t.layout().strides().to_vec(), t.layout().start_offset())
+}
+
+/// A raw pointer that crosses into rayon workers; every worker writes a disjoint part of it.
+#[derive(Clone, Copy)]
+struct Ptr(*mut f32);
+unsafe impl Send for Ptr {}
+unsafe impl Sync for Ptr {}
+
+/// `dst = lhs @ rhs` for strided operands (gemm's convention: `*_rs` row stride, `*_cs` column stride).
+#[allow(clippy::too_many_arguments)]
+unsafe fn gemm1(
+    m: usize,
+    n: usize,
+    k: usize,
+    dst: *mut f32,
+    dst_rs: isize,
+    lhs: *const f32,
+    lhs_rs: isize,
+    lhs_cs: isize,
+    rhs: *const f32,
+    rhs_rs: isize,
+    rhs_cs: isize,
+) {
+    gemm::gemm(
+        m,
+        n,
+        k,
+        dst,
+        1,
+        dst_rs,
+        false,
+        lhs,
+        lhs_cs,
+        lhs_rs,
+        rhs,
+        rhs_cs,
+        rhs_rs,
+        0.0f32,
+        1.0f32,
+        false,
+        false,
+        false,
+        gemm::Parallelism::None,
+    );
+}
+
+/// `x [rows, k] @ w [k, n] (+ bias)` -> `[rows, n]`, the weight's output columns split into one block per rayon
+/// thread (a multiple of 16 columns each).
+pub fn matmul(x: &[f32], rows: usize, k: usize, w: &FlexTensor, n: usize, bias: Option<&[f32]>) -> Vec<f32> {
+    debug_assert_eq!(x.len(), rows * k);
+    let (ws, woff) = strides(w);
+    let wdata = w.storage::<f32>();
+    let mut y = vec![0f32; rows * n];
+    let threads = rayon::current_num_threads().max(1);
+    // Few rows (decoding a float model): one call; splitting would only add thread wake-ups.
+    let blocks = if rows <= 4 { 1 } else { threads };
+    let chunk = n.div_ceil(blocks).div_ceil(16) * 16;
+    let yp = Ptr(y.as_mut_ptr());
+    let run = |j0: usize| {
+        let cols = chunk.min(n - j0);
+        let yp = yp;
+        // SAFETY: the weight view covers [k, n] from `woff` with strides `ws`; each block writes its own columns.
+        unsafe {
+            gemm1(
+                rows,
+                cols,
+                k,
+                yp.0.add(j0),
+                n as isize,
+                x.as_ptr(),
+                k as isize,
+                1,
+                wdata.as_ptr().add(woff).offset(j0 as isize * ws[1]),
+                ws[0],
+                ws[1],
+            )
+        }
+    };
+    if chunk >= n {
+        run(0);
+    } else {
+        (0..n).step_by(chunk).collect::<Vec<_>>().into_par_iter().for_each(run);
+    }
+    if let Some(b) = bias {
+        for row in y.chunks_mut(n) {
+            for (o, bb) in row.iter_mut().zip(b) {
+                *o += bb;
+            }
+        }
+    }
+    y
+}
+
+/// Rotate-half RoPE in place on `x [t, heads * hd]` at positions `start..start + t`; `cos`/`sin` are the
+/// `[max_pos, hd]` tables of [`super::llama::Rope`] (frequencies repeated over both halves). Computes exactly
+/// what `x * cos + cat(-x2, x1) * sin` does.
+pub fn rope(x: &mut [f32], t: usize, heads: usize, hd: usize, start: usize, cos: &[f32], sin: &[f32]) {
+    let half = hd / 2;
+    for i in 0..t {
+        let p = (start + i) * hd;
+        let (c, s) = (&cos[p..p + hd], &sin[p..p + hd]);
+        for h in 0..heads {
+            let v = &mut x[(i * heads + h) * hd..(i * heads + h + 1) * hd];
+            for j in 0..half {
+                let (x1, x2) = (v[j], v[j + half]);
+                v[j] = x1 * c[j] + (-x2) * s[j];
+                v[j + half] = x2 * c[j + half] + x1 * s[j + half];
+            }
+        }
+    }
+}
+
+/// `[t, heads * hd]` -> `[heads, t, hd]` (the KV cache's layout, batch 1).
+pub fn heads_first(x: &[f32], t: usize, heads: usize, hd: usize) -> Vec<f32> {
+    let mut out = vec![0f32; x.len()];
+    for i in 0..t {
+        for h in 0..heads {
+            out[(h * t + i) * hd..(h * t + i + 1) * hd].copy_from_slice(&x[(i * heads + h) * hd..(i * heads + h + 1) * hd]);
+        }
+    }
+    out
+}
+
+/// Causal grouped-query attention for one sequence (batch 1).
+///
+/// `q [t, h * hd]` (RoPE applied): the last `t` of the `keys` positions; `k`, `v`: flex views `[1, kvh, keys, hd]`
+/// (the cache up to and including the new positions). Query `i` sees keys `0..=keys - t + i`. Query head `hh`
+/// reads key/value head `hh / (h / kvh)`.
+/// Returns the output `[t, h * hd]` and the probabilities `[h, t, keys]` (zero above the diagonal).
+#[allow(clippy::too_many_arguments)]
+pub fn causal_attention(
+    q: &[f32],
+    t: usize,
+    h: usize,
+    kvh: usize,
+    hd: usize,
+    k: &FlexTensor,
+    v: &FlexTensor,
+    keys: usize,
+) -> (Vec<f32>, Vec<f32>) {
+    let rep = h / kvh;
+    let scale = (1.0 / (hd as f64).sqrt()) as f32;
+    let (ks, koff) = strides(k);
+    let (vs, voff) = strides(v);
+    let (kd, vd) = (k.storage::<f32>(), v.storage::<f32>());
+    let mut out = vec![0f32; t * h * hd];
+    let mut probs = vec![0f32; h * t * keys];
+    let op = Ptr(out.as_mut_ptr());
+    let head = |hh: usize, p: &mut [f32]| {
+        let g = hh / rep;
+        let op = op;
+        // SAFETY: k/v views cover [1, kvh, keys, hd]; head hh writes only its own probs block and out columns.
+        unsafe {
+            // scores [t, keys] = Q_hh [t, hd] @ K_g^T [hd, keys]
+            gemm1(
+                t,
+                keys,
+                hd,
+                p.as_mut_ptr(),
+                keys as isize,
+                q.as_ptr().add(hh * hd),
+                (h * hd) as isize,
+                1,
+                kd.as_ptr().add(koff).offset(g as isize * ks[1]),
+                ks[3],
+                ks[2],
+            );
+        }
+        for (i, row) in p.chunks_mut(keys).enumerate() {
+            let vis = keys - t + i + 1; // causal: the query's own position is keys - t + i
+            let mut mx = f32::NEG_INFINITY;
+            for s in row[..vis].iter_mut() {
+                *s *= scale;
+                mx = mx.max(*s);
+            }
+            let mut sum = 0f32;
+            for s in row[..vis].iter_mut() {
+                *s = (*s - mx).exp();
+                sum += *s;
+            }
+            for s in row[..vis].iter_mut() {
+                *s /= sum;
+            }
+            row[vis..].fill(0.0);
+        }
+        unsafe {
+            // out[:, hh] [t, hd] = P [t, keys] @ V_g [keys, hd]
+            gemm1(
+                t,
+                hd,
+                keys,
+                op.0.add(hh * hd),
+                (h * hd) as isize,
+                p.as_ptr(),
+                keys as isize,
+                1,
+                vd.as_ptr().add(voff).offset(g as isize * vs[1]),
+                vs[2],
+                vs[3],
+            );
+        }
+    };
+    if t <= 4 {
+        probs.chunks_mut(t * keys).enumerate().for_each(|(hh, p)| head(hh, p));
+    } else {
+        probs.par_chunks_mut(t * keys).enumerate().for_each(|(hh, p)| head(hh, p));
+    }
+    (out, probs)
+}
+
+/// RMSNorm of each `d`-wide row: `x * (1 / sqrt(mean(x^2) + eps)) * w`.
+pub fn rms_norm(x: &[f32], d: usize, w: &[f32], eps: f64) -> Vec<f32> {
+    let mut out = vec![0f32; x.len()];
+    for (xr, or) in x.chunks(d).zip(out.chunks_mut(d)) {
+        let ms = xr.iter().map(|a| a * a).sum::<f32>() / d as f32;
+        let r = 1.0 / (ms + eps as f32).sqrt();
+        for ((o, a), ww) in or.iter_mut().zip(xr).zip(w) {
+            *o = a * r * ww;
+        }
+    }
+    out
+}
+
+/// `silu(g) * u` in place on `g` (`silu(x) = x * sigmoid(x)`).
+pub fn silu_mul(g: &mut [f32], u: &[f32]) {
+    let f = |gc: &mut [f32], uc: &[f32]| {
+        for (a, b) in gc.iter_mut().zip(uc) {
+            *a = *a * (1.0 / (1.0 + (-*a).exp())) * b;
+        }
+    };
+    if g.len() >= 1 << 15 {
+        g.par_chunks_mut(1 << 13).zip(u.par_chunks(1 << 13)).for_each(|(gc, uc)| f(gc, uc));
+    } else {
+        f(g, u);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn::backend::Flex;
+    use burn::tensor::activation::{silu, softmax};
+    use burn::tensor::{Bool, TensorData};
+
+    type B = Flex;
+
+    fn rand_vec(n: usize, seed: u64) -> Vec<f32> {
+        let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        (0..n)
+            .map(|_| {
+                s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                ((s >> 33) as f32 / (1u64 << 31) as f32) - 0.5
+            })
+            .collect()
+    }
+
+    fn t2(v: Vec<f32>, shape: [usize; 2]) -> Tensor<B, 2> {
+        Tensor::from_data(TensorData::new(v, shape), &Default::default())
+    }
+
+    fn close(a: &[f32], b: &[f32], tol: f32) {
+        assert_eq!(a.len(), b.len());
+        for (i, (x, y)) in a.iter().zip(b).enumerate() {
+            assert!((x - y).abs() <= tol * (1.0 + y.abs()), "at {i}: {x} vs {y}");
+        }
+    }
+
+    #[test]
+    fn only_flex_is_flex() {
+        assert!(is_flex::<Flex>());
+        assert!(!is_flex::<burn::backend::Autodiff<Flex>>());
+        let a = Tensor::<burn::backend::Autodiff<Flex>, 2>::zeros([2, 2], &Default::default());
+        assert!(as_flex(&a).is_none());
+    }
+
+    #[test]
+    fn matmul_equals_burn_for_split_and_strided_weights() {
+        for (rows, k, n) in [(1, 8, 5), (7, 33, 70), (20, 64, 200)] {
+            let x = rand_vec(rows * k, 1);
+            let wv = rand_vec(k * n, 2);
+            let bias = rand_vec(n, 3);
+            let w = t2(wv.clone(), [k, n]);
+            let want = t2(x.clone(), [rows, k]).matmul(w.clone()) + t2(bias.clone(), [1, n]);
+            let want = want.into_data().to_vec::<f32>().unwrap();
+            let got = matmul(&x, rows, k, &as_flex(&w).unwrap(), n, Some(&bias));
+            close(&got, &want, 1e-5);
+            // the same weight stored [n, k] and viewed transposed: strided columns
+            let wt = t2(wv, [k, n]).transpose().into_data().to_vec::<f32>().unwrap();
+            let wt = t2(wt, [n, k]).transpose();
+            let got = matmul(&x, rows, k, &as_flex(&wt).unwrap(), n, Some(&bias));
+            close(&got, &want, 1e-5);
+        }
+    }
+
+    /// Hand-worked: head dim 2 (half 1), one head, position 1 with angle 1 rad: (x1, x2) = (1, 2) becomes
+    /// (cos 1 - 2 sin 1, 2 cos 1 + sin 1).
+    #[test]
+    fn rope_rotates_pairs_by_position() {
+        let (c, s) = (1f32.cos(), 1f32.sin());
+        let cos = [1.0, 1.0, c, c];
+        let sin = [0.0, 0.0, s, s];
+        let mut x = vec![1.0, 2.0];
+        rope(&mut x, 1, 1, 2, 1, &cos, &sin);
+        close(&x, &[c - 2.0 * s, 2.0 * c + s], 1e-7);
+        let mut x0 = vec![1.0, 2.0];
+        rope(&mut x0, 1, 1, 2, 0, &cos, &sin);
+        assert_eq!(x0, vec![1.0, 2.0]);
+    }
+
+    /// Against burn's ops as `llama::Attention` composes them: grouped heads, a causal mask offset by `start`.
+    #[test]
+    fn causal_attention_equals_burn_ops() {
+        let (h, kvh, hd, start, t) = (6, 2, 8, 3, 5);
+        let keys = start + t;
+        let rep = h / kvh;
+        let q = rand_vec(t * h * hd, 4);
+        let kc = rand_vec(kvh * keys * hd, 5);
+        let vc = rand_vec(kvh * keys * hd, 6);
+        let dev = Default::default();
+        let k4 = Tensor::<B, 4>::from_data(TensorData::new(kc, [1, kvh, keys, hd]), &dev);
+        let v4 = Tensor::<B, 4>::from_data(TensorData::new(vc, [1, kvh, keys, hd]), &dev);
+        let (out, probs) = causal_attention(&q, t, h, kvh, hd, &as_flex(&k4).unwrap(), &as_flex(&v4).unwrap(), keys);
+
+        let qt = Tensor::<B, 3>::from_data(TensorData::new(q, [1, t, h * hd]), &dev).reshape([1, t, h, hd]).swap_dims(1, 2);
+        let qg = qt.reshape([1, kvh, rep * t, hd]);
+        let scores = qg.matmul(k4.swap_dims(2, 3)).mul_scalar(1.0 / (hd as f64).sqrt()).reshape([1, h, t, keys]);
+        let mask: Vec<bool> = (0..t).flat_map(|i| (0..keys).map(move |j| j > start + i)).collect();
+        let mask = Tensor::<B, 2, Bool>::from_data(TensorData::new(mask, [t, keys]), &dev);
+        let p = softmax(scores.mask_fill(mask.unsqueeze::<4>(), f32::NEG_INFINITY), 3);
+        let o = p.clone().reshape([1, kvh, rep * t, keys]).matmul(v4).reshape([1, h, t, hd]).swap_dims(1, 2).reshape([1, t, h * hd]);
+        close(&probs, &p.into_data().to_vec::<f32>().unwrap(), 1e-6);
+        close(&out, &o.into_data().to_vec::<f32>().unwrap(), 1e-5);
+    }
+
+    #[test]
+    fn norm_and_silu_equal_burn_ops() {
+        let (t, d) = (3, 16);
+        let x = rand_vec(t * d, 7);
+        let w = rand_vec(d, 8);
+        let dev = Default::default();
+        let xt = Tensor::<B, 2>::from_data(TensorData::new(x.clone(), [t, d]), &dev);
+        let var = xt.clone().powi_scalar(2).mean_dim(1);
+        let want = xt.clone() * var.add_scalar(1e-5).sqrt().recip() * Tensor::<B, 1>::from_data(TensorData::new(w.clone(), [d]), &dev).unsqueeze::<2>();
+        close(&rms_norm(&x, d, &w, 1e-5), &want.into_data().to_vec::<f32>().unwrap(), 1e-6);
+
+        let u = rand_vec(t * d, 9);
+        let mut g = x.clone();
+        silu_mul(&mut g, &u);
+        let want = silu(xt) * Tensor::<B, 2>::from_data(TensorData::new(u, [t, d]), &dev);
+        close(&g, &want.into_data().to_vec::<f32>().unwrap(), 1e-6);
+    }
+}
