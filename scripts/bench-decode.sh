@@ -9,7 +9,8 @@
 # transformers: scripts/bench_decode_hf.py, float32, the GGUF de-quantized by transformers, KV cache, greedy; the
 # same prompt (the 153-token case of ../shared/reference/smollm2_135m_q4_1.json) and 64 new tokens. Its venv
 # (torch, transformers, gguf, accelerate from PyPI) is made once under ${RAGTIME_CACHE:-~/.cache/ragtime}/bench-venv;
-# HF=0 skips it. Peak memory is each process's peak resident set (VmHWM / ru_maxrss).
+# HF=0 skips it. BURN_OPS=1 adds a third row: ragtime with RAGTIME_BURN_OPS=1, burn's generic tensor ops instead of
+# the flex kernels (src/model/flex.rs), to show what those kernels change. Peak memory is each process's peak resident set (VmHWM / ru_maxrss).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS="${1:-5}"
@@ -17,6 +18,7 @@ DEVICE="${DEVICE:-cpu}"
 MODEL="${MODEL:-checkpoints/smollm2-135m-instruct-q4_1.gguf}"
 NEW="${NEW:-64}"
 HF="${HF:-1}"
+BURN_OPS="${BURN_OPS:-0}"
 CACHE="${RAGTIME_CACHE:-$HOME/.cache/ragtime}"
 VENV="$CACHE/bench-venv"
 [[ -f $MODEL ]] || { echo "bench-decode: $MODEL missing (run scripts/setup.sh)" >&2; exit 1; }
@@ -33,6 +35,10 @@ fi
 for r in $(seq "$RUNS"); do
   $BIN generate --model "$MODEL" --device "$DEVICE" --prompt-file "$WORK/prompt.txt" --max-new-tokens "$NEW" \
     --ignore-eos --stats 2>&1 >/dev/null | tail -1 >>"$WORK/ragtime.txt"
+  if [[ $BURN_OPS == 1 ]]; then
+    RAGTIME_BURN_OPS=1 $BIN generate --model "$MODEL" --device "$DEVICE" --prompt-file "$WORK/prompt.txt" \
+      --max-new-tokens "$NEW" --ignore-eos --stats 2>&1 >/dev/null | tail -1 >>"$WORK/ragtime-burn-ops.txt"
+  fi
   if [[ $HF == 1 ]]; then
     "$VENV/bin/python" scripts/bench_decode_hf.py "$MODEL" "$WORK/prompt.txt" "$NEW" 2>/dev/null | tail -1 >>"$WORK/hf.txt"
   fi
@@ -43,7 +49,10 @@ work, runs = sys.argv[1], int(sys.argv[2])
 pat = re.compile(r"prompt (\d+) tokens in [0-9.]+s \(([0-9.]+) tok/s\); generated (\d+) tokens in [0-9.]+s "
                  r"\(([0-9.]+) tok/s\); peak rss ([0-9.]+) MiB")
 rows = {}
-for name, f in (("ragtime (burn f32 prefill, 4/8-bit block decode, internals captured)", "ragtime.txt"), ("transformers (torch, f32)", "hf.txt")):
+engines = (("ragtime (flex f32 kernels prefill, 4/8-bit block decode, internals captured)", "ragtime.txt"),
+           ("transformers (torch, f32)", "hf.txt"),
+           ("ragtime, burn's generic ops (RAGTIME_BURN_OPS=1)", "ragtime-burn-ops.txt"))
+for name, f in engines:
     p = os.path.join(work, f)
     if not os.path.exists(p):
         continue
@@ -60,8 +69,8 @@ print("|---|---|---|---|---|---|---|")
 for name, r in rows.items():
     fmt = lambda v: f"{statistics.median(v):.1f} ({min(v):.1f}-{max(v):.1f})"
     print(f"| {name} | {r['n']} | {r['prompt']} | {r['gen']} | {fmt(r['pre'])} | {fmt(r['dec'])} | {r['rss']:.0f} |")
-if len(rows) == 2:
-    a, b = rows.values()
+if len(rows) >= 2:
+    a, b = list(rows.values())[:2]
     print(f"\nragtime / transformers: prefill {statistics.median(a['pre']) / statistics.median(b['pre']):.2f}x, "
           f"decode {statistics.median(a['dec']) / statistics.median(b['dec']):.2f}x (medians)")
 PY

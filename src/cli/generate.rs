@@ -32,7 +32,7 @@ pub struct Args {
     pub top_p: f32,
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
-    /// Print tokens/s and peak memory to stderr.
+    /// Print tokens/s and peak memory to stderr (after an untimed 8-token warm-up, like the transformers bench).
     #[arg(long)]
     pub stats: bool,
     /// Keep generating past end-of-sequence tokens (fixed-length runs for benchmarks).
@@ -56,6 +56,11 @@ pub fn run(args: Args) -> Result<()> {
     }
     let ids = lm.tokenizer.encode(&text, true)?;
     let mut sampler = Sampler::new(args.temperature, args.top_p, args.seed);
+    if args.stats {
+        // Untimed warm-up on the first 8 tokens (thread pool, allocator), as scripts/bench_decode_hf.py does for
+        // transformers before its timed prefill.
+        lm.session().prefill(&ids[..ids.len().min(8)])?;
+    }
     let mut s = lm.session();
     let t0 = std::time::Instant::now();
     s.prefill(&ids)?;

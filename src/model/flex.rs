@@ -23,9 +23,12 @@ use burn::prelude::Backend;
 use burn::tensor::{DType, Tensor, TensorPrimitive};
 use rayon::prelude::*;
 
-/// True when `B` is burn's flex backend (its float primitive is a [`FlexTensor`]).
+/// True when `B` is burn's flex backend (its float primitive is a [`FlexTensor`]) and the kernels here are on.
+/// `RAGTIME_BURN_OPS=1` turns them off (burn's generic ops everywhere: for comparison and debugging).
 pub fn is_flex<B: Backend>() -> bool {
+    static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     TypeId::of::<B::FloatTensorPrimitive>() == TypeId::of::<FlexTensor>()
+        && !*OFF.get_or_init(|| std::env::var("RAGTIME_BURN_OPS").is_ok_and(|v| v == "1"))
 }
 
 /// The flex tensor behind `t` (an `Arc` clone, no copy), or `None` on any other backend or dtype.
