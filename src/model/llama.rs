@@ -327,9 +327,7 @@ impl<B: Backend> Attention<B> {
         let out = out.reshape([b, h, t, hd]).swap_dims(1, 2).reshape([b, t, h * hd]);
         (self.o_proj.forward(out), kept)
     }
-}
 
-impl<B: Backend> Attention<B> {
     /// [`Attention::forward`] on the flex backend, batch 1: the same steps on the raw buffers (`flex`), with the
     /// cache appended through burn as above.
     fn forward_flex(
