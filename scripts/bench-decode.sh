@@ -10,7 +10,8 @@
 # same prompt (the 153-token case of ../shared/reference/smollm2_135m_q4_1.json) and 64 new tokens. Its venv
 # (torch, transformers, gguf, accelerate from PyPI) is made once under ${RAGTIME_CACHE:-~/.cache/ragtime}/bench-venv;
 # HF=0 skips it. BURN_OPS=1 adds a third row: ragtime with RAGTIME_BURN_OPS=1, burn's generic tensor ops instead of
-# the flex kernels (src/model/flex.rs), to show what those kernels change. Peak memory is each process's peak resident set (VmHWM / ru_maxrss).
+# the flex kernels (src/model/flex.rs), to show what those kernels change. Peak memory is each process's peak
+# resident set (VmHWM / ru_maxrss).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS="${1:-5}"
