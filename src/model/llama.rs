@@ -165,9 +165,6 @@ pub struct Llama<B: Backend> {
 pub struct Rope<B: Backend> {
     pub cos: Tensor<B, 2>,
     pub sin: Tensor<B, 2>,
-    /// The same tables on the host, for the flex kernels (`flex::rope`).
-    cos_host: Arc<Vec<f32>>,
-    sin_host: Arc<Vec<f32>>,
 }
 
 impl<B: Backend> Rope<B> {
@@ -189,10 +186,8 @@ impl<B: Backend> Rope<B> {
             }
         }
         Rope {
-            cos: Tensor::from_data(TensorData::new(cos.clone(), [max_pos, hd]), device),
-            sin: Tensor::from_data(TensorData::new(sin.clone(), [max_pos, hd]), device),
-            cos_host: Arc::new(cos),
-            sin_host: Arc::new(sin),
+            cos: Tensor::from_data(TensorData::new(cos, [max_pos, hd]), device),
+            sin: Tensor::from_data(TensorData::new(sin, [max_pos, hd]), device),
         }
     }
 
@@ -345,8 +340,10 @@ impl<B: Backend> Attention<B> {
         let mut q = raw(self.q_proj.forward(x.clone())); // [t, h * hd]
         let mut k = raw(self.k_proj.forward(x.clone())); // [t, kv * hd]
         let v = raw(self.v_proj.forward(x)); // [t, kv * hd]
-        flex::rope(&mut q, t, h, hd, start, &rope.cos_host, &rope.sin_host);
-        flex::rope(&mut k, t, kvh, hd, start, &rope.cos_host, &rope.sin_host);
+        let (cos, sin) = (flex::as_flex(&rope.cos).expect("flex tensor"), flex::as_flex(&rope.sin).expect("flex tensor"));
+        let (cos, sin) = (flex::contiguous(&cos), flex::contiguous(&sin)); // [max_pos, hd], no copy
+        flex::rope(&mut q, t, h, hd, start, &cos, &sin);
+        flex::rope(&mut k, t, kvh, hd, start, &cos, &sin);
         let k = Tensor::<B, 4>::from_data(TensorData::new(flex::heads_first(&k, t, kvh, hd), [1, kvh, t, hd]), &device);
         let v = Tensor::<B, 4>::from_data(TensorData::new(flex::heads_first(&v, t, kvh, hd), [1, kvh, t, hd]), &device);
         let (k, v) = match cache {
