@@ -88,6 +88,55 @@ impl<B: Backend> Linear<B> {
     }
 }
 
+impl<B: Backend> Linear<B> {
+    /// [`Linear::forward`] for the segments of a batched forward ([`Llama::forward_many`]). The segments of up to
+    /// `QUANT_MAX_ROWS` rows (decoding) share one product with the integer weights, [`QMatrix::matvec`] over all
+    /// their rows, which reads each weight block once for all of them; every row comes out bit for bit as
+    /// `forward` gives it alone. Longer segments (prefill) and f32 weights go through `forward` one by one.
+    pub fn forward_many(&self, xs: Vec<Tensor<B, 3>>) -> Vec<Tensor<B, 3>> {
+        match (&self.quant, &self.lora) {
+            (Some(q), None) if count_small(&xs) >= 2 => matvec_segments(q, xs, self.bias.as_ref().map(|b| b.val()), |x| self.forward(x)),
+            _ => xs.into_iter().map(|x| self.forward(x)).collect(),
+        }
+    }
+}
+
+fn is_small<B: Backend>(x: &Tensor<B, 3>) -> bool {
+    let [b, t, _] = x.dims();
+    b * t <= QUANT_MAX_ROWS
+}
+
+fn count_small<B: Backend>(xs: &[Tensor<B, 3>]) -> usize {
+    xs.iter().filter(|x| is_small(x)).count()
+}
+
+/// `x W^T (+ bias)` for each of `xs` (`[b, t, in]`): the small ones (decoding) in one [`QMatrix::matvec`] over
+/// all their rows, each row exactly as a product of its own, the others through `other`.
+fn matvec_segments<B: Backend>(q: &QMatrix, xs: Vec<Tensor<B, 3>>, bias: Option<Tensor<B, 1>>, mut other: impl FnMut(Tensor<B, 3>) -> Tensor<B, 3>) -> Vec<Tensor<B, 3>> {
+    let mut host = Vec::new();
+    for x in xs.iter().filter(|x| is_small(x)) {
+        host.extend(x.clone().into_data().convert::<f32>().to_vec::<f32>().unwrap());
+    }
+    let mut y = vec![0f32; host.len() / q.cols * q.rows];
+    q.matvec(&host, &mut y);
+    let mut at = 0;
+    xs.into_iter()
+        .map(|x| {
+            if !is_small(&x) {
+                return other(x);
+            }
+            let [b, t, _] = x.dims();
+            let n = b * t * q.rows;
+            let yi = Tensor::<B, 3>::from_data(TensorData::new(y[at..at + n].to_vec(), [b, t, q.rows]), &x.device());
+            at += n;
+            match &bias {
+                Some(bias) => yi + bias.clone().unsqueeze::<3>(),
+                None => yi,
+            }
+        })
+        .collect()
+}
+
 #[derive(Module, Debug)]
 pub struct RmsNorm<B: Backend> {
     pub weight: Param<Tensor<B, 1>>,
@@ -137,6 +186,27 @@ impl<B: Backend> Mlp<B> {
             return self.down_proj.forward(Tensor::from_data(TensorData::new(h, dims), &g.device()));
         }
         self.down_proj.forward(silu(self.gate_proj.forward(x.clone())) * self.up_proj.forward(x))
+    }
+
+    /// [`Mlp::forward`] for the segments of a batched forward (see [`Linear::forward_many`]).
+    pub fn forward_many(&self, xs: Vec<Tensor<B, 3>>) -> Vec<Tensor<B, 3>> {
+        if xs.len() < 2 || !flex::is_flex::<B>() || self.gate_proj.lora.is_some() || self.up_proj.lora.is_some() {
+            return xs.into_iter().map(|x| self.forward(x)).collect();
+        }
+        let g = self.gate_proj.forward_many(xs.clone()); // [1, t_i, ff] each
+        let u = self.up_proj.forward_many(xs);
+        let h = g
+            .into_iter()
+            .zip(u)
+            .map(|(g, u)| {
+                let dims = g.dims();
+                let (Some(gf), Some(uf)) = (flex::as_flex(&g), flex::as_flex(&u)) else { unreachable!("flex tensors") };
+                let mut h = flex::contiguous(&gf).into_owned();
+                flex::silu_mul(&mut h, &flex::contiguous(&uf));
+                Tensor::from_data(TensorData::new(h, dims), &g.device())
+            })
+            .collect();
+        self.down_proj.forward_many(h)
     }
 }
 
@@ -292,9 +362,6 @@ impl<B: Backend> Attention<B> {
     ) -> (Tensor<B, 3>, Option<Tensor<B, 4>>) {
         let [b, t, _] = x.dims();
         let (h, kvh, hd) = (self.num_heads, self.num_kv_heads, self.head_dim);
-        if b == 1 && flex::is_flex::<B>() {
-            return self.forward_flex(x, rope, start, cache, keep_probs);
-        }
         let rep = h / kvh;
         let q = self.q_proj.forward(x.clone()).reshape([b, t, h, hd]).swap_dims(1, 2); // [b, h, t, hd]
         let k = self.k_proj.forward(x.clone()).reshape([b, t, kvh, hd]).swap_dims(1, 2); // [b, kv, t, hd]
@@ -323,23 +390,57 @@ impl<B: Backend> Attention<B> {
         (self.o_proj.forward(out), kept)
     }
 
-    /// [`Attention::forward`] on the flex backend, batch 1: the same steps on the raw buffers (`flex`), with the
-    /// cache appended through burn as above.
-    fn forward_flex(
+    /// [`Attention::forward`] for the segments of a batched forward ([`Llama::forward_many`]): on the flex
+    /// backend (CPU inference, batch 1 per segment) the projections of all segments run together
+    /// ([`Linear::forward_many`]) and the rest on each segment's raw buffers (`flex`); elsewhere each segment goes
+    /// through `forward`. Returns each segment's output and, where `keep[i]`, its probabilities.
+    fn forward_many(
         &self,
-        x: Tensor<B, 3>,
+        xs: Vec<Tensor<B, 3>>,
+        rope: &Rope<B>,
+        segs: &mut [Segment<'_, B>],
+        layer: usize,
+        keep: &[bool],
+    ) -> (Vec<Tensor<B, 3>>, Vec<Option<Tensor<B, 4>>>) {
+        if !flex::is_flex::<B>() || xs.iter().any(|x| x.dims()[0] != 1) {
+            return xs
+                .into_iter()
+                .zip(segs.iter_mut())
+                .zip(keep)
+                .map(|((x, s), &k)| self.forward(x, rope, s.start, s.cache.as_deref_mut().map(|c| (c, layer)), k))
+                .unzip();
+        }
+        let raw = |y: Tensor<B, 3>| flex::contiguous(&flex::as_flex(&y).expect("flex tensor")).into_owned();
+        let q = self.q_proj.forward_many(xs.clone()); // [1, t_i, h * hd] each
+        let k = self.k_proj.forward_many(xs.clone()); // [1, t_i, kv * hd]
+        let v = self.v_proj.forward_many(xs); // [1, t_i, kv * hd]
+        let mut outs = Vec::with_capacity(segs.len());
+        let mut probs = Vec::with_capacity(segs.len());
+        for (((q, k), v), (s, &kp)) in q.into_iter().zip(k).zip(v).zip(segs.iter_mut().zip(keep)) {
+            let (o, p) = self.attend_flex(raw(q), raw(k), raw(v), rope, s.start, s.cache.as_deref_mut().map(|c| (c, layer)), kp);
+            outs.push(o);
+            probs.push(p);
+        }
+        (self.o_proj.forward_many(outs), probs)
+    }
+
+    /// The flex path of attention after the projections, for one segment of `t` tokens at `start..start + t`:
+    /// RoPE in place, the cache appended through burn, causal attention per head on the raw buffers.
+    /// q: [t, h * hd], k/v: [t, kv * hd] -> (o_proj input [1, t, h * hd], probs [1, h, t, keys] if asked)
+    #[allow(clippy::too_many_arguments)]
+    fn attend_flex(
+        &self,
+        mut q: Vec<f32>,
+        mut k: Vec<f32>,
+        v: Vec<f32>,
         rope: &Rope<B>,
         start: usize,
         cache: Option<(&mut KvCache<B>, usize)>,
         keep_probs: bool,
     ) -> (Tensor<B, 3>, Option<Tensor<B, 4>>) {
-        let [_, t, _] = x.dims();
         let (h, kvh, hd) = (self.num_heads, self.num_kv_heads, self.head_dim);
-        let device = x.device();
-        let raw = |y: Tensor<B, 3>| flex::contiguous(&flex::as_flex(&y).expect("flex tensor")).into_owned();
-        let mut q = raw(self.q_proj.forward(x.clone())); // [t, h * hd]
-        let mut k = raw(self.k_proj.forward(x.clone())); // [t, kv * hd]
-        let v = raw(self.v_proj.forward(x)); // [t, kv * hd]
+        let t = q.len() / (h * hd);
+        let device = rope.cos.device();
         let (cos, sin) = (flex::as_flex(&rope.cos).expect("flex tensor"), flex::as_flex(&rope.sin).expect("flex tensor"));
         let (cos, sin) = (flex::contiguous(&cos), flex::contiguous(&sin)); // [max_pos, hd], no copy
         flex::rope(&mut q, t, h, hd, start, &cos, &sin);
@@ -355,8 +456,19 @@ impl<B: Backend> Attention<B> {
         let (out, probs) = flex::causal_attention(&q, t, h, kvh, hd, &kf, &vf, keys); // [t, h*hd], [h, t, keys]
         let out = Tensor::<B, 3>::from_data(TensorData::new(out, [1, t, h * hd]), &device);
         let kept = keep_probs.then(|| Tensor::<B, 4>::from_data(TensorData::new(probs, [1, h, t, keys]), &device));
-        (self.o_proj.forward(out), kept)
+        (out, kept)
     }
+}
+
+/// One sequence of a batched forward ([`Llama::forward_many`]): its tokens, their first position, its cache.
+pub struct Segment<'a, B: Backend> {
+    /// `[b, t]`
+    pub ids: Tensor<B, 2, Int>,
+    /// Position of the first token.
+    pub start: usize,
+    /// Keys/values of positions `0..start`; this segment's are appended.
+    pub cache: Option<&'a mut KvCache<B>>,
+    pub capture: Capture,
 }
 
 impl<B: Backend> Llama<B> {
@@ -366,52 +478,74 @@ impl<B: Backend> Llama<B> {
     }
 
     /// ids: [b, t] at positions start..start+t. With a cache, keys/values are appended to it.
-    pub fn forward(
-        &self,
-        ids: Tensor<B, 2, Int>,
-        rope: &Rope<B>,
-        start: usize,
-        mut cache: Option<&mut KvCache<B>>,
-        capture: Capture,
-    ) -> ForwardOut<B> {
-        let [b, t] = ids.dims();
+    pub fn forward(&self, ids: Tensor<B, 2, Int>, rope: &Rope<B>, start: usize, cache: Option<&mut KvCache<B>>, capture: Capture) -> ForwardOut<B> {
+        self.forward_many(vec![Segment { ids, start, cache, capture }], rope).pop().expect("one segment")
+    }
+
+    /// Several sequences in one pass, each at its own positions with its own cache (dynamic RAG answering
+    /// several questions at once). Each segment's results are bit for bit those of [`Llama::forward`] on it
+    /// alone: the segments only share the weight products that can be shared exactly ([`Linear::forward_many`]).
+    pub fn forward_many(&self, mut segs: Vec<Segment<'_, B>>, rope: &Rope<B>) -> Vec<ForwardOut<B>> {
         let [_, d] = self.embed_tokens.dims();
-        let mut x = self.embed_tokens.val().select(0, ids.reshape([b * t])).reshape([b, t, d]); // [b, t, d]
-        let mut layer_sum: Option<Tensor<B, 3>> = None;
-        let mut attn = None;
+        let ns = segs.len();
+        // x_i: [b_i, t_i, d]
+        let mut xs: Vec<Tensor<B, 3>> = segs
+            .iter()
+            .map(|s| {
+                let [b, t] = s.ids.dims();
+                self.embed_tokens.val().select(0, s.ids.clone().reshape([b * t])).reshape([b, t, d])
+            })
+            .collect();
+        let lens: Vec<usize> = segs.iter().map(|s| s.ids.dims()[1]).collect();
+        let mut layer_sum: Vec<Option<Tensor<B, 3>>> = vec![None; ns];
+        let mut attn: Vec<Option<Tensor<B, 4>>> = vec![None; ns];
         let n = self.layers.len();
         for (l, block) in self.layers.iter().enumerate() {
             let last = l + 1 == n;
-            let keep = last && capture.attn_from.is_some_and(|f| f < t);
-            let c = cache.as_deref_mut().map(|c| (c, l));
-            let (a, probs) = block.self_attn.forward(block.input_layernorm.forward(x.clone()), rope, start, c, keep);
-            let hmid = x + a;
-            x = hmid.clone() + block.mlp.forward(block.post_attention_layernorm.forward(hmid));
-            if let Some(p) = probs {
-                let from = capture.attn_from.unwrap();
-                let [pb, ph, pt, pk] = p.dims();
-                attn = Some(if from == 0 { p } else { p.slice([0..pb, 0..ph, from..pt, 0..pk]) });
+            let keep: Vec<bool> = segs.iter().zip(&lens).map(|(s, &t)| last && s.capture.attn_from.is_some_and(|f| f < t)).collect();
+            let normed = xs.iter().map(|x| block.input_layernorm.forward(x.clone())).collect();
+            let (a, probs) = block.self_attn.forward_many(normed, rope, &mut segs, l, &keep);
+            let hmid: Vec<Tensor<B, 3>> = xs.into_iter().zip(a).map(|(x, a)| x + a).collect();
+            let m = block.mlp.forward_many(hmid.iter().map(|h| block.post_attention_layernorm.forward(h.clone())).collect());
+            xs = hmid.into_iter().zip(m).map(|(h, m)| h + m).collect();
+            for (i, p) in probs.into_iter().enumerate() {
+                if let Some(p) = p {
+                    let from = segs[i].capture.attn_from.unwrap();
+                    let [pb, ph, pt, pk] = p.dims();
+                    attn[i] = Some(if from == 0 { p } else { p.slice([0..pb, 0..ph, from..pt, 0..pk]) });
+                }
             }
-            if capture.layer_sum && !last {
-                layer_sum = Some(match layer_sum {
-                    Some(s) => s + x.clone(),
-                    None => x.clone(),
-                });
+            for (i, s) in segs.iter().enumerate() {
+                if s.capture.layer_sum && !last {
+                    layer_sum[i] = Some(match layer_sum[i].take() {
+                        Some(acc) => acc + xs[i].clone(),
+                        None => xs[i].clone(),
+                    });
+                }
             }
         }
-        if let Some(c) = cache {
-            c.len = start + t;
-        }
-        let hidden = self.norm.forward(x); // [b, t, d]
-        let layer_sum = if capture.layer_sum {
-            Some(match layer_sum {
-                Some(s) => s + hidden.clone(),
+        let mut outs = Vec::with_capacity(ns);
+        for (((s, x), sum), attn) in segs.into_iter().zip(xs).zip(layer_sum).zip(attn) {
+            if let Some(c) = s.cache {
+                c.len = s.start + x.dims()[1];
+            }
+            let hidden = self.norm.forward(x); // [b, t, d]
+            let layer_sum = s.capture.layer_sum.then(|| match sum {
+                Some(acc) => acc + hidden.clone(),
                 None => hidden.clone(),
-            })
-        } else {
-            None
-        };
-        ForwardOut { hidden, attn, layer_sum }
+            });
+            outs.push(ForwardOut { hidden, attn, layer_sum });
+        }
+        outs
+    }
+
+    /// [`Llama::logits`] for several segments: the decoding ones share one pass over the integer output
+    /// projection (see [`Linear::forward_many`]).
+    pub fn logits_many(&self, hs: Vec<Tensor<B, 3>>) -> Vec<Tensor<B, 3>> {
+        match &self.lm_head_quant {
+            Some(q) if count_small(&hs) >= 2 => matvec_segments(q, hs, None, |h| self.logits(h)),
+            _ => hs.into_iter().map(|h| self.logits(h)).collect(),
+        }
     }
 
     /// hidden: [b, t, d] -> logits [b, t, vocab]

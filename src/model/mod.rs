@@ -29,7 +29,7 @@ use burn::tensor::{Int, Tensor, TensorData};
 use crate::device::DeviceKind;
 use crate::step::TokenStep;
 pub use config::{Arch, ModelConfig};
-use llama::{Attention, Block, Capture, KvCache, Linear, Llama, Mlp, RmsNorm, Rope};
+use llama::{Attention, Block, Capture, KvCache, Linear, Llama, Mlp, RmsNorm, Rope, Segment};
 pub use sampling::Sampler;
 pub use tokenizer::{Message, Tokenizer};
 use weights::{HostTensor, WeightSource};
@@ -241,16 +241,41 @@ struct ChunkOut {
     hidden_mean: Vec<Vec<f32>>,
 }
 
-trait Engine: Send + Sync {
-    fn open(&self, capacity: usize) -> Box<dyn EngineSession + '_>;
-    /// Drops the integer decode weights (see [`Lm::f32_decode`]).
-    fn detach_quantized(&mut self);
-}
-
-trait EngineSession {
-    fn forward(&mut self, ids: &[u32], want: Want) -> Result<ChunkOut>;
+/// A sequence's KV cache as its engine made it, type-erased so that [`Session`] need not name the backend.
+trait Cache: std::any::Any {
     fn truncate(&mut self, len: usize);
     fn len(&self) -> usize;
+    fn as_any_mut(&mut self) -> &mut dyn std::any::Any;
+}
+
+impl<B: Backend> Cache for KvCache<B> {
+    fn truncate(&mut self, len: usize) {
+        KvCache::truncate(self, len);
+    }
+
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
+        self
+    }
+}
+
+/// One sequence of an engine forward: its cache (made by the same engine), the tokens to append, what to return.
+struct SeqIn<'a> {
+    cache: &'a mut dyn Cache,
+    ids: &'a [u32],
+    want: Want,
+}
+
+trait Engine: Send + Sync {
+    fn new_cache(&self, capacity: usize) -> Box<dyn Cache>;
+    /// Feeds each sequence its tokens in one forward pass and returns what each asked for; every sequence's
+    /// results equal those of a pass of its own.
+    fn forward(&self, seqs: &mut [SeqIn<'_>]) -> Result<Vec<ChunkOut>>;
+    /// Drops the integer decode weights (see [`Lm::f32_decode`]).
+    fn detach_quantized(&mut self);
 }
 
 /// The burn decoder on one backend.
@@ -261,9 +286,10 @@ pub struct BurnEngine<B: Backend> {
     pub device: B::Device,
 }
 
-struct BurnSession<'a, B: Backend> {
-    e: &'a BurnEngine<B>,
-    cache: KvCache<B>,
+fn rows<B: Backend>(t: Tensor<B, 3>) -> Vec<Vec<f32>> {
+    let [_, n, d] = t.dims();
+    let v = t.into_data().convert::<f32>().to_vec::<f32>().unwrap();
+    (0..n).map(|i| v[i * d..(i + 1) * d].to_vec()).collect()
 }
 
 impl<B: Backend> Engine for BurnEngine<B>
@@ -271,59 +297,59 @@ where
     Llama<B>: Send + Sync,
     Rope<B>: Send + Sync,
 {
-    fn open(&self, capacity: usize) -> Box<dyn EngineSession + '_> {
-        Box::new(BurnSession { e: self, cache: KvCache::new(&self.cfg, 1, capacity, &self.device) })
+    fn new_cache(&self, capacity: usize) -> Box<dyn Cache> {
+        Box::new(KvCache::<B>::new(&self.cfg, 1, capacity, &self.device))
     }
 
-    fn detach_quantized(&mut self) {
-        detach_quantized(&mut self.model);
-    }
-}
-
-fn rows<B: Backend>(t: Tensor<B, 3>) -> Vec<Vec<f32>> {
-    let [_, n, d] = t.dims();
-    let v = t.into_data().convert::<f32>().to_vec::<f32>().unwrap();
-    (0..n).map(|i| v[i * d..(i + 1) * d].to_vec()).collect()
-}
-
-impl<B: Backend> EngineSession for BurnSession<'_, B> {
-    fn forward(&mut self, ids: &[u32], want: Want) -> Result<ChunkOut> {
-        let t = ids.len();
-        let start = self.cache.len;
-        if start + t > self.e.rope.max_pos() {
-            bail!("sequence of {} tokens exceeds the model's {} positions", start + t, self.e.rope.max_pos());
-        }
-        let data: Vec<i32> = ids.iter().map(|&i| i as i32).collect();
-        let ids_t = Tensor::<B, 2, Int>::from_data(TensorData::new(data, [1, t]), &self.e.device);
-        let capture = Capture { attn_from: want.capture_from, layer_sum: want.capture_from.is_some() };
-        let out = self.e.model.forward(ids_t, &self.e.rope, start, Some(&mut self.cache), capture);
-        let d = self.e.cfg.hidden_size;
-        let mut res = ChunkOut::default();
-        if want.logits_from < t {
-            let h = out.hidden.clone().slice([0..1, want.logits_from..t, 0..d]);
-            res.logits = rows(self.e.model.logits(h));
-        }
-        if let Some(from) = want.capture_from.filter(|&f| f < t) {
-            res.hidden_final = rows(out.hidden.slice([0..1, from..t, 0..d]));
-            let n = self.e.cfg.num_layers as f64;
-            res.hidden_mean = rows(out.layer_sum.unwrap().slice([0..1, from..t, 0..d]).div_scalar(n));
-            let a = out.attn.unwrap(); // [1, h, rows, keys]
-            let [_, nh, nr, nk] = a.dims();
-            let v = a.into_data().convert::<f32>().to_vec::<f32>().unwrap();
-            for r in 0..nr {
-                let pos = start + from + r;
-                res.attn.push((0..nh).map(|hh| v[(hh * nr + r) * nk..(hh * nr + r) * nk + pos + 1].to_vec()).collect());
+    fn forward(&self, seqs: &mut [SeqIn<'_>]) -> Result<Vec<ChunkOut>> {
+        let d = self.cfg.hidden_size;
+        let meta: Vec<(usize, usize, Want)> = seqs.iter().map(|s| (s.cache.len(), s.ids.len(), s.want)).collect();
+        let mut segs = Vec::with_capacity(seqs.len());
+        for s in seqs.iter_mut() {
+            let (start, t) = (s.cache.len(), s.ids.len());
+            if start + t > self.rope.max_pos() {
+                bail!("sequence of {} tokens exceeds the model's {} positions", start + t, self.rope.max_pos());
             }
+            let data: Vec<i32> = s.ids.iter().map(|&i| i as i32).collect();
+            let ids = Tensor::<B, 2, Int>::from_data(TensorData::new(data, [1, t]), &self.device);
+            let capture = Capture { attn_from: s.want.capture_from, layer_sum: s.want.capture_from.is_some() };
+            let cache = s.cache.as_any_mut().downcast_mut::<KvCache<B>>().expect("a cache made by this engine");
+            segs.push(Segment { ids, start, cache: Some(cache), capture });
+        }
+        let outs = self.model.forward_many(segs, &self.rope);
+        // logits of the asked rows, all sequences together (the decoding ones share the output projection)
+        let asked: Vec<Tensor<B, 3>> = outs
+            .iter()
+            .zip(&meta)
+            .filter(|(_, (_, t, w))| w.logits_from < *t)
+            .map(|(o, (_, t, w))| o.hidden.clone().slice([0..1, w.logits_from..*t, 0..d]))
+            .collect();
+        let mut logits = self.model.logits_many(asked).into_iter();
+        let mut res = Vec::with_capacity(outs.len());
+        for (out, (start, t, want)) in outs.into_iter().zip(meta) {
+            let mut r = ChunkOut::default();
+            if want.logits_from < t {
+                r.logits = rows(logits.next().expect("one logits tensor per asking sequence"));
+            }
+            if let Some(from) = want.capture_from.filter(|&f| f < t) {
+                r.hidden_final = rows(out.hidden.slice([0..1, from..t, 0..d]));
+                let n = self.cfg.num_layers as f64;
+                r.hidden_mean = rows(out.layer_sum.unwrap().slice([0..1, from..t, 0..d]).div_scalar(n));
+                let a = out.attn.unwrap(); // [1, h, rows, keys]
+                let [_, nh, nr, nk] = a.dims();
+                let v = a.into_data().convert::<f32>().to_vec::<f32>().unwrap();
+                for row in 0..nr {
+                    let pos = start + from + row;
+                    r.attn.push((0..nh).map(|hh| v[(hh * nr + row) * nk..(hh * nr + row) * nk + pos + 1].to_vec()).collect());
+                }
+            }
+            res.push(r);
         }
         Ok(res)
     }
 
-    fn truncate(&mut self, len: usize) {
-        self.cache.truncate(len);
-    }
-
-    fn len(&self) -> usize {
-        self.cache.len
+    fn detach_quantized(&mut self) {
+        detach_quantized(&mut self.model);
     }
 }
 
@@ -423,7 +449,7 @@ impl Lm {
     pub fn session(&self) -> Session<'_> {
         Session {
             lm: self,
-            inner: self.engine.open(512),
+            cache: self.engine.new_cache(512),
             ids: Vec::new(),
             last_logits: None,
             stream: tokenizer::TextStream::default(),
@@ -432,10 +458,42 @@ impl Lm {
     }
 }
 
+impl Lm {
+    /// Feeds several sessions of this model in one forward pass: `sessions[i]` gets `ids[i]` and returns the
+    /// steps of `ids[i][steps_from[i]..]`, exactly what [`Session::feed`] on it alone returns (bit for bit: on
+    /// the CPU the sessions share only the integer weight products of their decoding rows, computed row by row
+    /// as a single session's are). This is how several questions are answered at once (`ragtime eval --batch`).
+    pub fn feed_many(&self, sessions: &mut [&mut Session<'_>], ids: &[&[u32]], steps_from: &[usize]) -> Result<Vec<Vec<TokenStep>>> {
+        assert!(sessions.len() == ids.len() && ids.len() == steps_from.len(), "feed_many: one ids slice and one steps_from per session");
+        let mut wants = Vec::with_capacity(sessions.len());
+        for ((s, ids), &from) in sessions.iter().zip(ids).zip(steps_from) {
+            anyhow::ensure!(std::ptr::eq(s.lm, self), "feed_many: a session of another model");
+            wants.push(if ids.is_empty() { None } else { Some(s.want(ids, from)?) });
+        }
+        let mut seqs: Vec<SeqIn<'_>> = sessions
+            .iter_mut()
+            .zip(ids)
+            .zip(&wants)
+            .filter_map(|((s, ids), w)| w.map(|want| SeqIn { cache: s.cache.as_mut(), ids, want }))
+            .collect();
+        let outs = if seqs.is_empty() { vec![] } else { crate::device::guard("model forward failed", || self.engine.forward(&mut seqs))?? };
+        drop(seqs);
+        let mut outs = outs.into_iter();
+        let mut res = Vec::with_capacity(sessions.len());
+        for ((s, ids), (&from, w)) in sessions.iter_mut().zip(ids).zip(steps_from.iter().zip(&wants)) {
+            res.push(match w {
+                Some(_) => s.absorb(ids, from, outs.next().expect("one output per fed session")),
+                None => vec![],
+            });
+        }
+        Ok(res)
+    }
+}
+
 /// One sequence being decoded: its KV cache, ids, and the distribution for the next position.
 pub struct Session<'a> {
     pub lm: &'a Lm,
-    inner: Box<dyn EngineSession + 'a>,
+    cache: Box<dyn Cache>,
     ids: Vec<u32>,
     last_logits: Option<Vec<f32>>,
     stream: tokenizer::TextStream,
@@ -446,7 +504,7 @@ pub struct Session<'a> {
 impl<'a> Session<'a> {
     /// Number of positions in the cache.
     pub fn len(&self) -> usize {
-        self.inner.len()
+        self.cache.len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -471,17 +529,26 @@ impl<'a> Session<'a> {
     /// under the distribution it was drawn from (the previous position's logits), and the attention row and
     /// hidden states computed as it passed through the model.
     pub fn feed(&mut self, ids: &[u32], steps_from: usize) -> Result<Vec<TokenStep>> {
-        if ids.is_empty() {
-            return Ok(vec![]);
-        }
-        let t = ids.len();
-        let start = self.len();
+        let lm = self.lm;
+        Ok(lm.feed_many(&mut [self], &[ids], &[steps_from])?.pop().expect("one result per session"))
+    }
+
+    /// What to ask the engine for when feeding `ids` (checked against the vocabulary).
+    fn want(&self, ids: &[u32], steps_from: usize) -> Result<Want> {
         if let Some(&bad) = ids.iter().find(|&&i| i as usize >= self.lm.config.vocab_size) {
             bail!("token id {bad} is outside the model's vocabulary of {}", self.lm.config.vocab_size);
         }
+        let t = ids.len();
         let logits_from = if steps_from < t { steps_from.saturating_sub(1) } else { t - 1 };
-        let capture_from = (steps_from < t).then_some(steps_from);
-        let out = crate::device::guard("model forward failed", || self.inner.forward(ids, Want { logits_from, capture_from }))??;
+        Ok(Want { logits_from, capture_from: (steps_from < t).then_some(steps_from) })
+    }
+
+    /// Takes in the engine's output for `ids` (already appended to the cache): ids, text stream, next-token
+    /// logits, and the steps of `ids[steps_from..]`.
+    fn absorb(&mut self, ids: &[u32], steps_from: usize, out: ChunkOut) -> Vec<TokenStep> {
+        let t = ids.len();
+        let start = self.ids.len();
+        let logits_from = if steps_from < t { steps_from.saturating_sub(1) } else { t - 1 };
         self.forward_tokens += t;
         let mut steps = Vec::with_capacity(t.saturating_sub(steps_from));
         for (i, &id) in ids.iter().enumerate() {
@@ -513,7 +580,7 @@ impl<'a> Session<'a> {
         }
         self.ids.extend_from_slice(ids);
         self.last_logits = out.logits.into_iter().last();
-        Ok(steps)
+        steps
     }
 
     /// Chooses the next token from the current distribution, feeds it, and returns its step.
@@ -541,7 +608,7 @@ impl<'a> Session<'a> {
     /// unknown until something is fed again.
     pub fn truncate(&mut self, len: usize) {
         if len < self.len() {
-            self.inner.truncate(len);
+            self.cache.truncate(len);
             self.ids.truncate(len);
             self.last_logits = None;
             self.stream.clear();

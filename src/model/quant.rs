@@ -294,21 +294,74 @@ impl QMatrix {
     }
 
     /// `y[r] = sum_c W[r, c] x[c]` for each of the `x.len() / cols` row vectors in `x` (row-major), written to
-    /// `y` (`[n, rows]`). Splits the rows over the rayon pool for large matrices.
+    /// `y` (`[n, rows]`). Splits the rows over the rayon pool for large matrices. Vectors go two at a time
+    /// through one pass over the weights where a two-vector kernel exists (AVX2): the integer blocks are read and
+    /// de-quantized once for both, and each result is bit for bit the one-vector product (several questions
+    /// decoded together, `Lm::feed_many`, give the same tokens as one at a time).
     pub fn matvec(&self, x: &[f32], y: &mut [f32]) {
         assert_eq!(x.len() % self.cols, 0, "matvec: input length {} is not a multiple of {}", x.len(), self.cols);
         let n = x.len() / self.cols;
         assert_eq!(y.len(), n * self.rows, "matvec: output length");
-        for (xi, yi) in x.chunks_exact(self.cols).zip(y.chunks_exact_mut(self.rows)) {
-            let threads = rayon::current_num_threads();
-            if threads > 1 && self.rows * self.cols >= PARALLEL_MIN {
+        let threads = rayon::current_num_threads();
+        let parallel = threads > 1 && self.rows * self.cols >= PARALLEL_MIN;
+        let chunk = self.rows.div_ceil(threads * 2).next_multiple_of(ROWS);
+        let pairs = if self.has_pair_kernel() { n / 2 } else { 0 };
+        let mut pair_out = vec![0f32; if pairs > 0 { 2 * self.rows } else { 0 }];
+        for p in 0..pairs {
+            // two vectors, results interleaved [rows][2]
+            let xs = &x[2 * p * self.cols..(2 * p + 2) * self.cols];
+            if parallel {
                 use rayon::prelude::*;
-                let chunk = self.rows.div_ceil(threads * 2).next_multiple_of(ROWS);
+                pair_out.par_chunks_mut(2 * chunk).enumerate().for_each(|(c, out)| self.rows_into_x2(c * chunk, xs, out));
+            } else {
+                self.rows_into_x2(0, xs, &mut pair_out);
+            }
+            let (ya, yb) = y[2 * p * self.rows..(2 * p + 2) * self.rows].split_at_mut(self.rows);
+            for r in 0..self.rows {
+                ya[r] = pair_out[2 * r];
+                yb[r] = pair_out[2 * r + 1];
+            }
+        }
+        let done = 2 * pairs;
+        for (xi, yi) in x[done * self.cols..].chunks_exact(self.cols).zip(y[done * self.rows..].chunks_exact_mut(self.rows)) {
+            if parallel {
+                use rayon::prelude::*;
                 yi.par_chunks_mut(chunk).enumerate().for_each(|(c, out)| self.rows_into(c * chunk, xi, out));
             } else {
                 self.rows_into(0, xi, yi);
             }
         }
+    }
+
+    /// Whether [`QMatrix::rows_into_x2`] has a kernel on this CPU (AVX2 + FMA without AVX-512; an AVX-512 CPU
+    /// keeps its one-vector kernels, which have no two-vector twin yet).
+    fn has_pair_kernel(&self) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        {
+            !std::arch::is_x86_feature_detected!("avx512f") && std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            false
+        }
+    }
+
+    /// Rows `row0..row0 + out.len() / 2` of `W x_0` and `W x_1` (`x` = `[2, cols]`), interleaved in `out`.
+    fn rows_into_x2(&self, row0: usize, x: &[f32], out: &mut [f32]) {
+        assert!(row0 + out.len() / 2 <= self.rows && x.len() == 2 * self.cols && out.len() % 2 == 0);
+        #[cfg(target_arch = "x86_64")]
+        {
+            if self.has_pair_kernel() {
+                // SAFETY: the CPU has AVX2 and FMA; the bounds were checked above.
+                return unsafe {
+                    match self.layout {
+                        Layout::I8 => x86::rows_avx2::<2>(self, row0, x, out),
+                        Layout::U4 => x86::rows_u4_avx2::<2>(self, row0, x, out),
+                    }
+                };
+            }
+        }
+        unreachable!("rows_into_x2 without a two-vector kernel")
     }
 
     /// Rows `row0..row0 + out.len()` of `W x`.
@@ -329,8 +382,8 @@ impl QMatrix {
                 // SAFETY: as above, with AVX2 and FMA.
                 return unsafe {
                     match self.layout {
-                        Layout::I8 => x86::rows_avx2(self, row0, x, out),
-                        Layout::U4 => x86::rows_u4_avx2(self, row0, x, out),
+                        Layout::I8 => x86::rows_avx2::<1>(self, row0, x, out),
+                        Layout::U4 => x86::rows_u4_avx2::<1>(self, row0, x, out),
                     }
                 };
             }
@@ -425,30 +478,6 @@ mod x86 {
         }
     }
 
-    #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn rows_avx2(m: &QMatrix, row0: usize, x: &[f32], out: &mut [f32]) {
-        let (cols, groups) = (m.cols, m.cols / GROUP);
-        let (qp, sp, op, xp) = (m.q.as_ptr(), m.scale.as_ptr(), m.offset.as_ptr(), x.as_ptr());
-        let n = out.len();
-        for r in 0..n {
-            let row = row0 + r;
-            let (mut a0, mut a1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
-            for g in 0..groups {
-                let base = qp.add(row * cols + g * GROUP);
-                let s = _mm256_set1_ps(*sp.add(row * groups + g));
-                let o = _mm256_set1_ps(*op.add(row * groups + g));
-                let q0 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(base as *const __m128i)));
-                let q1 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(base.add(8) as *const __m128i)));
-                a0 = _mm256_fmadd_ps(_mm256_fmadd_ps(q0, s, o), _mm256_loadu_ps(xp.add(g * GROUP)), a0);
-                a1 = _mm256_fmadd_ps(_mm256_fmadd_ps(q1, s, o), _mm256_loadu_ps(xp.add(g * GROUP + 8)), a1);
-            }
-            let v = _mm256_add_ps(a0, a1);
-            let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-            let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-            out[r] = _mm_cvtss_f32(_mm_add_ss(s, _mm_shuffle_ps(s, s, 1)));
-        }
-    }
-
     /// U4: a group is 16 bytes; low nibbles are weights 0..16, high nibbles 16..32.
     #[target_feature(enable = "avx512f")]
     pub(super) unsafe fn rows_u4_avx512(m: &QMatrix, row0: usize, x: &[f32], out: &mut [f32]) {
@@ -499,32 +528,73 @@ mod x86 {
         }
     }
 
+    /// Horizontal sum of the eight lanes.
     #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn rows_u4_avx2(m: &QMatrix, row0: usize, x: &[f32], out: &mut [f32]) {
-        let groups = m.cols / 32;
+    #[inline]
+    unsafe fn hsum(v: __m256) -> f32 {
+        let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+        _mm_cvtss_f32(_mm_add_ss(s, _mm_shuffle_ps(s, s, 1)))
+    }
+
+    /// AVX2, one row at a time, for `N` vectors at once: `x` is `[N, cols]`, `out` is `[rows][N]` (for N = 1 the
+    /// plain `W x`). Each group is de-quantized once (one FMA: `q * scale + offset`) and multiplied into every
+    /// vector. A vector's sum is formed by the same FMAs in the same order whatever N is, so the two-vector pass
+    /// that several questions decoding together use (`matvec`) gives each of them bit for bit its one-vector result.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn rows_avx2<const N: usize>(m: &QMatrix, row0: usize, x: &[f32], out: &mut [f32]) {
+        let (cols, groups) = (m.cols, m.cols / GROUP);
+        let (qp, sp, op, xp) = (m.q.as_ptr(), m.scale.as_ptr(), m.offset.as_ptr(), x.as_ptr());
+        for r in 0..out.len() / N {
+            let row = row0 + r;
+            let mut a = [[_mm256_setzero_ps(); 2]; N];
+            for g in 0..groups {
+                let base = qp.add(row * cols + g * GROUP);
+                let s = _mm256_set1_ps(*sp.add(row * groups + g));
+                let o = _mm256_set1_ps(*op.add(row * groups + g));
+                let w0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(base as *const __m128i))), s, o);
+                let w1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(base.add(8) as *const __m128i))), s, o);
+                for (j, acc) in a.iter_mut().enumerate() {
+                    let xj = xp.add(j * cols + g * GROUP);
+                    acc[0] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(xj), acc[0]);
+                    acc[1] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xj.add(8)), acc[1]);
+                }
+            }
+            for (j, acc) in a.iter().enumerate() {
+                out[N * r + j] = hsum(_mm256_add_ps(acc[0], acc[1]));
+            }
+        }
+    }
+
+    /// [`rows_avx2`] for U4 blocks (layout and guarantee the same): a group is 16 bytes, low nibbles weights
+    /// 0..16, high nibbles 16..32; four accumulators per vector.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn rows_u4_avx2<const N: usize>(m: &QMatrix, row0: usize, x: &[f32], out: &mut [f32]) {
+        let (cols, groups) = (m.cols, m.cols / 32);
         let rb = m.cols / 2;
         let (qp, sp, op, xp) = (m.q.as_ptr(), m.scale.as_ptr(), m.offset.as_ptr(), x.as_ptr());
         let mask = _mm_set1_epi8(0x0F);
-        for r in 0..out.len() {
+        for r in 0..out.len() / N {
             let row = row0 + r;
-            let mut a = [_mm256_setzero_ps(); 4];
+            let mut a = [[_mm256_setzero_ps(); 4]; N];
             for g in 0..groups {
-                let b = _mm_loadu_si128(qp.add(row * rb + g * 16) as *const __m128i);
-                let lo = _mm_and_si128(b, mask);
-                let hi = _mm_and_si128(_mm_srli_epi16(b, 4), mask);
+                let bytes = _mm_loadu_si128(qp.add(row * rb + g * 16) as *const __m128i);
+                let lo = _mm_and_si128(bytes, mask);
+                let hi = _mm_and_si128(_mm_srli_epi16(bytes, 4), mask);
                 let s = _mm256_set1_ps(*sp.add(row * groups + g));
                 let o = _mm256_set1_ps(*op.add(row * groups + g));
                 // weights 0..8, 8..16 (low nibbles), 16..24, 24..32 (high nibbles)
                 let parts = [lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)];
                 for (k, p) in parts.into_iter().enumerate() {
-                    let q = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(p));
-                    a[k] = _mm256_fmadd_ps(_mm256_fmadd_ps(q, s, o), _mm256_loadu_ps(xp.add(g * 32 + 8 * k)), a[k]);
+                    let w = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(p)), s, o);
+                    for (j, acc) in a.iter_mut().enumerate() {
+                        acc[k] = _mm256_fmadd_ps(w, _mm256_loadu_ps(xp.add(j * cols + g * 32 + 8 * k)), acc[k]);
+                    }
                 }
             }
-            let v = _mm256_add_ps(_mm256_add_ps(a[0], a[1]), _mm256_add_ps(a[2], a[3]));
-            let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-            let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-            out[r] = _mm_cvtss_f32(_mm_add_ss(s, _mm_shuffle_ps(s, s, 1)));
+            for (j, acc) in a.iter().enumerate() {
+                out[N * r + j] = hsum(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+            }
         }
     }
 }
@@ -612,6 +682,28 @@ mod tests {
         let mut y1 = vec![0f32; rows];
         m.rows_into(0, &x, &mut y1);
         assert_eq!(y, y1);
+    }
+
+    /// Vectors that go through the two-vector kernels (pairs, with a leftover third) give exactly the
+    /// one-vector results, on one thread and split over a pool.
+    #[test]
+    fn several_vectors_equal_one_at_a_time_bit_for_bit() {
+        for (dtype, rows, cols) in [(GgmlDType::Q4_1, 37, 256), (GgmlDType::Q8_0, 37, 256), (GgmlDType::Q4_1, 1030, 4096), (GgmlDType::Q8_0, 1030, 4096)] {
+            let t = Tensor::from_vec(random(rows * cols, 7), (rows, cols), &Device::Cpu).unwrap();
+            let qt = QTensor::quantize(&t, dtype).unwrap();
+            let m = QMatrix::from_ggml(dtype, &qt.data().unwrap(), rows, cols).unwrap();
+            let x = random(3 * cols, 8);
+            let mut one = vec![0f32; 3 * rows];
+            for j in 0..3 {
+                m.rows_into(0, &x[j * cols..(j + 1) * cols], &mut one[j * rows..(j + 1) * rows]);
+            }
+            for threads in [1, 3] {
+                let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+                let mut y = vec![0f32; 3 * rows];
+                pool.install(|| m.matvec(&x, &mut y));
+                assert_eq!(y, one, "{dtype:?} {rows}x{cols}, {threads} threads");
+            }
+        }
     }
 
     #[test]
