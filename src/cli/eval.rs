@@ -1,6 +1,7 @@
 //! `ragtime eval`: run one controller over a QA dataset in the shared decode loop and write a run directory
 //! (config.toml, predictions.jsonl with per-question traces, metrics.json). Resumes an interrupted run.
 
+use std::cell::RefCell;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
@@ -8,7 +9,8 @@ use clap::Args as ClapArgs;
 
 use ragtime::eval::run::{PredictionRecord, Progress, RetrievalRecord, RunWriter, TraceToken};
 use ragtime::eval::DatasetSpec;
-use ragtime::rag::{LoopConfig, RagLoop};
+use ragtime::qa::Example;
+use ragtime::rag::{Batch, LoopConfig, Outcome, RagLoop};
 use ragtime::retrieval::bm25::Bm25Index;
 use ragtime::retrieval::Retriever;
 
@@ -55,6 +57,12 @@ pub struct Args {
     /// config.toml).
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub overrides: Vec<String>,
+    /// Questions answered at once, each with its own KV cache; their decoding steps share the passes over the
+    /// model's weights (on the CPU: over the 4/8-bit weight blocks of a GGUF model). The predictions are those of
+    /// `--batch 1`, so a run may be resumed with another value; each record's `seconds` is then the wall time
+    /// since the previous record, which keeps seconds per question equal to wall time over questions.
+    #[arg(long, default_value_t = 1)]
+    pub batch: usize,
     /// Row name in `ragtime report` (default: the trigger name).
     #[arg(long)]
     pub label: Option<String>,
@@ -133,26 +141,64 @@ pub fn run(args: Args) -> Result<()> {
     let mut progress = Progress::new(examples.len(), writer.len());
     let rag = RagLoop { lm: &lm, prompt: &prompt, retriever: retriever.as_ref().map(|r| r as &dyn Retriever), cfg };
 
-    let mut session = lm.session();
-    // transform + write, one question at a time (flushed per line, so a kill loses at most one question)
-    for ex in &examples {
-        if writer.is_done(&ex.id) {
-            continue;
+    // transform + write, one record per question as it finishes (flushed per line, so a kill loses at most the
+    // questions in flight)
+    let todo: Vec<&Example> = examples.iter().filter(|ex| !writer.is_done(&ex.id)).collect();
+    if args.batch <= 1 {
+        let mut session = lm.session();
+        for ex in todo {
+            let t0 = std::time::Instant::now();
+            let o = rag.answer_in(&mut session, &ex.question, trigger.as_mut(), qf.as_ref())?;
+            let rec = record(ex, &o, t0.elapsed().as_secs_f64());
+            writer.write(&rec)?;
+            eprintln!("{}", progress.update(&rec));
         }
-        let t0 = std::time::Instant::now();
-        let o = rag.answer_in(&mut session, &ex.question, trigger.as_mut(), qf.as_ref())?;
-        let mut rec = PredictionRecord::new(ex, &o.text);
-        rec.retrievals = o.retrievals.iter().map(|r| RetrievalRecord::new(ex, r.token_pos, &r.query, &r.passages)).collect();
-        rec.generated_tokens = o.generated_tokens;
-        rec.forward_tokens = o.forward_tokens;
-        rec.seconds = t0.elapsed().as_secs_f64();
-        rec.trace = o.tokens.iter().zip(&o.scores).map(|(t, s)| TraceToken { text: t.text.clone(), entropy: t.entropy, score: *s }).collect();
-        writer.write(&rec)?;
-        eprintln!("{}", progress.update(&rec));
+    } else {
+        // one trigger per lane: triggers keep per-question state
+        let mut triggers = vec![RefCell::new(trigger)];
+        for _ in 1..args.batch {
+            triggers.push(RefCell::new(ragtime::trigger::build_section(&root).with_context(|| format!("{}", config_path.display()))?));
+        }
+        let batch = Batch::new(&lm, args.batch);
+        let mut queue = todo.into_iter();
+        let mut last = std::time::Instant::now();
+        let (rag, qf, triggers) = (&rag, qf.as_ref(), &triggers);
+        batch.run(
+            |lane| {
+                let ex = queue.next()?;
+                let mut decoder = batch.lane(lane);
+                Some(Box::pin(async move {
+                    let mut t = triggers[lane].borrow_mut();
+                    let o = rag.answer_with(&mut decoder, &ex.question, t.as_mut(), qf).await;
+                    (ex, o)
+                }))
+            },
+            |(ex, o)| {
+                let o = o.with_context(|| format!("question '{}'", ex.id))?;
+                let rec = record(ex, &o, last.elapsed().as_secs_f64());
+                last = std::time::Instant::now();
+                writer.write(&rec)?;
+                eprintln!("{}", progress.update(&rec));
+                Ok(())
+            },
+        )?;
+        let passes = batch.passes.get().max(1);
+        eprintln!("batch: {} forward passes, {:.2} questions per pass", batch.passes.get(), batch.fed.get() as f64 / passes as f64);
     }
     let summary = writer.finish()?;
     println!("{}", ragtime::eval::report::markdown_table(&[summary]));
     Ok(())
+}
+
+/// The prediction record of `ex` answered as `o` in `seconds`.
+fn record(ex: &Example, o: &Outcome, seconds: f64) -> PredictionRecord {
+    let mut rec = PredictionRecord::new(ex, &o.text);
+    rec.retrievals = o.retrievals.iter().map(|r| RetrievalRecord::new(ex, r.token_pos, &r.query, &r.passages)).collect();
+    rec.generated_tokens = o.generated_tokens;
+    rec.forward_tokens = o.forward_tokens;
+    rec.seconds = seconds;
+    rec.trace = o.tokens.iter().zip(&o.scores).map(|(t, s)| TraceToken { text: t.text.clone(), entropy: t.entropy, score: *s }).collect();
+    rec
 }
 
 /// `--trigger autorag`: Auto-RAG's Algorithm 2 (`ragtime::autorag::infer`), written in the same run-directory

@@ -5,8 +5,11 @@
 //! exemplars at least), so only the changed tail is re-encoded; kept answer tokens are re-fed behind the new
 //! prompt, which gives them fresh internals under the new context.
 
+pub mod batch;
+
 use anyhow::Result;
 
+pub use batch::{Batch, Decoder, Lane};
 use crate::model::{Lm, Sampler, Session};
 use crate::prompt::PromptBuilder;
 use crate::query::QueryFormer;
@@ -86,26 +89,27 @@ pub struct RagLoop<'a> {
 }
 
 impl<'a> RagLoop<'a> {
-    fn rebuild(&self, s: &mut Session<'_>, question: &str, docs: &[Passage], kept: &[u32]) -> Result<Vec<TokenStep>> {
+    async fn rebuild<D: Decoder>(&self, s: &mut D, question: &str, docs: &[Passage], kept: &[u32]) -> Result<Vec<TokenStep>> {
         let mut ids = self.lm.tokenizer.encode(&self.prompt.build(question, docs, ""), true)?;
         let prompt_len = ids.len();
         ids.extend_from_slice(kept);
         // re-feed at least the prompt's last token: its logits are what the first answer token was drawn from
         // (its entropy) or what the next step samples from
-        let lcp = common_prefix(s.ids(), &ids).min(prompt_len.saturating_sub(1));
+        let lcp = common_prefix(&s.ids(), &ids).min(prompt_len.saturating_sub(1));
         s.truncate(lcp);
-        s.feed(&ids[lcp..], prompt_len - lcp)
+        s.feed(&ids[lcp..], prompt_len - lcp).await
     }
 
     /// A second forward pass over the whole sequence in a fresh session, returning the answer tokens with the
     /// internals that pass computed (DRAGIN's way of getting attention; see [`LoopConfig::recompute_internals`]).
-    fn recompute(&self, s: &Session<'_>, tokens: Vec<TokenStep>) -> Result<Vec<TokenStep>> {
+    fn recompute<D: Decoder>(&self, s: &D, tokens: Vec<TokenStep>) -> Result<Vec<TokenStep>> {
         let Some(first) = tokens.first() else { return Ok(tokens) };
         let prompt_len = first.pos;
         let mut fresh = self.lm.session();
         // the session may hold one more id than prompt + tokens: a stop token that was fed but not kept
-        let end = (prompt_len + tokens.len()).min(s.ids().len());
-        let steps = fresh.feed(&s.ids()[..end], prompt_len)?;
+        let ids = s.ids();
+        let end = (prompt_len + tokens.len()).min(ids.len());
+        let steps = fresh.feed(&ids[..end], prompt_len)?;
         anyhow::ensure!(steps.len() == tokens.len(), "recompute: {} steps for {} tokens", steps.len(), tokens.len());
         Ok(steps)
     }
@@ -133,9 +137,15 @@ impl<'a> RagLoop<'a> {
     /// question. Results equal [`answer`](Self::answer)'s: the kept prefix's keys and values are what a fresh
     /// encoding would compute.
     pub fn answer_in(&self, s: &mut Session<'_>, question: &str, trigger: &mut dyn Trigger, qf: &dyn QueryFormer) -> Result<Outcome> {
+        batch::block_on(self.answer_with(s, question, trigger, qf))
+    }
+
+    /// [`answer_in`](Self::answer_in) on any [`Decoder`]: a [`Session`], or a [`Lane`] of a [`Batch`] that
+    /// answers several questions at once (each lane's outcome equals the one-session outcome).
+    pub async fn answer_with<D: Decoder>(&self, s: &mut D, question: &str, trigger: &mut dyn Trigger, qf: &dyn QueryFormer) -> Result<Outcome> {
         let mut out = Outcome::default();
         let mut sampler = Sampler::greedy();
-        let forward0 = s.forward_tokens;
+        let forward0 = s.forward_tokens();
         trigger.reset();
         let mut docs: Vec<Passage> = Vec::new();
         if trigger.before_generation(question) && self.retriever.is_some() {
@@ -143,7 +153,7 @@ impl<'a> RagLoop<'a> {
             docs = self.retrieve(&q)?;
             out.retrievals.push(Retrieval { token_pos: 0, query: q, passages: docs.clone() });
         }
-        let mut tokens = self.rebuild(s, question, &docs, &[])?;
+        let mut tokens = self.rebuild(s, question, &docs, &[]).await?;
         let mut scores: Vec<Option<f32>> = Vec::new();
         let mut stopped = false;
         while !stopped && tokens.len() < self.cfg.max_new_tokens {
@@ -155,7 +165,7 @@ impl<'a> RagLoop<'a> {
             };
             let mut texts: Vec<String> = tokens.iter().map(|t| t.text.clone()).collect();
             while tokens.len() - new_from < max_block.max(1) && tokens.len() < self.cfg.max_new_tokens {
-                let step = s.step(&mut sampler)?;
+                let step = s.step(&mut sampler).await?;
                 out.generated_tokens += 1;
                 if self.lm.tokenizer.is_stop(step.id) {
                     stopped = true;
@@ -191,7 +201,7 @@ impl<'a> RagLoop<'a> {
                     out.retrievals.push(Retrieval { token_pos: keep, query: q, passages: docs.clone() });
                     let kept: Vec<u32> = tokens[..keep.min(tokens.len())].iter().map(|t| t.id).collect();
                     scores.truncate(kept.len());
-                    tokens = self.rebuild(s, question, &docs, &kept)?;
+                    tokens = self.rebuild(s, question, &docs, &kept).await?;
                     stopped = false;
                     continue;
                 }
@@ -209,9 +219,9 @@ impl<'a> RagLoop<'a> {
             let start = tokens.len();
             let mut all: Vec<u32> = tokens.iter().map(|t| t.id).collect();
             all.extend(&ids);
-            tokens = self.rebuild(s, question, &docs, &all)?;
+            tokens = self.rebuild(s, question, &docs, &all).await?;
             for _ in 0..self.cfg.suffix_tokens {
-                let step = s.step(&mut sampler)?;
+                let step = s.step(&mut sampler).await?;
                 out.generated_tokens += 1;
                 if self.lm.tokenizer.is_stop(step.id) {
                     break;
@@ -228,7 +238,7 @@ impl<'a> RagLoop<'a> {
         out.text = text;
         out.tokens = tokens;
         out.scores = scores;
-        out.forward_tokens = s.forward_tokens - forward0;
+        out.forward_tokens = s.forward_tokens() - forward0;
         Ok(out)
     }
 }

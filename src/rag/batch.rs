@@ -1,0 +1,228 @@
+//! Several questions through the model at once (`ragtime eval --batch N`).
+//!
+//! The decode loop ([`super::RagLoop::answer_with`]) is written once, as an `async fn` over a [`Decoder`]. A
+//! plain [`Session`] is a decoder whose forward passes finish at once ([`block_on`] runs the loop as ordinary
+//! code). A [`Lane`] of a [`Batch`] instead parks its forward request and waits; [`Batch::run`] polls every
+//! lane until each is parked or done, then feeds all parked requests to the model in one pass
+//! ([`Lm::feed_many`]) and polls again. One thread, no locks, no timing: which requests share a pass depends only
+//! on the program, and every lane gets exactly the tokens and internals a session of its own would get
+//! (`feed_many` shares only work whose per-row arithmetic is unchanged), so a batched run writes the same
+//! predictions as a sequential one.
+//!
+//! On the CPU what is shared is the decoding rows' products with the integer (4/8-bit) weights, which then read
+//! and de-quantize each weight block once for two questions; prefill chunks still run one by one.
+
+use std::cell::RefCell;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll, Waker};
+
+use anyhow::{bail, Context as _, Result};
+
+use crate::model::{Lm, Sampler, Session};
+use crate::step::TokenStep;
+
+/// What the decode loop needs of a decoding session.
+#[allow(async_fn_in_trait)] // used through generics on one thread; no Send bound wanted
+pub trait Decoder {
+    /// Token ids in the cache.
+    fn ids(&self) -> Vec<u32>;
+    /// Positions in the cache.
+    fn len(&self) -> usize;
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Tokens pushed through the model so far.
+    fn forward_tokens(&self) -> usize;
+    /// Rewinds to the first `len` positions (see [`Session::truncate`]).
+    fn truncate(&mut self, len: usize);
+    /// See [`Session::feed`].
+    async fn feed(&mut self, ids: &[u32], steps_from: usize) -> Result<Vec<TokenStep>>;
+    /// See [`Session::step`].
+    async fn step(&mut self, sampler: &mut Sampler) -> Result<TokenStep> {
+        let id = self.pick(sampler)?;
+        Ok(self.feed(&[id], 0).await?.pop().expect("one step for one token"))
+    }
+    /// Chooses the next token from the current distribution (without feeding it).
+    fn pick(&self, sampler: &mut Sampler) -> Result<u32>;
+}
+
+impl Decoder for Session<'_> {
+    fn ids(&self) -> Vec<u32> {
+        Session::ids(self).to_vec()
+    }
+    fn len(&self) -> usize {
+        Session::len(self)
+    }
+    fn forward_tokens(&self) -> usize {
+        self.forward_tokens
+    }
+    fn truncate(&mut self, len: usize) {
+        Session::truncate(self, len)
+    }
+    async fn feed(&mut self, ids: &[u32], steps_from: usize) -> Result<Vec<TokenStep>> {
+        Session::feed(self, ids, steps_from)
+    }
+    fn pick(&self, sampler: &mut Sampler) -> Result<u32> {
+        let logits = self.logits().context("nothing fed yet: prefill a prompt first")?;
+        Ok(sampler.pick(logits))
+    }
+}
+
+/// Runs a future whose awaits never wait (a loop over a [`Session`]) to completion.
+pub fn block_on<F: Future>(f: F) -> F::Output {
+    let mut f = std::pin::pin!(f);
+    match f.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+        Poll::Ready(v) => v,
+        Poll::Pending => panic!("block_on: the future waited; run lanes of a Batch with Batch::run"),
+    }
+}
+
+struct Request {
+    lane: usize,
+    ids: Vec<u32>,
+    steps_from: usize,
+}
+
+/// Sessions that are fed together: one per [`Lane`]. Each keeps its cache across the questions its lane
+/// answers, so the few-shot prefix is encoded once per lane.
+pub struct Batch<'lm> {
+    lm: &'lm Lm,
+    sessions: Vec<RefCell<Session<'lm>>>,
+    parked: RefCell<Vec<Request>>,
+    results: Vec<RefCell<Option<Result<Vec<TokenStep>>>>>,
+    /// Forward passes run, and sequences fed in them (for the mean batch size).
+    pub passes: std::cell::Cell<usize>,
+    pub fed: std::cell::Cell<usize>,
+}
+
+impl<'lm> Batch<'lm> {
+    pub fn new(lm: &'lm Lm, lanes: usize) -> Self {
+        assert!(lanes > 0, "a batch needs at least one lane");
+        Batch {
+            lm,
+            sessions: (0..lanes).map(|_| RefCell::new(lm.session())).collect(),
+            parked: RefCell::new(Vec::new()),
+            results: (0..lanes).map(|_| RefCell::new(None)).collect(),
+            passes: Default::default(),
+            fed: Default::default(),
+        }
+    }
+
+    pub fn lanes(&self) -> usize {
+        self.sessions.len()
+    }
+
+    /// Lane `i`'s decoder.
+    pub fn lane(&self, i: usize) -> Lane<'_, 'lm> {
+        Lane { batch: self, idx: i }
+    }
+
+    /// Keeps every lane busy with jobs until `next` has none left: `next(i)` gives lane `i` its next job (a
+    /// future that uses only lane `i`'s decoder), `done(output)` takes each finished job's output, in the order
+    /// they finish. Each round polls every running job until it waits on the model, then feeds all waiting lanes
+    /// in one forward pass.
+    pub fn run<'f, T>(
+        &'f self,
+        mut next: impl FnMut(usize) -> Option<Pin<Box<dyn Future<Output = T> + 'f>>>,
+        mut done: impl FnMut(T) -> Result<()>,
+    ) -> Result<()> {
+        let mut jobs: Vec<Option<Pin<Box<dyn Future<Output = T> + 'f>>>> = (0..self.lanes()).map(&mut next).collect();
+        let mut cx = Context::from_waker(Waker::noop());
+        loop {
+            for (i, slot) in jobs.iter_mut().enumerate() {
+                // a finished job frees its lane for the next one, which runs up to its first wait right away
+                while let Some(job) = slot {
+                    match job.as_mut().poll(&mut cx) {
+                        Poll::Ready(out) => {
+                            done(out)?;
+                            *slot = next(i);
+                        }
+                        Poll::Pending => break,
+                    }
+                }
+            }
+            if jobs.iter().all(Option::is_none) {
+                return Ok(());
+            }
+            self.pass()?;
+        }
+    }
+
+    /// One forward pass over every parked request.
+    fn pass(&self) -> Result<()> {
+        let reqs = std::mem::take(&mut *self.parked.borrow_mut());
+        if reqs.is_empty() {
+            bail!("batch: every running lane waits, but none asked the model for anything");
+        }
+        let mut guards: Vec<_> = reqs.iter().map(|r| self.sessions[r.lane].borrow_mut()).collect();
+        let mut sessions: Vec<&mut Session<'lm>> = guards.iter_mut().map(|g| &mut **g).collect();
+        let ids: Vec<&[u32]> = reqs.iter().map(|r| r.ids.as_slice()).collect();
+        let from: Vec<usize> = reqs.iter().map(|r| r.steps_from).collect();
+        self.passes.set(self.passes.get() + 1);
+        self.fed.set(self.fed.get() + reqs.len());
+        match self.lm.feed_many(&mut sessions, &ids, &from) {
+            Ok(outs) => {
+                for (r, o) in reqs.iter().zip(outs) {
+                    *self.results[r.lane].borrow_mut() = Some(Ok(o));
+                }
+            }
+            // the pass failed for all: each lane gets the error
+            Err(e) => {
+                for r in &reqs {
+                    *self.results[r.lane].borrow_mut() = Some(Err(anyhow::anyhow!("{e:#}")));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One lane of a [`Batch`]: a [`Decoder`] whose forward requests wait for the batch's next pass.
+pub struct Lane<'b, 'lm> {
+    batch: &'b Batch<'lm>,
+    idx: usize,
+}
+
+/// Waits for the result of lane `idx`'s parked request.
+struct Parked<'b, 'lm> {
+    batch: &'b Batch<'lm>,
+    idx: usize,
+}
+
+impl Future for Parked<'_, '_> {
+    type Output = Result<Vec<TokenStep>>;
+    fn poll(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.batch.results[self.idx].borrow_mut().take() {
+            Some(r) => Poll::Ready(r),
+            None => Poll::Pending,
+        }
+    }
+}
+
+impl Decoder for Lane<'_, '_> {
+    fn ids(&self) -> Vec<u32> {
+        self.batch.sessions[self.idx].borrow().ids().to_vec()
+    }
+    fn len(&self) -> usize {
+        self.batch.sessions[self.idx].borrow().len()
+    }
+    fn forward_tokens(&self) -> usize {
+        self.batch.sessions[self.idx].borrow().forward_tokens
+    }
+    fn truncate(&mut self, len: usize) {
+        self.batch.sessions[self.idx].borrow_mut().truncate(len)
+    }
+    async fn feed(&mut self, ids: &[u32], steps_from: usize) -> Result<Vec<TokenStep>> {
+        if ids.is_empty() {
+            return Ok(vec![]);
+        }
+        self.batch.parked.borrow_mut().push(Request { lane: self.idx, ids: ids.to_vec(), steps_from });
+        Parked { batch: self.batch, idx: self.idx }.await
+    }
+    fn pick(&self, sampler: &mut Sampler) -> Result<u32> {
+        let s = self.batch.sessions[self.idx].borrow();
+        let logits = s.logits().context("nothing fed yet: prefill a prompt first")?;
+        Ok(sampler.pick(logits))
+    }
+}
