@@ -6,7 +6,8 @@
 # Env: MODEL (default SmolLM2), DATASET (hotpotqa), INDEX (indexes/hotpotqa, built if missing), OUT (runs/cmp-...),
 #      JOBS (2: runs side by side, one rayon thread each, which uses 2 cores better than one run with two
 #      threads: decoding is a matrix-vector product per weight and runs on one thread anyway),
-#      BIN (the ragtime binary; default target/release/ragtime), THETA / ALPHA: RIND's theta and ETC's alpha (see below), CONTROLLERS (space-separated subset;
+#      BATCH (1: questions each run answers at once, `ragtime eval --batch`; same predictions, see
+#      scripts/bench-batch.sh), BIN (the ragtime binary; default target/release/ragtime), THETA / ALPHA: RIND's theta and ETC's alpha (see below), CONTROLLERS (space-separated subset;
 #      add `mlp` for the learned trigger, which reads checkpoints/detector from `ragtime train detector`).
 # Every run resumes: re-running the script after a kill finishes what is missing and re-prints the table.
 #
@@ -14,7 +15,8 @@
 # paper-form RIND score never reaches 1.4 and ETC's alpha 1.0 fires at every word. The defaults here (theta 0.35,
 # alpha 3.0) are the 95th percentiles of each score on no-retrieval generations of the first 30 questions
 # (scripts/results/eval-hotpotqa-first30-smollm2.md): they fix a firing rate and were never tuned on answers.
-# Calibrate again for another model and record the values (they are stored in each run's config.toml).
+# Calibrate again for another model (scripts/calibrate-thresholds.sh) and record the values (they are stored in
+# each run's config.toml).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 LIMIT="${1:-50}"
@@ -22,6 +24,7 @@ MODEL="${MODEL:-checkpoints/smollm2-135m-instruct-q4_1.gguf}"
 DATASET="${DATASET:-hotpotqa}"
 INDEX="${INDEX:-indexes/hotpotqa}"
 JOBS="${JOBS:-2}"
+BATCH="${BATCH:-1}"
 THETA="${THETA:-0.35}"
 ALPHA="${ALPHA:-3.0}"
 CONTROLLERS="${CONTROLLERS:-none single fixed-length fixed-sentence flare rind etc}"
@@ -39,7 +42,7 @@ run_one() {
     etc) extra=(--set "trigger.alpha=$ALPHA" --label "etc alpha=$ALPHA") ;;
   esac
   RAYON_NUM_THREADS=1 $BIN eval --dataset "$DATASET" --trigger "$c" --index "$INDEX" --limit "$LIMIT" \
-    --model "$MODEL" "${extra[@]}" --out "$OUT/$c" >"$OUT/$c.log" 2>&1 \
+    --model "$MODEL" --batch "$BATCH" "${extra[@]}" --out "$OUT/$c" >"$OUT/$c.log" 2>&1 \
     && echo "eval-controllers: $c done" >&2 || echo "eval-controllers: $c FAILED (see $OUT/$c.log)" >&2
 }
 
