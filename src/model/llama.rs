@@ -86,12 +86,10 @@ impl<B: Backend> Linear<B> {
             None => y,
         }
     }
-}
 
-impl<B: Backend> Linear<B> {
     /// [`Linear::forward`] for the segments of a batched forward ([`Llama::forward_many`]). The segments of up to
     /// `QUANT_MAX_ROWS` rows (decoding) share one product with the integer weights, [`QMatrix::matvec`] over all
-    /// their rows, which reads each weight block once for all of them; every row comes out bit for bit as
+    /// their rows, which reads and de-quantizes each weight block once per two rows; every row comes out bit for bit as
     /// `forward` gives it alone. Longer segments (prefill) and f32 weights go through `forward` one by one.
     pub fn forward_many(&self, xs: Vec<Tensor<B, 3>>) -> Vec<Tensor<B, 3>> {
         match (&self.quant, &self.lora) {
