@@ -583,10 +583,15 @@ impl<'a> Session<'a> {
         steps
     }
 
+    /// Chooses the next token from the current distribution (without feeding it).
+    pub fn pick(&self, sampler: &mut Sampler) -> Result<u32> {
+        let logits = self.last_logits.as_deref().context("nothing fed yet: prefill a prompt first")?;
+        Ok(sampler.pick(logits))
+    }
+
     /// Chooses the next token from the current distribution, feeds it, and returns its step.
     pub fn step(&mut self, sampler: &mut Sampler) -> Result<TokenStep> {
-        let logits = self.last_logits.as_deref().context("nothing fed yet: prefill a prompt first")?;
-        let id = sampler.pick(logits);
+        let id = self.pick(sampler)?;
         Ok(self.feed(&[id], 0)?.pop().unwrap())
     }
 

@@ -17,7 +17,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
 
-use anyhow::{bail, Context as _, Result};
+use anyhow::{bail, Result};
 
 use crate::model::{Lm, Sampler, Session};
 use crate::step::TokenStep;
@@ -64,8 +64,7 @@ impl Decoder for Session<'_> {
         Session::feed(self, ids, steps_from)
     }
     fn pick(&self, sampler: &mut Sampler) -> Result<u32> {
-        let logits = self.logits().context("nothing fed yet: prefill a prompt first")?;
-        Ok(sampler.pick(logits))
+        Session::pick(self, sampler)
     }
 }
 
@@ -221,8 +220,6 @@ impl Decoder for Lane<'_, '_> {
         Parked { batch: self.batch, idx: self.idx }.await
     }
     fn pick(&self, sampler: &mut Sampler) -> Result<u32> {
-        let s = self.batch.sessions[self.idx].borrow();
-        let logits = s.logits().context("nothing fed yet: prefill a prompt first")?;
-        Ok(sampler.pick(logits))
+        self.batch.sessions[self.idx].borrow().pick(sampler)
     }
 }
