@@ -93,6 +93,15 @@ pub struct Args {
     /// cpu, cuda or cuda:N.
     #[arg(long, default_value = "cpu")]
     pub device: DeviceKind,
+    /// Write the run's plan (settings, tokenized dialogues with their loss masks, every update's micro-batches and
+    /// learning rate) as JSON lines to this file and exit without training: another trainer can replay exactly
+    /// this run (scripts/train_autorag_torch.py does, as the PyTorch reference).
+    #[arg(long)]
+    pub dump_plan: Option<PathBuf>,
+    /// Write the base model, untrained, as a Hugging Face folder (f32 safetensors + config + tokenizer) to this
+    /// folder and exit: a GGUF base, de-quantized, for tools that read only that layout.
+    #[arg(long)]
+    pub export_base: Option<PathBuf>,
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -236,6 +245,15 @@ pub fn run(a: Args) -> Result<()> {
         cfg.epochs,
         cfg.max_steps.map(|m| format!(", at most {m} updates")).unwrap_or_default()
     );
+    if let Some(dir) = &a.export_base {
+        let base = ragtime::model::build_llama::<burn::backend::Flex>(src.as_ref(), &model_cfg, &Default::default())?;
+        export_hf(&base, &model_cfg, &tok_json, &tok, dir)?;
+        eprintln!("wrote the base model {} as a Hugging Face folder: {}", a.model.display(), dir.display());
+        return Ok(());
+    }
+    if let Some(file) = &a.dump_plan {
+        return dump_plan(file, &data, &cfg);
+    }
     std::fs::create_dir_all(&a.out).with_context(|| format!("{}: cannot create", a.out.display()))?;
     let ckpt = a.out.join("checkpoint");
     if a.restart {
@@ -250,6 +268,31 @@ pub fn run(a: Args) -> Result<()> {
         DeviceKind::Cuda(n) => return run_cuda(n, &a, src.as_ref(), &model_cfg, &data, &cfg, &ckpt, &tok, &tok_json),
     };
     finish(&a, trained, &model_cfg, &tok, &tok_json)
+}
+
+/// `--dump-plan`: one JSON object per line: `{"kind":"config",..}`, then every example
+/// (`{"kind":"example","split":"train"|"valid","index","id","ids","loss"}`, `loss` as 0/1 per token), then every
+/// update (`{"kind":"update","step","epoch","lr","micro"}`, `micro` = lists of train indices).
+fn dump_plan(file: &Path, data: &SftData, cfg: &SftConfig) -> Result<()> {
+    use std::io::Write;
+    let updates = ragtime::sft::train::plan(data, cfg)?;
+    let f = std::fs::File::create(file).with_context(|| format!("{}: cannot create", file.display()))?;
+    let mut w = std::io::BufWriter::new(f);
+    let mut line = |v: serde_json::Value| -> Result<()> { writeln!(w, "{v}").with_context(|| format!("{}: cannot write", file.display())) };
+    line(serde_json::json!({"kind": "config", "pad_id": data.pad_id, "config": cfg, "updates": updates.len()}))?;
+    for (split, set) in [("train", &data.train), ("valid", &data.valid)] {
+        for (i, e) in set.iter().enumerate() {
+            let loss: Vec<u8> = e.loss.iter().map(|&l| l as u8).collect();
+            line(serde_json::json!({"kind": "example", "split": split, "index": i, "id": e.id, "ids": e.ids, "loss": loss}))?;
+        }
+    }
+    for (u, up) in updates.iter().enumerate() {
+        line(serde_json::json!({"kind": "update", "step": u + 1, "epoch": up.epoch, "lr": up.lr, "micro": up.micro}))?;
+    }
+    drop(line);
+    w.flush().with_context(|| format!("{}: cannot write", file.display()))?;
+    eprintln!("wrote the plan of {} updates to {}", updates.len(), file.display());
+    Ok(())
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -275,6 +275,41 @@ fn fingerprint(cfg: &SftConfig, model_cfg: &ModelConfig, data: &SftData) -> Stri
     format!("{:x}", Sha256::digest(v.to_string().as_bytes()))
 }
 
+/// One optimizer update of a run: its epoch (1-based), learning rate and micro-batches (indices into
+/// `SftData::train`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PlannedUpdate {
+    pub epoch: usize,
+    pub lr: f64,
+    pub micro: Vec<Vec<usize>>,
+}
+
+/// Every update of a run, fixed by the data and the settings alone (see "Schedule of data" above): update `u`
+/// takes micro-batches `[k A, (k+1) A)` of epoch `u / S`'s batch list, at the warm-up + cosine rate of `u`.
+/// [`train`] follows this plan, and `ragtime train autorag --dump-plan` writes it for other trainers.
+pub fn plan(data: &SftData, cfg: &SftConfig) -> Result<Vec<PlannedUpdate>> {
+    let lengths: Vec<usize> = data.train.iter().map(|e| e.len()).collect();
+    let per_epoch = data.train.len().div_ceil(cfg.batch_size).div_ceil(cfg.grad_accum);
+    let mut total = cfg.epochs * per_epoch;
+    if let Some(m) = cfg.max_steps {
+        total = total.min(m);
+    }
+    ensure!(total > 0, "nothing to train: max_steps is 0");
+    let warmup = (cfg.warmup_ratio * total as f64).ceil() as usize;
+    let sched = Schedule { peak: cfg.lr, warmup, total, min_ratio: cfg.min_lr_ratio };
+    let mut out = Vec::with_capacity(total);
+    let mut batches = Vec::new();
+    for u in 0..total {
+        let (epoch, k) = (u / per_epoch, u % per_epoch);
+        if k == 0 {
+            batches = epoch_batches(&lengths, cfg.batch_size, cfg.seed, epoch);
+        }
+        let micro = batches[k * cfg.grad_accum..((k + 1) * cfg.grad_accum).min(batches.len())].to_vec();
+        out.push(PlannedUpdate { epoch: epoch + 1, lr: sched.lr(u), micro });
+    }
+    Ok(out)
+}
+
 /// Trains from `src` (the base model's weights), checkpointing into `ckpt` when given and resuming from it
 /// when it holds a checkpoint of the same run. `log` receives progress lines.
 pub fn train<AB: AutodiffBackend>(
@@ -288,16 +323,8 @@ pub fn train<AB: AutodiffBackend>(
 ) -> Result<Trained<AB::InnerBackend>> {
     cfg.validate()?;
     let fp = fingerprint(cfg, model_cfg, data);
-    let lengths: Vec<usize> = data.train.iter().map(|e| e.len()).collect();
-    let n_batches = data.train.len().div_ceil(cfg.batch_size);
-    let per_epoch = n_batches.div_ceil(cfg.grad_accum);
-    let mut total = cfg.epochs * per_epoch;
-    if let Some(m) = cfg.max_steps {
-        total = total.min(m);
-    }
-    ensure!(total > 0, "nothing to train: max_steps is 0");
-    let warmup = (cfg.warmup_ratio * total as f64).ceil() as usize;
-    let sched = Schedule { peak: cfg.lr, warmup, total, min_ratio: cfg.min_lr_ratio };
+    let updates = plan(data, cfg)?;
+    let total = updates.len();
 
     let base = build_llama::<AB>(src, model_cfg, device)?;
     let mut model = match &cfg.lora {
@@ -346,24 +373,16 @@ pub fn train<AB: AutodiffBackend>(
     }
 
     let mut grads = GradAccum::<AB::InnerBackend>::default();
-    let mut epoch_cache: Option<(usize, Vec<Vec<usize>>)> = None;
     let mut finished = true;
     while state.step < total {
         if cfg.stop_after.is_some_and(|s| state.step >= s) {
             finished = false;
             break;
         }
-        let u = state.step;
-        let epoch = u / per_epoch;
-        if epoch_cache.as_ref().is_none_or(|(e, _)| *e != epoch) {
-            epoch_cache = Some((epoch, epoch_batches(&lengths, cfg.batch_size, cfg.seed, epoch)));
-        }
-        let batches = &epoch_cache.as_ref().unwrap().1;
-        let k = u % per_epoch;
-        let micro: Vec<Batch> = batches[k * cfg.grad_accum..((k + 1) * cfg.grad_accum).min(batches.len())]
-            .iter()
-            .map(|idx| make_batch(&idx.iter().map(|&i| &data.train[i]).collect::<Vec<_>>(), data.pad_id))
-            .collect();
+        let up = &updates[state.step];
+        let (epoch, lr) = (up.epoch, up.lr);
+        let micro: Vec<Batch> =
+            up.micro.iter().map(|idx| make_batch(&idx.iter().map(|&i| &data.train[i]).collect::<Vec<_>>(), data.pad_id)).collect();
         let n_targets: usize = micro.iter().map(|b| b.targets.len()).sum();
         let tokens: usize = micro.iter().map(|b| b.tokens).sum();
         let t0 = Instant::now();
@@ -373,11 +392,10 @@ pub fn train<AB: AutodiffBackend>(
             loss_sum += scalar(loss.clone().inner());
             grads.add::<AB, _>(&model, loss.backward());
         }
-        let lr = sched.lr(u);
         let (m, norm) = opt.step::<AB, _>(model, &mut grads, lr);
         model = m;
         state.step += 1;
-        let row = StepLog { step: state.step, epoch: epoch + 1, loss: loss_sum, lr, grad_norm: norm, tokens, target_tokens: n_targets, secs: t0.elapsed().as_secs_f64() };
+        let row = StepLog { step: state.step, epoch, loss: loss_sum, lr, grad_norm: norm, tokens, target_tokens: n_targets, secs: t0.elapsed().as_secs_f64() };
         if cfg.log_every > 0 && (state.step % cfg.log_every == 0 || state.step == total) {
             log(&format!(
                 "step {:>5}/{total}  epoch {}  loss {:.4}  lr {:.2e}  |g| {:.3}  {} tok ({} target)  {:.0} tok/s",
@@ -623,6 +641,34 @@ mod tests {
             assert!(v.last().unwrap().loss < v[0].loss, "lora={lora}: valid {:?}", v);
             assert_eq!(t.adapters.is_some(), lora);
         }
+    }
+
+    #[test]
+    fn plan_covers_each_example_once_per_epoch_on_the_schedule() {
+        let (_, _, data) = setup();
+        let cfg = small_cfg(false); // batch 2, accumulation 2, 2 epochs, warm-up 10 %
+        let n = data.train.len();
+        let per_epoch = n.div_ceil(2).div_ceil(2);
+        let p = plan(&data, &cfg).unwrap();
+        assert_eq!(p.len(), 2 * per_epoch);
+        for epoch in 1..=2 {
+            let mut seen: Vec<usize> = p.iter().filter(|u| u.epoch == epoch).flat_map(|u| u.micro.concat()).collect();
+            seen.sort();
+            assert_eq!(seen, (0..n).collect::<Vec<_>>(), "epoch {epoch}");
+        }
+        assert!(p.iter().all(|u| !u.micro.is_empty() && u.micro.len() <= 2 && u.micro.iter().all(|b| b.len() <= 2)));
+        // Warm-up of ceil(0.1 * total) = 1 update reaches the peak at once; cosine decay to 0 after it.
+        let sched = Schedule { peak: cfg.lr, warmup: 1, total: p.len(), min_ratio: 0.0 };
+        for (u, up) in p.iter().enumerate() {
+            assert_eq!(up.lr, sched.lr(u), "update {u}");
+        }
+        assert_eq!(p[0].lr, cfg.lr);
+        assert!(p.windows(2).all(|w| w[1].lr <= w[0].lr));
+        // max_steps cuts the plan, and the schedule spans the cut run.
+        let cut = plan(&data, &SftConfig { max_steps: Some(3), ..cfg.clone() }).unwrap();
+        assert_eq!(cut.len(), 3);
+        assert_eq!(cut[..3].iter().map(|u| &u.micro).collect::<Vec<_>>(), p[..3].iter().map(|u| &u.micro).collect::<Vec<_>>());
+        assert!(cut[2].lr < p[2].lr);
     }
 
     #[test]

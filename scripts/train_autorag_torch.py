@@ -1,0 +1,182 @@
+"""PyTorch/transformers replay of a `ragtime train autorag` run: the speed and loss reference for issue 6.
+
+Reads the plan that `ragtime train autorag ... --dump-plan PLAN.jsonl` writes (the settings, the tokenized
+dialogues with their loss masks, and every update's micro-batches and learning rate) and trains the same base
+model on exactly those tokens, in the same order, with the same loss and optimizer:
+
+- loss of an update = sum of -log p(target) over the model-turn tokens of its micro-batches / their count
+  (Auto-RAG's Eq. 3, token-weighted, as ragtime), the LM head applied only to the positions that predict a target;
+- torch.optim.AdamW (decoupled decay on matrices only), the plan's learning rate per update, global-norm clipping;
+- right padding with the plan's pad id and plain causal attention (pads come last, so they change nothing);
+- float32 throughout, like ragtime; SDPA attention.
+
+The base model is a Hugging Face folder: `ragtime train autorag --model M.gguf --export-base DIR` writes the
+de-quantized GGUF base that ragtime itself starts from, so update 1 of both runs sees the same weights and data.
+
+    python3 scripts/train_autorag_torch.py --plan PLAN.jsonl --base DIR [--device cuda] [--report OUT.json]
+
+Prints one line per update (loss, lr, gradient norm, tokens, tokens/s), the validation losses, and a summary with
+tokens/s over the updates and the peak GPU memory that PyTorch allocated and reserved.
+"""
+
+import argparse
+import json
+import time
+
+import torch
+from transformers import AutoModelForCausalLM
+
+
+def load_plan(path):
+    cfg, train, valid, updates = None, [], [], []
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                r = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise SystemExit(f"{path}:{n}: not JSON ({e})")
+            kind = r.get("kind")
+            if kind == "config":
+                cfg = r
+            elif kind == "example":
+                (train if r["split"] == "train" else valid).append(r)
+            elif kind == "update":
+                updates.append(r)
+            else:
+                raise SystemExit(f"{path}:{n}: unknown record kind {kind!r}")
+    if cfg is None or not updates:
+        raise SystemExit(f"{path}: no config line or no updates (write it with `ragtime train autorag --dump-plan`)")
+    for s in (train, valid):
+        s.sort(key=lambda r: r["index"])
+    return cfg, train, valid, updates
+
+
+def make_batch(examples, pad_id, device):
+    """ids [b, t] right-padded; flat positions (row * t + j - 1) that predict targets (the token at j)."""
+    b, t = len(examples), max(len(e["ids"]) for e in examples)
+    ids = torch.full((b, t), pad_id, dtype=torch.long)
+    pos, tgt, tokens = [], [], 0
+    for r, e in enumerate(examples):
+        ids[r, : len(e["ids"])] = torch.tensor(e["ids"], dtype=torch.long)
+        for j in range(1, len(e["ids"])):
+            if e["loss"][j]:
+                pos.append(r * t + j - 1)
+                tgt.append(e["ids"][j])
+        tokens += len(e["ids"])
+    return ids.to(device), torch.tensor(pos, device=device), torch.tensor(tgt, device=device), tokens
+
+
+def nll_sum(model, ids, pos, tgt):
+    """Sum over targets of -log p(target | prefix); the LM head runs only on the predicting positions."""
+    hidden = model.model(input_ids=ids).last_hidden_state  # [b, t, d]
+    h = hidden.reshape(-1, hidden.shape[-1]).index_select(0, pos)  # [n, d]
+    logp = torch.log_softmax(model.lm_head(h).float(), dim=-1)  # [n, vocab]
+    return -logp.gather(1, tgt[:, None]).sum()
+
+
+@torch.no_grad()
+def evaluate(model, examples, batch, pad_id, device):
+    """Mean NLL per model-turn token; batches sorted by length as in ragtime's eval_batches."""
+    if not examples:
+        return float("nan")
+    model.eval()
+    order = sorted(range(len(examples)), key=lambda i: -len(examples[i]["ids"]))
+    total, n = 0.0, 0
+    for k in range(0, len(order), batch):
+        ids, pos, tgt, _ = make_batch([examples[i] for i in order[k : k + batch]], pad_id, device)
+        total += nll_sum(model, ids, pos, tgt).item()
+        n += len(tgt)
+    model.train()
+    return total / n
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--plan", required=True)
+    ap.add_argument("--base", required=True, help="Hugging Face folder of the base model")
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--report", help="write the loss curves and measurements here (JSON)")
+    a = ap.parse_args()
+
+    meta, train, valid, updates = load_plan(a.plan)
+    cfg, pad_id, dev = meta["config"], meta["pad_id"], torch.device(a.device)
+    torch.manual_seed(cfg.get("seed", 0))
+    t_load = time.perf_counter()
+    model = AutoModelForCausalLM.from_pretrained(a.base, dtype=torch.float32, attn_implementation="sdpa").to(dev)
+    model.train()
+    print(f"loaded {a.base} in {time.perf_counter() - t_load:.1f}s; {sum(p.numel() for p in model.parameters())/1e6:.1f}M "
+          f"parameters; train {len(train)}, valid {len(valid)}, {len(updates)} updates", flush=True)
+    params = [p for p in model.parameters() if p.requires_grad]
+    groups = [
+        {"params": [p for p in params if p.ndim >= 2], "weight_decay": cfg["weight_decay"]},
+        {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0},
+    ]
+    opt = torch.optim.AdamW(groups, lr=updates[0]["lr"], betas=(cfg["beta1"], cfg["beta2"]), eps=cfg["eps"])
+    clip = cfg["clip_norm"]
+    eval_every, bs = cfg["eval_every"], max(1, cfg["batch_size"])
+    if dev.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(dev)
+
+    history, valid_log = [], []
+
+    def validate(step):
+        t0 = time.perf_counter()
+        loss = evaluate(model, valid, bs, pad_id, dev)
+        valid_log.append({"step": step, "loss": loss})
+        print(f"valid  step {step:>5}  loss {loss:.4f}  ({len(valid)} dialogues, {time.perf_counter() - t0:.1f}s)", flush=True)
+
+    validate(0)
+    for up in updates:
+        micro = [make_batch([train[i] for i in idx], pad_id, dev) for idx in up["micro"]]
+        n_targets = sum(len(m[2]) for m in micro)
+        tokens = sum(m[3] for m in micro)
+        if dev.type == "cuda":
+            torch.cuda.synchronize(dev)
+        t0 = time.perf_counter()
+        loss_sum = 0.0
+        for ids, pos, tgt, _ in micro:
+            loss = nll_sum(model, ids, pos, tgt) / n_targets
+            loss.backward()
+            loss_sum += loss.item()
+        norm = torch.nn.utils.clip_grad_norm_(params, clip).item() if clip > 0 else float("nan")
+        for g in opt.param_groups:
+            g["lr"] = up["lr"]
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        if dev.type == "cuda":
+            torch.cuda.synchronize(dev)
+        secs = time.perf_counter() - t0
+        row = {"step": up["step"], "epoch": up["epoch"], "loss": loss_sum, "lr": up["lr"], "grad_norm": norm,
+               "tokens": tokens, "target_tokens": n_targets, "secs": secs}
+        history.append(row)
+        print(f"step {up['step']:>5}/{len(updates)}  epoch {up['epoch']}  loss {loss_sum:.4f}  lr {up['lr']:.2e}  "
+              f"|g| {norm:.3f}  {tokens} tok ({n_targets} target)  {tokens / secs:.0f} tok/s", flush=True)
+        if up["step"] == len(updates) or (eval_every > 0 and up["step"] % eval_every == 0):
+            validate(up["step"])
+
+    secs = sum(r["secs"] for r in history)
+    toks = sum(r["tokens"] for r in history)
+    k = max(1, len(history) // 5)
+    mean = lambda rs: sum(r["loss"] for r in rs) / len(rs)
+    summary = {"updates": len(history), "tokens": toks, "train_secs": secs, "tokens_per_s": toks / secs,
+               "first_loss_mean": mean(history[:k]), "last_loss_mean": mean(history[-k:])}
+    if dev.type == "cuda":
+        summary["peak_allocated_mib"] = torch.cuda.max_memory_allocated(dev) / 2**20
+        summary["peak_reserved_mib"] = torch.cuda.max_memory_reserved(dev) / 2**20
+        summary["gpu"] = torch.cuda.get_device_name(dev)
+    summary["torch"] = torch.__version__
+    print(f"train loss {summary['first_loss_mean']:.4f} (first {k} updates) -> {summary['last_loss_mean']:.4f} (last {k}); "
+          f"{summary['tokens_per_s']:.0f} tokens/s over {len(history)} updates ({secs:.1f}s)")
+    for v in valid_log:
+        print(f"valid loss at update {v['step']:>5}: {v['loss']:.4f}")
+    if "peak_allocated_mib" in summary:
+        print(f"peak GPU memory: {summary['peak_allocated_mib']:.0f} MiB allocated, {summary['peak_reserved_mib']:.0f} MiB reserved by PyTorch")
+    if a.report:
+        with open(a.report, "w") as f:
+            json.dump({"summary": summary, "history": history, "valid": valid_log}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
