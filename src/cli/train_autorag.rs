@@ -214,6 +214,12 @@ pub fn run(a: Args) -> Result<()> {
     let cfg = a.config()?;
     let data_file = if a.data.is_dir() { a.data.join("dialogues.jsonl") } else { a.data.clone() };
     let (src, model_cfg, tok, tok_json) = open_base(&a.model, a.tokenizer.as_deref())?;
+    if let Some(dir) = &a.export_base {
+        let base = ragtime::model::build_llama::<burn::backend::Flex>(src.as_ref(), &model_cfg, &Default::default())?;
+        export_hf(&base, &model_cfg, &tok_json, &tok, dir)?;
+        eprintln!("wrote the base model {} as a Hugging Face folder: {}", a.model.display(), dir.display());
+        return Ok(());
+    }
     let dialogues = read_dialogues(&data_file)?;
     let data = SftData::prepare(&dialogues, &tok, cfg.max_len, cfg.valid_fraction)?;
     let count = |s: &[ragtime::sft::Example]| (s.iter().map(|e| e.len()).sum::<usize>(), s.iter().map(|e| e.targets()).sum::<usize>());
@@ -245,12 +251,6 @@ pub fn run(a: Args) -> Result<()> {
         cfg.epochs,
         cfg.max_steps.map(|m| format!(", at most {m} updates")).unwrap_or_default()
     );
-    if let Some(dir) = &a.export_base {
-        let base = ragtime::model::build_llama::<burn::backend::Flex>(src.as_ref(), &model_cfg, &Default::default())?;
-        export_hf(&base, &model_cfg, &tok_json, &tok, dir)?;
-        eprintln!("wrote the base model {} as a Hugging Face folder: {}", a.model.display(), dir.display());
-        return Ok(());
-    }
     if let Some(file) = &a.dump_plan {
         return dump_plan(file, &data, &cfg);
     }
