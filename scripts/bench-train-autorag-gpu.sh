@@ -55,9 +55,10 @@ for step in "${STEPS[@]}"; do
       tail -12 "$OUT/torch.log"
       ;;
     check)
-      P="Question: Which magazine was started first, Arthur's Magazine or First for Women?"
+      # A prompt the fine-tune continues for a while (on the bare question it ends its turn after one token).
+      P="Question: Which magazine was started first, Arthur's Magazine or First for Women? Analysis: To answer this question, I would need to know"
       for dev in cpu cuda; do
-        "$BIN" inspect --model "$OUT/ragtime-cuda" --prompt "$P" --max-new-tokens 16 --device $dev >"$OUT/inspect-$dev.jsonl" 2>"$OUT/inspect-$dev.log"
+        "$BIN" inspect --model "$OUT/ragtime-cuda" --prompt "$P" --max-new-tokens 24 --device $dev >"$OUT/inspect-$dev.jsonl" 2>"$OUT/inspect-$dev.log"
         python3 scripts/check_hf_export.py --model "$OUT/ragtime-cuda" --prompt "$P" --inspect "$OUT/inspect-$dev.jsonl" --device cuda \
           >"$OUT/check-$dev.txt" 2>&1 && echo "transformers vs ragtime ($dev): $(tail -1 "$OUT/check-$dev.txt")" \
           || { echo "transformers vs ragtime ($dev) FAILED:"; tail -5 "$OUT/check-$dev.txt"; }
