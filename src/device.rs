@@ -1,5 +1,9 @@
 //! Choosing where tensors live: `cpu` (burn's flex backend) or `cuda[:N]` (burn's CUDA backend, compiled in by
 //! the default `cuda` feature; the driver is loaded at run time). Without a usable GPU, `cuda` is a clear error.
+//!
+//! Every command parses `--device` into a [`DeviceKind`] here. Inference opens its backend in
+//! `crate::model::Lm::load`; training runs a [`TrainJob`] through [`train_on`], the one place that names the
+//! autodiff backends, so each training command accepts the same devices (`cpu`, `cuda`, `cuda:N`).
 
 use std::path::Path;
 use std::str::FromStr;
@@ -82,9 +86,38 @@ pub fn guard<T>(what: &str, f: impl FnOnce() -> T) -> Result<T> {
     })
 }
 
+/// Training generic over burn's autodiff backend: [`train_on`] picks the backend and device from a [`DeviceKind`].
+pub trait TrainJob {
+    type Output;
+    fn run<B: burn::tensor::backend::AutodiffBackend>(self, device: &B::Device) -> Result<Self::Output>;
+}
+
+/// Runs `job` on `kind`: burn's flex backend on the CPU, burn's CUDA backend on `cuda:N` after [`check_cuda`]; a
+/// panic inside the CUDA backend (a broken driver setup) becomes an error naming the device.
+pub fn train_on<J: TrainJob>(kind: DeviceKind, job: J) -> Result<J::Output> {
+    match kind {
+        DeviceKind::Cpu => job.run::<burn::backend::Autodiff<burn::backend::Flex>>(&Default::default()),
+        DeviceKind::Cuda(n) => {
+            check_cuda(n)?;
+            #[cfg(feature = "cuda")]
+            {
+                use burn::backend::{cuda::CudaDevice, Autodiff, Cuda};
+                let dev = CudaDevice::new(n);
+                guard(&format!("--device cuda:{n}: training failed"), || job.run::<Autodiff<Cuda>>(&dev))?
+            }
+            #[cfg(not(feature = "cuda"))]
+            {
+                drop(job);
+                unreachable!("check_cuda refuses CUDA in a build without the cuda feature")
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use burn::tensor::ElementConversion;
 
     #[test]
     fn parses_devices() {
@@ -92,5 +125,20 @@ mod tests {
         assert_eq!("cuda".parse::<DeviceKind>().unwrap(), DeviceKind::Cuda(0));
         assert_eq!("cuda:2".parse::<DeviceKind>().unwrap(), DeviceKind::Cuda(2));
         assert!("tpu".parse::<DeviceKind>().is_err());
+        assert!("cuda:x".parse::<DeviceKind>().is_err());
+    }
+
+    struct Sum(Vec<f32>);
+    impl TrainJob for Sum {
+        type Output = f32;
+        fn run<B: burn::tensor::backend::AutodiffBackend>(self, device: &B::Device) -> Result<f32> {
+            let t = burn::tensor::Tensor::<B, 1>::from_floats(self.0.as_slice(), device);
+            Ok(t.sum().into_scalar().elem())
+        }
+    }
+
+    #[test]
+    fn train_on_runs_the_job_on_the_cpu() {
+        assert_eq!(train_on(DeviceKind::Cpu, Sum(vec![1.0, 2.0, 3.5])).unwrap(), 6.5);
     }
 }

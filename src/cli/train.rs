@@ -1,13 +1,14 @@
 //! `ragtime train ...`: training subcommands (`detector` now; more learned controllers later).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
-use anyhow::{bail, Context, Result};
-use clap::{Args, Subcommand, ValueEnum};
+use anyhow::{Context, Result};
+use clap::{Args, Subcommand};
 
 use ragtime::detector::train::{train, Split, TrainConfig};
 use ragtime::detector::Detector;
-use ragtime::synth::store::{load_manifest, read_features_many};
+use ragtime::device::{train_on, DeviceKind, TrainJob};
+use ragtime::synth::store::{load_manifest, read_features_many, FeatureTable};
 
 #[derive(Args, Debug)]
 pub struct TrainArgs {
@@ -21,12 +22,6 @@ pub enum TrainCommand {
     Detector(DetectorArgs),
     /// Fine-tune the decoder on Auto-RAG dialogues (loss on the model's turns only), full or LoRA.
     Autorag(super::train_autorag::Args),
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum DeviceKind {
-    Cpu,
-    Cuda,
 }
 
 /// Defaults are MIND's (see `ragtime::detector::train`).
@@ -63,7 +58,8 @@ pub struct DetectorArgs {
     /// Standardise every feature with the train split's mean and std (stored in the checkpoint).
     #[arg(long)]
     pub standardize: bool,
-    #[arg(long, value_enum, default_value = "cpu")]
+    /// cpu, cuda or cuda:N.
+    #[arg(long, default_value = "cpu")]
     pub device: DeviceKind,
 }
 
@@ -112,14 +108,7 @@ fn run_detector(a: &DetectorArgs) -> Result<()> {
         table.hidden,
         table.dim
     );
-    let mut log = |line: &str| eprintln!("{line}");
-    let detector: Detector = match a.device {
-        DeviceKind::Cpu => {
-            use burn::backend::{Autodiff, Flex};
-            train::<Autodiff<Flex>>(&table, &cfg, &Default::default(), &mut log)?.detector
-        }
-        DeviceKind::Cuda => train_cuda(&table, &cfg, &mut log)?,
-    };
+    let detector = train_on(a.device, DetectorJob { table: &table, cfg: &cfg })?;
     detector.save(&a.out)?;
     let report = detector.info().training.as_ref().expect("trained detector has a report");
     eprintln!("kept epoch {} (best valid ROC-AUC)", report.best_epoch);
@@ -142,69 +131,18 @@ fn run_detector(a: &DetectorArgs) -> Result<()> {
     Ok(())
 }
 
-/// Looks for an NVIDIA device node and the driver library without loading anything, so that asking for CUDA
-/// on a machine without a GPU is an error, not a panic inside the driver bindings.
-fn cuda_present() -> Result<()> {
-    if !Path::new("/dev/nvidiactl").exists() && !Path::new("/dev/nvidia0").exists() {
-        bail!("--device cuda: no NVIDIA device (/dev/nvidia0 and /dev/nvidiactl are missing); use --device cpu");
-    }
-    let mut dirs: Vec<PathBuf> = std::env::var("LD_LIBRARY_PATH")
-        .unwrap_or_default()
-        .split(':')
-        .filter(|s| !s.is_empty())
-        .map(PathBuf::from)
-        .collect();
-    for d in [
-        "/usr/lib/x86_64-linux-gnu",
-        "/usr/lib/aarch64-linux-gnu",
-        "/usr/lib64",
-        "/usr/lib",
-        "/usr/local/cuda/lib64",
-        "/usr/local/cuda/compat",
-        "/usr/lib/wsl/lib",
-        "/usr/local/nvidia/lib64",
-    ] {
-        dirs.push(PathBuf::from(d));
-    }
-    if !dirs.iter().any(|d| d.join("libcuda.so.1").exists() || d.join("libcuda.so").exists()) {
-        bail!("--device cuda: the NVIDIA driver library libcuda.so was not found; use --device cpu");
-    }
-    Ok(())
+/// `train detector` on whichever backend `--device` names.
+struct DetectorJob<'a> {
+    table: &'a FeatureTable,
+    cfg: &'a TrainConfig,
 }
 
-#[cfg(feature = "cuda")]
-fn train_cuda(
-    table: &ragtime::synth::store::FeatureTable,
-    cfg: &TrainConfig,
-    log: &mut dyn FnMut(&str),
-) -> Result<Detector> {
-    use burn::backend::{cuda::CudaDevice, Autodiff, Cuda};
-    cuda_present()?;
-    // The driver bindings panic on a broken setup; turn that into an error.
-    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        train::<Autodiff<Cuda>>(table, cfg, &CudaDevice::default(), log).map(|t| t.detector)
-    }));
-    match result {
-        Ok(r) => r,
-        Err(p) => {
-            let msg = p
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_else(|| "unknown panic".into());
-            bail!("--device cuda: the CUDA backend failed: {msg}")
-        }
+impl TrainJob for DetectorJob<'_> {
+    type Output = Detector;
+    fn run<B: burn::tensor::backend::AutodiffBackend>(self, device: &B::Device) -> Result<Detector> {
+        let mut log = |line: &str| eprintln!("{line}");
+        Ok(train::<B>(self.table, self.cfg, device, &mut log)?.detector)
     }
-}
-
-#[cfg(not(feature = "cuda"))]
-fn train_cuda(
-    _table: &ragtime::synth::store::FeatureTable,
-    _cfg: &TrainConfig,
-    _log: &mut dyn FnMut(&str),
-) -> Result<Detector> {
-    cuda_present()?;
-    bail!("--device cuda: this ragtime was built without the `cuda` feature")
 }
 
 #[cfg(test)]
@@ -229,5 +167,8 @@ mod tests {
         };
         assert_eq!(a.features, vec!["hidden_mean_last", "entropy_last"]);
         assert_eq!(a.hidden_layers, vec![8, 4]);
+        assert_eq!(a.device, DeviceKind::Cpu);
+        let TrainCommand::Detector(a) = T::parse_from(["t", "detector", "--device", "cuda:1"]).c else { panic!("detector") };
+        assert_eq!(a.device, DeviceKind::Cuda(1));
     }
 }
