@@ -7,6 +7,7 @@
 //! - [`step`]: what the decoder hands a controller for every generated token.
 //! - [`trigger`] (when to retrieve), [`query`] (what to ask), [`retrieval`] (where from).
 
+pub mod config;
 pub mod corpus;
 pub mod device;
 pub mod model;

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use clap::Args as ClapArgs;
 
+use ragtime::config::{self, GenerationTable, MethodConfig, RetrievalTable};
 use ragtime::eval::run::{PredictionRecord, Progress, RetrievalRecord, RunWriter, TraceToken};
 use ragtime::eval::DatasetSpec;
 use ragtime::qa::Example;
@@ -100,24 +101,17 @@ pub fn run(args: Args) -> Result<()> {
     let spec = DatasetSpec::load(&args.dataset)?;
     let examples = select(spec.load_examples()?, args.skip, args.limit);
     let prompt = spec.prompt_builder()?;
-    let config_path = args.config.clone().unwrap_or_else(|| PathBuf::from(format!("configs/{}.toml", args.trigger)));
-    let text = std::fs::read_to_string(&config_path).with_context(|| format!("{}: cannot read method config", config_path.display()))?;
-    let root: toml::Value = toml::from_str(&text).with_context(|| format!("{}: not valid TOML", config_path.display()))?;
-    let mut root = ragtime::trigger::resolve_dataset(&root, Some(&spec.name))?;
-    for o in &args.overrides {
-        ragtime::trigger::params::apply_override(&mut root, o)?;
-    }
+    let config_path = args.config.clone().unwrap_or_else(|| config::default_path(&args.trigger));
+    let mut mc = MethodConfig::load(&config_path, Some(&spec.name), &args.overrides, config::TOKEN_LEVEL_TABLES)?;
     if let Some(d) = &args.detector {
-        let t = root.get_mut("trigger").and_then(|t| t.as_table_mut()).ok_or_else(|| anyhow::anyhow!("{}: missing [trigger] table", config_path.display()))?;
-        t.insert("detector".into(), toml::Value::String(d.display().to_string()));
+        mc.table_mut("trigger")?.insert("detector".into(), toml::Value::String(d.display().to_string()));
     }
-    let mut trigger = ragtime::trigger::build_section(&root).with_context(|| format!("{}", config_path.display()))?;
-    let qf = ragtime::query::build_section(&root).with_context(|| format!("{}", config_path.display()))?;
-    let top_k = args.top_k.or_else(|| root.get("retrieval").and_then(|r| r.get("top_k")).and_then(|v| v.as_integer()).map(|v| v as usize)).unwrap_or(3);
-    let max_new = args
-        .max_new_tokens
-        .or_else(|| root.get("generation").and_then(|r| r.get("max_new_tokens")).and_then(|v| v.as_integer()).map(|v| v as usize))
-        .unwrap_or(spec.max_new_tokens);
+    let root = &mc.root;
+    let build_trigger = || ragtime::trigger::build_section(root).with_context(|| format!("{}", config_path.display()));
+    let mut trigger = build_trigger()?;
+    let qf = ragtime::query::build_section(root).with_context(|| format!("{}", config_path.display()))?;
+    let top_k = args.top_k.or(mc.section::<RetrievalTable>("retrieval")?.top_k).unwrap_or(3);
+    let max_new = args.max_new_tokens.or(mc.section::<GenerationTable>("generation")?.max_new_tokens).unwrap_or(spec.max_new_tokens);
     let index = args.index.clone().or_else(|| spec.index.clone());
     let retriever: Option<Bm25Index> = match (&index, trigger.name()) {
         (_, "none") => None,
@@ -157,7 +151,7 @@ pub fn run(args: Args) -> Result<()> {
         // one trigger per lane: triggers keep per-question state
         let mut triggers = vec![RefCell::new(trigger)];
         for _ in 1..args.batch {
-            triggers.push(RefCell::new(ragtime::trigger::build_section(&root).with_context(|| format!("{}", config_path.display()))?));
+            triggers.push(RefCell::new(build_trigger()?));
         }
         let batch = Batch::new(&lm, args.batch);
         let mut queue = todo.into_iter();
@@ -210,12 +204,9 @@ fn run_autorag(args: Args) -> Result<()> {
     use ragtime::autorag::prompts::AutoRagPrompts;
     let spec = DatasetSpec::load(&args.dataset)?;
     let examples = select(spec.load_examples()?, args.skip, args.limit);
-    let config_path = args.config.clone().unwrap_or_else(|| PathBuf::from("configs/autorag.toml"));
-    let mut root = super::synth_autorag::method_config(&config_path, &spec.name)?;
-    for o in &args.overrides {
-        ragtime::trigger::params::apply_override(&mut root, o)?;
-    }
-    let mut cfg: InferConfig = super::synth_autorag::section(&root, "autorag", &config_path)?;
+    let config_path = args.config.clone().unwrap_or_else(|| config::default_path("autorag"));
+    let mc = MethodConfig::load(&config_path, Some(&spec.name), &args.overrides, config::AUTORAG_TABLES)?;
+    let mut cfg: InferConfig = mc.section("autorag")?;
     if let Some(k) = args.top_k {
         cfg.top_k = k;
     }
@@ -230,7 +221,7 @@ fn run_autorag(args: Args) -> Result<()> {
     let lm = args.model.load()?;
     let (out_dir, mut run_config) = run_header(&args, &spec.name, index.display().to_string());
     run_config.insert("autorag".into(), toml::Value::try_from(&cfg)?);
-    run_config.insert("method_config".into(), root.clone());
+    run_config.insert("method_config".into(), mc.root.clone());
     let mut writer = RunWriter::create(&out_dir, &toml::Value::Table(run_config))?;
     let mut progress = Progress::new(examples.len(), writer.len());
     let rag = AutoRag { lm: &lm, retriever: &retriever, prompts: &prompts, cfg };

@@ -1,14 +1,13 @@
-//! `ragtime synth autorag`: Auto-RAG's Algorithm 1 over a QA dataset (see `ragtime::autorag::synth`). Also the
-//! config loading `ragtime eval --trigger autorag` shares.
+//! `ragtime synth autorag`: Auto-RAG's Algorithm 1 over a QA dataset (see `ragtime::autorag::synth`).
 
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use clap::Args as ClapArgs;
-use serde::de::DeserializeOwned;
 
 use ragtime::autorag::infer::ChatGen;
 use ragtime::autorag::prompts::AutoRagPrompts;
+use ragtime::config::{self, MethodConfig};
 use ragtime::autorag::synth::{DialogueStore, SynthConfig, Synthesizer};
 use ragtime::eval::DatasetSpec;
 use ragtime::model::Lm;
@@ -56,21 +55,6 @@ pub struct Args {
     pub prompts: Option<PathBuf>,
 }
 
-/// The method config with the dataset's overrides applied (`[datasets.NAME]`).
-pub fn method_config(path: &Path, dataset: &str) -> Result<toml::Value> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("{}: cannot read method config", path.display()))?;
-    let root: toml::Value = toml::from_str(&text).with_context(|| format!("{}: not valid TOML", path.display()))?;
-    ragtime::trigger::resolve_dataset(&root, Some(dataset)).with_context(|| format!("{}", path.display()))
-}
-
-/// Table `name` of the config as `T` (defaults for what it leaves out; unknown keys are errors).
-pub fn section<T: DeserializeOwned + Default>(root: &toml::Value, name: &str, path: &Path) -> Result<T> {
-    match root.get(name) {
-        None => Ok(T::default()),
-        Some(v) => v.clone().try_into::<T>().with_context(|| format!("{}: bad [{name}] table", path.display())),
-    }
-}
-
 fn load_model(path: &Path, base: &ModelArgs) -> Result<Lm> {
     ModelArgs { model: path.to_path_buf(), tokenizer: base.tokenizer.clone(), device: base.device }.load()
 }
@@ -81,8 +65,8 @@ pub fn run(args: Args) -> Result<()> {
     if let Some(n) = args.limit {
         examples.truncate(n);
     }
-    let root = method_config(&args.config, &spec.name)?;
-    let mut cfg: SynthConfig = section(&root, "synth", &args.config)?;
+    let mc = MethodConfig::load(&args.config, Some(&spec.name), &[], config::AUTORAG_TABLES)?;
+    let mut cfg: SynthConfig = mc.section("synth")?;
     if let Some(t) = args.max_iter {
         cfg.max_iter = t;
     }

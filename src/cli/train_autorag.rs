@@ -14,7 +14,8 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use serde::Deserialize;
 
-use ragtime::device::DeviceKind;
+use ragtime::config::{MethodConfig, TRAIN_TABLES};
+use ragtime::device::{train_on, DeviceKind, TrainJob};
 use ragtime::model::gguf::GgufFile;
 use ragtime::model::safetensors::SafetensorsDir;
 use ragtime::model::weights::WeightSource;
@@ -119,17 +120,8 @@ impl Args {
     /// The file's settings with the flags applied.
     pub fn config(&self) -> Result<SftConfig> {
         let (mut cfg, lora_sec) = if self.config.exists() {
-            let text = std::fs::read_to_string(&self.config).with_context(|| format!("{}: cannot read", self.config.display()))?;
-            let root: toml::Value = toml::from_str(&text).with_context(|| format!("{}: not valid TOML", self.config.display()))?;
-            let cfg: SftConfig = match root.get("train") {
-                Some(t) => t.clone().try_into().with_context(|| format!("{}: [train]", self.config.display()))?,
-                None => SftConfig::default(),
-            };
-            let lora: LoraSection = match root.get("lora") {
-                Some(t) => t.clone().try_into().with_context(|| format!("{}: [lora]", self.config.display()))?,
-                None => LoraSection::default(),
-            };
-            (cfg, lora)
+            let mc = MethodConfig::load(&self.config, None, &[], TRAIN_TABLES)?;
+            (mc.section::<SftConfig>("train")?, mc.section::<LoraSection>("lora")?)
         } else {
             eprintln!("{}: not found, using built-in defaults", self.config.display());
             (SftConfig::default(), LoraSection::default())
@@ -259,15 +251,28 @@ pub fn run(a: Args) -> Result<()> {
     if a.restart {
         remove_checkpoint(&ckpt)?;
     }
-    let mut log = |line: &str| eprintln!("{line}");
-    let trained: Trained<_> = match a.device {
-        DeviceKind::Cpu => {
-            use burn::backend::{Autodiff, Flex};
-            ragtime::sft::train::<Autodiff<Flex>>(src.as_ref(), &model_cfg, &data, &cfg, Some(&ckpt), &Default::default(), &mut log)?
-        }
-        DeviceKind::Cuda(n) => return run_cuda(n, &a, src.as_ref(), &model_cfg, &data, &cfg, &ckpt, &tok, &tok_json),
-    };
-    finish(&a, trained, &model_cfg, &tok, &tok_json)
+    train_on(a.device, SftJob { a: &a, src: src.as_ref(), model_cfg: &model_cfg, data: &data, cfg: &cfg, ckpt: &ckpt, tok: &tok, tok_json: &tok_json })
+}
+
+/// Fine-tuning on whichever backend `--device` names, then writing the result.
+struct SftJob<'a> {
+    a: &'a Args,
+    src: &'a dyn WeightSource,
+    model_cfg: &'a ModelConfig,
+    data: &'a SftData,
+    cfg: &'a SftConfig,
+    ckpt: &'a Path,
+    tok: &'a Tokenizer,
+    tok_json: &'a Path,
+}
+
+impl TrainJob for SftJob<'_> {
+    type Output = ();
+    fn run<B: burn::tensor::backend::AutodiffBackend>(self, device: &B::Device) -> Result<()> {
+        let mut log = |line: &str| eprintln!("{line}");
+        let trained = ragtime::sft::train::<B>(self.src, self.model_cfg, self.data, self.cfg, Some(self.ckpt), device, &mut log)?;
+        finish(self.a, trained, self.model_cfg, self.tok, self.tok_json)
+    }
 }
 
 /// `--dump-plan`: one JSON object per line: `{"kind":"config",..}`, then every example
@@ -293,36 +298,6 @@ fn dump_plan(file: &Path, data: &SftData, cfg: &SftConfig) -> Result<()> {
     w.flush().with_context(|| format!("{}: cannot write", file.display()))?;
     eprintln!("wrote the plan of {} updates to {}", updates.len(), file.display());
     Ok(())
-}
-
-#[allow(clippy::too_many_arguments)]
-fn run_cuda(
-    n: usize,
-    a: &Args,
-    src: &dyn WeightSource,
-    model_cfg: &ModelConfig,
-    data: &SftData,
-    cfg: &SftConfig,
-    ckpt: &Path,
-    tok: &Tokenizer,
-    tok_json: &Path,
-) -> Result<()> {
-    ragtime::device::check_cuda(n)?;
-    #[cfg(feature = "cuda")]
-    {
-        use burn::backend::{cuda::CudaDevice, Autodiff, Cuda};
-        let mut log = |line: &str| eprintln!("{line}");
-        let dev = CudaDevice::new(n);
-        let trained = ragtime::device::guard("--device cuda: training failed", || {
-            ragtime::sft::train::<Autodiff<Cuda>>(src, model_cfg, data, cfg, Some(ckpt), &dev, &mut log)
-        })??;
-        finish(a, trained, model_cfg, tok, tok_json)
-    }
-    #[cfg(not(feature = "cuda"))]
-    {
-        let _ = (a, src, model_cfg, data, cfg, ckpt, tok, tok_json);
-        unreachable!("check_cuda refuses without the cuda feature")
-    }
 }
 
 fn finish<B: burn::prelude::Backend>(a: &Args, t: Trained<B>, model_cfg: &ModelConfig, tok: &Tokenizer, tok_json: &Path) -> Result<()> {

@@ -1,4 +1,4 @@
-//! Reading a controller's table from a `configs/*.toml` file, with errors that name the method and the key,
+//! Reading a controller's table of a method config (merged by [`crate::config`]), with errors that name the method and the key,
 //! and refusal of unknown keys (a typo must not silently fall back to a default).
 
 use std::cell::RefCell;
@@ -129,6 +129,59 @@ impl Truncate {
     }
 }
 
+/// How a word-level trigger (RIND, ETC) paces the loop: where it cuts the answer when it fires, the block it
+/// judges, and whether the first sentence after a retrieval is accepted without judging (DRAGIN's code).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Pacing {
+    pub truncate: Truncate,
+    pub lookahead: Lookahead,
+    /// Cap of a sentence-long block (and of the accepted sentence).
+    pub max_sentence_tokens: usize,
+    pub accept_after_retrieval: bool,
+    /// A retrieval happened and the next sentence is to be accepted.
+    pending_accept: bool,
+}
+
+impl Pacing {
+    pub fn new(truncate: Truncate, lookahead: Lookahead, accept_after_retrieval: bool) -> Self {
+        Pacing { truncate, lookahead, max_sentence_tokens: 64, accept_after_retrieval, pending_accept: false }
+    }
+
+    /// Reads `truncate`, `lookahead`, `max_sentence_tokens` and `accept_after_retrieval`, `self` giving the
+    /// defaults.
+    pub fn read(self, p: &Params) -> Result<Self> {
+        Ok(Pacing {
+            truncate: Truncate::read(p, self.truncate)?,
+            lookahead: read_lookahead(p, self.lookahead)?,
+            max_sentence_tokens: p.usize("max_sentence_tokens", Some(self.max_sentence_tokens))?,
+            accept_after_retrieval: p.bool("accept_after_retrieval", self.accept_after_retrieval)?,
+            pending_accept: false,
+        })
+    }
+
+    /// The next block: one sentence when it is to be accepted, else the configured lookahead.
+    pub fn lookahead(&self) -> Lookahead {
+        if self.pending_accept {
+            Lookahead::Sentence { max_tokens: self.max_sentence_tokens }
+        } else {
+            self.lookahead
+        }
+    }
+
+    pub fn reset(&mut self) {
+        self.pending_accept = false;
+    }
+
+    pub fn on_retrieval(&mut self) {
+        self.pending_accept = self.accept_after_retrieval;
+    }
+
+    /// True once after a retrieval when the block is to be accepted without judging.
+    pub fn take_accept(&mut self) -> bool {
+        std::mem::take(&mut self.pending_accept)
+    }
+}
+
 /// Reads `lookahead = "sentence"` (with `max_sentence_tokens`) or `lookahead = <n tokens>`.
 pub fn read_lookahead(p: &Params, default: Lookahead) -> Result<Lookahead> {
     let default_max = match default {
@@ -147,76 +200,10 @@ pub fn read_lookahead(p: &Params, default: Lookahead) -> Result<Lookahead> {
     }
 }
 
-/// Applies a config file's per-dataset overrides: the root's `[datasets.<dataset>]` table is merged, key by
-/// key and recursively, over the root (so `[datasets.hotpotqa.trigger] theta = 1.4` replaces `[trigger]
-/// theta`). The `datasets` table itself is dropped from the result. Unknown dataset: the root unchanged.
-pub fn resolve_dataset(root: &Value, dataset: Option<&str>) -> Result<Value> {
-    let Value::Table(t) = root else { bail!("config: the root must be a table") };
-    let mut out = t.clone();
-    let datasets = out.remove("datasets");
-    if let (Some(name), Some(datasets)) = (dataset, datasets) {
-        let Value::Table(datasets) = datasets else { bail!("config: [datasets] must be a table") };
-        if let Some(over) = datasets.get(name) {
-            let Value::Table(over) = over else { bail!("config: [datasets.{name}] must be a table") };
-            merge(&mut out, over);
-        }
-    }
-    Ok(Value::Table(out))
-}
-
-fn merge(base: &mut toml::value::Table, over: &toml::value::Table) {
-    for (k, v) in over {
-        match (base.get_mut(k), v) {
-            (Some(Value::Table(b)), Value::Table(o)) => merge(b, o),
-            _ => {
-                base.insert(k.clone(), v.clone());
-            }
-        }
-    }
-}
-
-/// Applies a command-line override `section.key=value` (e.g. `trigger.theta=0.35`, `query.top_n=20`,
-/// `trigger.truncate="sentence"`) to a method config. The value is read as TOML (number, bool, quoted string,
-/// array); anything that does not parse as TOML is taken as a bare string. Missing tables are created.
-pub fn apply_override(root: &mut Value, spec: &str) -> Result<()> {
-    let Some((path, raw)) = spec.split_once('=') else { bail!("--set '{spec}': expected KEY=VALUE, e.g. trigger.theta=0.35") };
-    let keys: Vec<&str> = path.trim().split('.').collect();
-    if keys.iter().any(|k| k.is_empty()) {
-        bail!("--set '{spec}': empty key in '{path}'");
-    }
-    let value = match toml::from_str::<toml::Table>(&format!("v = {}", raw.trim())) {
-        Ok(mut t) => t.remove("v").unwrap(),
-        Err(_) => Value::String(raw.trim().to_string()),
-    };
-    let mut cur = root;
-    for k in &keys[..keys.len() - 1] {
-        let Some(t) = cur.as_table_mut() else { bail!("--set '{spec}': '{k}' is inside a value that is not a table") };
-        cur = t.entry(k.to_string()).or_insert_with(|| Value::Table(Default::default()));
-    }
-    let Some(t) = cur.as_table_mut() else { bail!("--set '{spec}': the parent of '{}' is not a table", keys[keys.len() - 1]) };
-    t.insert(keys[keys.len() - 1].to_string(), value);
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
-    #[test]
-    fn command_line_overrides() {
-        let mut root: Value = toml::from_str("[trigger]\nname = \"rind\"\ntheta = 1.4\n").unwrap();
-        apply_override(&mut root, "trigger.theta=0.35").unwrap();
-        apply_override(&mut root, "trigger.truncate=sentence").unwrap();
-        apply_override(&mut root, "query.top_n=20").unwrap();
-        apply_override(&mut root, "query.with_question = false").unwrap();
-        assert_eq!(root["trigger"]["theta"].as_float(), Some(0.35));
-        assert_eq!(root["trigger"]["truncate"].as_str(), Some("sentence"));
-        assert_eq!(root["query"]["top_n"].as_integer(), Some(20));
-        assert_eq!(root["query"]["with_question"].as_bool(), Some(false));
-        assert!(apply_override(&mut root, "theta").is_err());
-        assert!(apply_override(&mut root, "trigger..theta=1").is_err());
-        assert!(apply_override(&mut root, "trigger.theta.x=1").is_err());
-    }
-
     use super::*;
+    use crate::config::resolve_dataset;
 
     #[test]
     fn unknown_keys_and_bad_types_are_errors() {
@@ -226,20 +213,6 @@ mod tests {
         assert!(e.contains("rind: config key 'theta': expected a number"), "{e}");
         let e = p.finish().unwrap_err().to_string();
         assert!(e.contains("unknown config key(s) [\"theat\"]"), "{e}");
-    }
-
-    #[test]
-    fn dataset_overrides_merge_recursively() {
-        let v: Value = toml::from_str(
-            "[trigger]\nname = \"rind\"\ntheta = 1.2\nvariant = \"paper\"\n[datasets.hotpotqa.trigger]\ntheta = 1.4\n",
-        )
-        .unwrap();
-        let r = resolve_dataset(&v, Some("hotpotqa")).unwrap();
-        assert_eq!(r["trigger"]["theta"].as_float(), Some(1.4));
-        assert_eq!(r["trigger"]["variant"].as_str(), Some("paper"));
-        assert!(r.get("datasets").is_none());
-        let r = resolve_dataset(&v, Some("iirc")).unwrap();
-        assert_eq!(r["trigger"]["theta"].as_float(), Some(1.2));
     }
 
     /// Every `configs/*.toml` parses, resolves for each dataset, and builds its trigger and query former.
