@@ -5,14 +5,12 @@
 //! wrapped in double quotes with inner quotes doubled (`"He said ""hi"""`); such fields are unquoted
 //! here. Fields never contain tabs or newlines, so a line is always one passage.
 
-use std::io::BufRead;
 use std::path::Path;
 
-use anyhow::{bail, Context, Result};
+use anyhow::Result;
 
-use super::open_text;
 use super::wikiextractor::Origin;
-use super::passages::{warn_skip, OnBadLine};
+use super::{for_each_line, OnBadLine};
 
 /// One row of a DPR passage file.
 #[derive(Debug, Clone, PartialEq)]
@@ -60,31 +58,16 @@ pub fn for_each_row(
     file: &Path,
     on_bad: OnBadLine,
     skipped: &mut u64,
-    mut f: impl FnMut(DprRow, &Origin) -> Result<bool>,
+    f: impl FnMut(DprRow, &Origin) -> Result<bool>,
 ) -> Result<bool> {
-    let reader = open_text(file)?;
-    for (i, line) in reader.lines().enumerate() {
-        let lineno = i + 1;
-        let line = line.with_context(|| format!("{}:{lineno}: cannot read line", file.display()))?;
-        if line.trim().is_empty() || (lineno == 1 && is_header(&line)) {
-            continue;
+    let parse = |lineno: usize, line: &str| {
+        if line.trim().is_empty() || (lineno == 1 && is_header(line)) {
+            None
+        } else {
+            Some(parse_line(line))
         }
-        match parse_line(&line) {
-            Ok(row) => {
-                if !f(row, &Origin { file: file.to_path_buf(), line: lineno })? {
-                    return Ok(false);
-                }
-            }
-            Err(why) => match on_bad {
-                OnBadLine::Stop => bail!("{}:{lineno}: {why} (pass --skip-bad-lines to skip such lines)", file.display()),
-                OnBadLine::Skip => {
-                    *skipped += 1;
-                    warn_skip(*skipped, file, lineno, &why);
-                }
-            },
-        }
-    }
-    Ok(true)
+    };
+    for_each_line(file, on_bad, skipped, parse, f)
 }
 
 #[cfg(test)]

@@ -6,15 +6,13 @@
 //!
 //! `id` may be a string or a number.
 
-use std::io::BufRead;
 use std::path::Path;
 
-use anyhow::{bail, Context, Result};
+use anyhow::Result;
 use serde::Deserialize;
 
-use super::open_text;
 use super::wikiextractor::Origin;
-use super::passages::{warn_skip, OnBadLine};
+use super::{for_each_line, OnBadLine};
 
 /// One document of a JSON-lines corpus.
 #[derive(Debug, Clone, PartialEq)]
@@ -76,32 +74,13 @@ pub fn for_each_doc(
     file: &Path,
     on_bad: OnBadLine,
     skipped: &mut u64,
-    mut f: impl FnMut(JsonDoc, &Origin) -> Result<bool>,
+    f: impl FnMut(JsonDoc, &Origin) -> Result<bool>,
 ) -> Result<bool> {
-    let reader = open_text(file)?;
-    for (i, line) in reader.lines().enumerate() {
-        let lineno = i + 1;
-        let line = line.with_context(|| format!("{}:{lineno}: cannot read line", file.display()))?;
+    let parse = |_: usize, line: &str| {
         let t = line.trim();
-        if t.is_empty() {
-            continue;
-        }
-        match parse_line(t) {
-            Ok(doc) => {
-                if !f(doc, &Origin { file: file.to_path_buf(), line: lineno })? {
-                    return Ok(false);
-                }
-            }
-            Err(why) => match on_bad {
-                OnBadLine::Stop => bail!("{}:{lineno}: {why} (pass --skip-bad-lines to skip such lines)", file.display()),
-                OnBadLine::Skip => {
-                    *skipped += 1;
-                    warn_skip(*skipped, file, lineno, &why);
-                }
-            },
-        }
-    }
-    Ok(true)
+        (!t.is_empty()).then(|| parse_line(t))
+    };
+    for_each_line(file, on_bad, skipped, parse, f)
 }
 
 #[cfg(test)]
@@ -135,5 +114,24 @@ mod tests {
         })
         .unwrap();
         assert_eq!((n, skipped), (2, 1));
+    }
+
+    /// A line that is not UTF-8 is a bad line: named with its file and line, or skipped and counted.
+    #[test]
+    fn invalid_utf8_is_a_bad_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("c.jsonl");
+        let mut bytes = b"{\"id\":1,\"title\":\"A\",\"text\":\"a\"}\n{\"id\":2,\"title\":\"\xff\",\"text\":\"b\"}\n".to_vec();
+        bytes.extend_from_slice(b"{\"id\":3,\"title\":\"C\",\"text\":\"c\"}\n");
+        std::fs::write(&p, bytes).unwrap();
+        let err = for_each_doc(&p, OnBadLine::Stop, &mut 0, |_, _| Ok(true)).unwrap_err();
+        assert!(format!("{err:#}").contains("c.jsonl:2: not UTF-8"), "{err:#}");
+        let (mut ids, mut skipped) = (Vec::new(), 0);
+        for_each_doc(&p, OnBadLine::Skip, &mut skipped, |d, o| {
+            ids.push((d.id, o.line));
+            Ok(true)
+        })
+        .unwrap();
+        assert_eq!((ids, skipped), (vec![("1".to_string(), 1), ("3".to_string(), 3)], 1));
     }
 }

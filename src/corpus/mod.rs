@@ -1,6 +1,12 @@
 //! Readers for the text collections ragtime indexes and synthesizes from.
 //!
-//! - [`wikiextractor`]: WikiExtractor dumps (`--json` lines or `<doc>` blocks, `AA/wiki_00` trees, `.bz2`).
+//! - [`dpr`]: DPR's `psgs_w100.tsv` passages;
+//! - [`jsonl`]: JSON lines (generic `{id, title, text}`, WikiExtractor `--json`, FlashRAG `{id, contents}`);
+//! - [`wikiextractor`]: WikiExtractor dumps (`--json` lines or `<doc>` blocks, `AA/wiki_00` trees, `.bz2`);
+//! - [`passages`]: one passage stream over all of them, for `ragtime index`.
+//!
+//! The readers share this module's line handling ([`OnBadLine`], [`warn_skip`], [`open_text`]); `passages`
+//! sits above them, so no reader depends on it.
 
 pub mod dpr;
 pub mod jsonl;
@@ -11,7 +17,66 @@ use std::fs::File;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
+
+/// What to do with a corpus line that does not parse.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnBadLine {
+    /// Stop with an error naming file and line.
+    Stop,
+    /// Report it on stderr (the first few), count it, go on.
+    Skip,
+}
+
+/// Report a skipped line on stderr; after the first 20 only every 1000th is reported.
+pub fn warn_skip(count: u64, file: &Path, line: usize, why: &str) {
+    if count <= 20 || count % 1000 == 0 {
+        eprintln!("warning: {}:{line}: {why}; skipped (skipped lines so far: {count})", file.display());
+    }
+}
+
+/// Streams the parsed lines of `file` to `f` (`Ok(false)` from `f` stops). `parse(lineno, line)` returns `None`
+/// for a line to pass over (blank, header) and `Some(Err(why))` for a bad one, which stops the read with an error
+/// naming file and line or, with [`OnBadLine::Skip`], is reported on stderr and counted in `skipped`. A line that
+/// is not UTF-8 is a bad line like any other.
+pub fn for_each_line<T>(
+    file: &Path,
+    on_bad: OnBadLine,
+    skipped: &mut u64,
+    mut parse: impl FnMut(usize, &str) -> Option<std::result::Result<T, String>>,
+    mut f: impl FnMut(T, &wikiextractor::Origin) -> Result<bool>,
+) -> Result<bool> {
+    let mut reader = open_text(file)?;
+    let mut buf = Vec::new();
+    let mut lineno = 0;
+    loop {
+        buf.clear();
+        let n = reader.read_until(b'\n', &mut buf).with_context(|| format!("{}:{}: cannot read line", file.display(), lineno + 1))?;
+        if n == 0 {
+            return Ok(true);
+        }
+        lineno += 1;
+        let parsed = match std::str::from_utf8(&buf) {
+            Ok(line) => parse(lineno, line.trim_end_matches(['\n', '\r'])),
+            Err(e) => Some(Err(format!("not UTF-8 (byte {})", e.valid_up_to()))),
+        };
+        match parsed {
+            None => {}
+            Some(Ok(item)) => {
+                if !f(item, &wikiextractor::Origin { file: file.to_path_buf(), line: lineno })? {
+                    return Ok(false);
+                }
+            }
+            Some(Err(why)) => match on_bad {
+                OnBadLine::Stop => bail!("{}:{lineno}: {why} (pass --skip-bad-lines to skip such lines)", file.display()),
+                OnBadLine::Skip => {
+                    *skipped += 1;
+                    warn_skip(*skipped, file, lineno, &why);
+                }
+            },
+        }
+    }
+}
 
 /// Open a text file for line reading, transparently decompressing `.bz2`.
 pub fn open_text(path: &Path) -> Result<Box<dyn BufRead + Send>> {

@@ -17,22 +17,7 @@ use std::path::Path;
 use anyhow::{bail, Context, Result};
 
 use super::{dpr, jsonl, list_files, open_text, wikiextractor};
-
-/// What to do with a corpus line that does not parse.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OnBadLine {
-    /// Stop with an error naming file and line.
-    Stop,
-    /// Report it on stderr (the first few), count it, go on.
-    Skip,
-}
-
-/// Report a skipped line on stderr; after the first 20 only every 1000th is reported.
-pub fn warn_skip(count: u64, file: &Path, line: usize, why: &str) {
-    if count <= 20 || count % 1000 == 0 {
-        eprintln!("warning: {}:{line}: {why}; skipped (skipped lines so far: {count})", file.display());
-    }
-}
+pub use super::OnBadLine;
 
 /// Corpus file layouts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
