@@ -15,6 +15,7 @@ use anyhow::{bail, Context, Result};
 use candle_core::quantized::gguf_file::{Content, Value};
 
 use super::config::{Arch, ModelConfig};
+use super::params::gguf_name;
 use super::weights::{HostTensor, WeightSource};
 
 pub struct GgufFile {
@@ -175,37 +176,6 @@ impl GgufFile {
             .map_err(|e| anyhow::anyhow!("{}: tensor '{gguf_name}': {e}", self.path.display()))?;
         Ok(Some(HostTensor { data, shape }))
     }
-}
-
-/// GGUF tensor name for a Hugging Face parameter name.
-fn gguf_name(hf: &str) -> Option<String> {
-    let fixed = match hf {
-        "model.embed_tokens.weight" => Some("token_embd.weight"),
-        "model.norm.weight" => Some("output_norm.weight"),
-        "lm_head.weight" => Some("output.weight"),
-        _ => None,
-    };
-    if let Some(f) = fixed {
-        return Some(f.to_string());
-    }
-    let rest = hf.strip_prefix("model.layers.")?;
-    let (layer, rest) = rest.split_once('.')?;
-    let mapped = match rest {
-        "self_attn.q_proj.weight" => "attn_q.weight",
-        "self_attn.k_proj.weight" => "attn_k.weight",
-        "self_attn.v_proj.weight" => "attn_v.weight",
-        "self_attn.o_proj.weight" => "attn_output.weight",
-        "self_attn.q_proj.bias" => "attn_q.bias",
-        "self_attn.k_proj.bias" => "attn_k.bias",
-        "self_attn.v_proj.bias" => "attn_v.bias",
-        "mlp.gate_proj.weight" => "ffn_gate.weight",
-        "mlp.up_proj.weight" => "ffn_up.weight",
-        "mlp.down_proj.weight" => "ffn_down.weight",
-        "input_layernorm.weight" => "attn_norm.weight",
-        "post_attention_layernorm.weight" => "ffn_norm.weight",
-        _ => return None,
-    };
-    Some(format!("blk.{layer}.{mapped}"))
 }
 
 /// For undoing llama.cpp's Q/K row permutation: the stored row that holds each original row. Rows were reordered

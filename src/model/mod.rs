@@ -12,6 +12,7 @@
 pub mod config;
 pub mod gguf;
 pub mod llama;
+pub mod params;
 pub mod flex;
 pub mod quant;
 pub mod safetensors;
@@ -53,46 +54,45 @@ fn transposed<B: Backend>(t: HostTensor, device: &B::Device) -> Tensor<B, 2> {
 
 /// Builds the decoder from Hugging Face-named weights, checking every shape against the config.
 pub fn build_llama<B: Backend>(src: &dyn WeightSource, cfg: &ModelConfig, device: &B::Device) -> Result<Llama<B>> {
-    let (d, hd, h, kv, ff) = (cfg.hidden_size, cfg.head_dim, cfg.num_heads, cfg.num_kv_heads, cfg.intermediate_size);
-    let lin = |name: &str, out: usize, inp: usize, bias: bool| -> Result<Linear<B>> {
+    let d = cfg.hidden_size;
+    let lin = |prefix: &str, spec: &params::BlockLinear| -> Result<Linear<B>> {
+        let name = format!("{prefix}.{}", spec.path);
+        let [out, inp] = (spec.shape)(cfg);
         let w = src.require(&format!("{name}.weight"), &[out, inp])?;
-        let b = if bias { Some(Param::from_tensor(tensor1(src.require(&format!("{name}.bias"), &[out])?, device))) } else { None };
+        let b = if spec.has_bias(cfg) { Some(Param::from_tensor(tensor1(src.require(&format!("{name}.bias"), &[out])?, device))) } else { None };
         Ok(Linear { weight: Param::from_tensor(transposed(w, device)), bias: b, lora: None, quant: None })
     };
     let norm = |name: &str| -> Result<RmsNorm<B>> {
         Ok(RmsNorm { weight: Param::from_tensor(tensor1(src.require(name, &[d])?, device)), eps: cfg.rms_norm_eps as f64 })
     };
-    let embed = src.require("model.embed_tokens.weight", &[cfg.vocab_size, d])?;
+    let embed = src.require(params::EMBED, &[cfg.vocab_size, d])?;
     let embed_tokens = Param::from_tensor(Tensor::from_data(TensorData::new(embed.data, [cfg.vocab_size, d]), device));
     let mut layers = Vec::with_capacity(cfg.num_layers);
     for l in 0..cfg.num_layers {
-        let p = format!("model.layers.{l}");
-        let bias = cfg.arch.qkv_bias();
+        let p = params::block_prefix(l);
+        let [input_norm, post_norm] = params::BLOCK_NORMS.map(|(n, _)| norm(&format!("{p}.{n}.weight")));
+        let [q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj] = params::BLOCK_LINEARS.map(|spec| lin(&p, &spec));
         layers.push(Block {
-            input_layernorm: norm(&format!("{p}.input_layernorm.weight"))?,
+            input_layernorm: input_norm?,
             self_attn: Attention {
-                q_proj: lin(&format!("{p}.self_attn.q_proj"), h * hd, d, bias)?,
-                k_proj: lin(&format!("{p}.self_attn.k_proj"), kv * hd, d, bias)?,
-                v_proj: lin(&format!("{p}.self_attn.v_proj"), kv * hd, d, bias)?,
-                o_proj: lin(&format!("{p}.self_attn.o_proj"), d, h * hd, false)?,
-                num_heads: h,
-                num_kv_heads: kv,
-                head_dim: hd,
+                q_proj: q_proj?,
+                k_proj: k_proj?,
+                v_proj: v_proj?,
+                o_proj: o_proj?,
+                num_heads: cfg.num_heads,
+                num_kv_heads: cfg.num_kv_heads,
+                head_dim: cfg.head_dim,
             },
-            post_attention_layernorm: norm(&format!("{p}.post_attention_layernorm.weight"))?,
-            mlp: Mlp {
-                gate_proj: lin(&format!("{p}.mlp.gate_proj"), ff, d, false)?,
-                up_proj: lin(&format!("{p}.mlp.up_proj"), ff, d, false)?,
-                down_proj: lin(&format!("{p}.mlp.down_proj"), d, ff, false)?,
-            },
+            post_attention_layernorm: post_norm?,
+            mlp: Mlp { gate_proj: gate_proj?, up_proj: up_proj?, down_proj: down_proj? },
         });
     }
     let lm_head = if cfg.tie_word_embeddings {
         None
     } else {
-        Some(Param::from_tensor(transposed(src.require("lm_head.weight", &[cfg.vocab_size, d])?, device)))
+        Some(Param::from_tensor(transposed(src.require(params::LM_HEAD, &[cfg.vocab_size, d])?, device)))
     };
-    Ok(Llama { embed_tokens, layers, norm: norm("model.norm.weight")?, lm_head, lm_head_quant: None })
+    Ok(Llama { embed_tokens, layers, norm: norm(params::FINAL_NORM)?, lm_head, lm_head_quant: None })
 }
 
 /// Gives each linear layer (and the output projection) whose weight the source stores in a quantized block
@@ -112,17 +112,12 @@ pub fn attach_quantized<B: Backend>(m: &mut Llama<B>, src: &dyn WeightSource, cf
         [o, i]
     };
     for (l, b) in m.layers.iter_mut().enumerate() {
-        let p = format!("model.layers.{l}");
-        let a = &mut b.self_attn;
-        for (n, lin) in [("q_proj", &mut a.q_proj), ("k_proj", &mut a.k_proj), ("v_proj", &mut a.v_proj), ("o_proj", &mut a.o_proj)] {
-            lin.quant = get(&format!("{p}.self_attn.{n}.weight"), out_in(lin))?;
-        }
-        let f = &mut b.mlp;
-        for (n, lin) in [("gate_proj", &mut f.gate_proj), ("up_proj", &mut f.up_proj), ("down_proj", &mut f.down_proj)] {
-            lin.quant = get(&format!("{p}.mlp.{n}.weight"), out_in(lin))?;
+        let p = params::block_prefix(l);
+        for (spec, lin) in params::BLOCK_LINEARS.iter().zip(b.linears_mut()) {
+            lin.quant = get(&format!("{p}.{}.weight", spec.path), out_in(lin))?;
         }
     }
-    let name = if cfg.tie_word_embeddings { "model.embed_tokens.weight" } else { "lm_head.weight" };
+    let name = if cfg.tie_word_embeddings { params::EMBED } else { params::LM_HEAD };
     m.lm_head_quant = get(name, [cfg.vocab_size, cfg.hidden_size])?;
     Ok(bytes)
 }
@@ -130,8 +125,7 @@ pub fn attach_quantized<B: Backend>(m: &mut Llama<B>, src: &dyn WeightSource, cf
 /// Removes the integer copies: every product then uses the f32 weights.
 pub fn detach_quantized<B: Backend>(m: &mut Llama<B>) {
     for b in &mut m.layers {
-        let (a, f) = (&mut b.self_attn, &mut b.mlp);
-        for lin in [&mut a.q_proj, &mut a.k_proj, &mut a.v_proj, &mut a.o_proj, &mut f.gate_proj, &mut f.up_proj, &mut f.down_proj] {
+        for lin in b.linears_mut() {
             lin.quant = None;
         }
     }
@@ -155,22 +149,24 @@ pub fn random_weights(cfg: &ModelConfig, seed: u64) -> Vec<(String, HostTensor)>
         HostTensor { data, shape }
     };
     let ones = |n: usize| HostTensor { data: vec![1.0; n], shape: vec![n] };
-    let (d, hd, h, kv, ff) = (cfg.hidden_size, cfg.head_dim, cfg.num_heads, cfg.num_kv_heads, cfg.intermediate_size);
-    let mut w = vec![("model.embed_tokens.weight".to_string(), normal(vec![cfg.vocab_size, d], 0.5))];
+    let d = cfg.hidden_size;
+    let mut w = vec![(params::EMBED.to_string(), normal(vec![cfg.vocab_size, d], 0.5))];
     for l in 0..cfg.num_layers {
-        let p = format!("model.layers.{l}");
-        w.push((format!("{p}.input_layernorm.weight"), ones(d)));
-        w.push((format!("{p}.post_attention_layernorm.weight"), ones(d)));
-        for (n, o, i) in [("self_attn.q_proj", h * hd, d), ("self_attn.k_proj", kv * hd, d), ("self_attn.v_proj", kv * hd, d), ("self_attn.o_proj", d, h * hd), ("mlp.gate_proj", ff, d), ("mlp.up_proj", ff, d), ("mlp.down_proj", d, ff)] {
-            w.push((format!("{p}.{n}.weight"), normal(vec![o, i], 0.2)));
-            if cfg.arch.qkv_bias() && matches!(n, "self_attn.q_proj" | "self_attn.k_proj" | "self_attn.v_proj") {
-                w.push((format!("{p}.{n}.bias"), normal(vec![o], 0.1)));
+        let p = params::block_prefix(l);
+        for (n, _) in params::BLOCK_NORMS {
+            w.push((format!("{p}.{n}.weight"), ones(d)));
+        }
+        for spec in &params::BLOCK_LINEARS {
+            let [o, i] = (spec.shape)(cfg);
+            w.push((format!("{p}.{}.weight", spec.path), normal(vec![o, i], 0.2)));
+            if spec.has_bias(cfg) {
+                w.push((format!("{p}.{}.bias", spec.path), normal(vec![o], 0.1)));
             }
         }
     }
-    w.push(("model.norm.weight".into(), ones(d)));
+    w.push((params::FINAL_NORM.into(), ones(d)));
     if !cfg.tie_word_embeddings {
-        w.push(("lm_head.weight".into(), normal(vec![cfg.vocab_size, d], 0.2)));
+        w.push((params::LM_HEAD.into(), normal(vec![cfg.vocab_size, d], 0.2)));
     }
     w
 }
@@ -204,22 +200,19 @@ pub fn export_llama<B: Backend>(m: &Llama<B>) -> Vec<(String, HostTensor)> {
             out.push((format!("{name}.bias"), host1(b.val())));
         }
     };
-    let mut out = vec![("model.embed_tokens.weight".to_string(), host2(m.embed_tokens.val()))];
+    let mut out = vec![(params::EMBED.to_string(), host2(m.embed_tokens.val()))];
     for (l, b) in m.layers.iter().enumerate() {
-        let p = format!("model.layers.{l}");
-        out.push((format!("{p}.input_layernorm.weight"), host1(b.input_layernorm.weight.val())));
-        out.push((format!("{p}.post_attention_layernorm.weight"), host1(b.post_attention_layernorm.weight.val())));
-        lin(&mut out, format!("{p}.self_attn.q_proj"), &b.self_attn.q_proj);
-        lin(&mut out, format!("{p}.self_attn.k_proj"), &b.self_attn.k_proj);
-        lin(&mut out, format!("{p}.self_attn.v_proj"), &b.self_attn.v_proj);
-        lin(&mut out, format!("{p}.self_attn.o_proj"), &b.self_attn.o_proj);
-        lin(&mut out, format!("{p}.mlp.gate_proj"), &b.mlp.gate_proj);
-        lin(&mut out, format!("{p}.mlp.up_proj"), &b.mlp.up_proj);
-        lin(&mut out, format!("{p}.mlp.down_proj"), &b.mlp.down_proj);
+        let p = params::block_prefix(l);
+        let [(n0, _), (n1, _)] = params::BLOCK_NORMS;
+        out.push((format!("{p}.{n0}.weight"), host1(b.input_layernorm.weight.val())));
+        out.push((format!("{p}.{n1}.weight"), host1(b.post_attention_layernorm.weight.val())));
+        for (spec, l) in params::BLOCK_LINEARS.iter().zip(b.linears()) {
+            lin(&mut out, format!("{p}.{}", spec.path), l);
+        }
     }
-    out.push(("model.norm.weight".into(), host1(m.norm.weight.val())));
+    out.push((params::FINAL_NORM.into(), host1(m.norm.weight.val())));
     if let Some(w) = &m.lm_head {
-        out.push(("lm_head.weight".into(), host2(w.val().transpose())));
+        out.push((params::LM_HEAD.into(), host2(w.val().transpose())));
     }
     out
 }

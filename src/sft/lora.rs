@@ -14,6 +14,7 @@ use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 
 use crate::model::llama::{Block, Linear, Llama, LoraAdapter};
+use crate::model::params::BLOCK_LINEARS;
 use crate::model::weights::{HostTensor, WeightSource};
 
 /// Which projections get adapters, and their rank and alpha.
@@ -25,7 +26,10 @@ pub struct LoraConfig {
     pub targets: Vec<String>,
 }
 
-pub const ALL_TARGETS: [&str; 7] = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"];
+/// Module names LoRA may target: those of [`BLOCK_LINEARS`].
+pub fn all_targets() -> [&'static str; 7] {
+    BLOCK_LINEARS.map(|l| l.module())
+}
 
 impl LoraConfig {
     pub fn scale(&self) -> f64 {
@@ -36,8 +40,8 @@ impl LoraConfig {
             bail!("LoRA rank must be positive");
         }
         for t in &self.targets {
-            if !ALL_TARGETS.contains(&t.as_str()) {
-                bail!("unknown LoRA target '{t}' (expected some of {})", ALL_TARGETS.join(", "));
+            if !all_targets().contains(&t.as_str()) {
+                bail!("unknown LoRA target '{t}' (expected some of {})", all_targets().join(", "));
             }
         }
         if self.targets.is_empty() {
@@ -48,28 +52,12 @@ impl LoraConfig {
 }
 
 /// The linear layers of a block with their Hugging Face module paths (relative to the block).
-pub fn block_linears<B: Backend>(b: &Block<B>) -> [(&'static str, &Linear<B>); 7] {
-    [
-        ("self_attn.q_proj", &b.self_attn.q_proj),
-        ("self_attn.k_proj", &b.self_attn.k_proj),
-        ("self_attn.v_proj", &b.self_attn.v_proj),
-        ("self_attn.o_proj", &b.self_attn.o_proj),
-        ("mlp.gate_proj", &b.mlp.gate_proj),
-        ("mlp.up_proj", &b.mlp.up_proj),
-        ("mlp.down_proj", &b.mlp.down_proj),
-    ]
+pub fn block_linears<B: Backend>(b: &Block<B>) -> impl Iterator<Item = (&'static str, &Linear<B>)> {
+    BLOCK_LINEARS.iter().map(|l| l.path).zip(b.linears())
 }
 
-fn block_linears_mut<B: Backend>(b: &mut Block<B>) -> [(&'static str, &mut Linear<B>); 7] {
-    [
-        ("self_attn.q_proj", &mut b.self_attn.q_proj),
-        ("self_attn.k_proj", &mut b.self_attn.k_proj),
-        ("self_attn.v_proj", &mut b.self_attn.v_proj),
-        ("self_attn.o_proj", &mut b.self_attn.o_proj),
-        ("mlp.gate_proj", &mut b.mlp.gate_proj),
-        ("mlp.up_proj", &mut b.mlp.up_proj),
-        ("mlp.down_proj", &mut b.mlp.down_proj),
-    ]
+fn block_linears_mut<B: Backend>(b: &mut Block<B>) -> impl Iterator<Item = (&'static str, &mut Linear<B>)> {
+    BLOCK_LINEARS.iter().map(|l| l.path).zip(b.linears_mut())
 }
 
 fn targeted(cfg: &LoraConfig, path: &str) -> bool {
@@ -245,7 +233,7 @@ mod tests {
             }
         }
         let merged = merge(m);
-        assert!(merged.layers.iter().all(|b| block_linears(b).iter().all(|(_, l)| l.lora.is_none())));
+        assert!(merged.layers.iter().all(|b| block_linears(b).all(|(_, l)| l.lora.is_none())));
         let got = vec2(merged.layers[1].self_attn.q_proj.weight.val());
         let diff = got.iter().zip(&want).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max);
         assert!(diff < 1e-5, "merged weight differs from W + scale A B by {diff}");
@@ -268,7 +256,7 @@ mod tests {
         let w = MemoryWeights(random_weights(&cfg, 3).into_iter().collect());
         let dev = Default::default();
         let base = build_llama::<Autodiff<Flex>>(&w, &cfg, &dev).unwrap();
-        let lcfg = LoraConfig { rank: 2, alpha: 4.0, targets: ALL_TARGETS.iter().map(|s| s.to_string()).collect() };
+        let lcfg = LoraConfig { rank: 2, alpha: 4.0, targets: all_targets().map(String::from).to_vec() };
         let m = attach(base, &lcfg, 5, &dev).unwrap();
         struct Count(usize, usize);
         impl<B: Backend> burn::module::ModuleVisitor<B> for Count {
