@@ -38,9 +38,9 @@ impl QueryFormer for FlareMasked {
     fn name(&self) -> &str {
         "flare-masked"
     }
-    fn form(&self, view: &GenView, at: usize, _keep: usize) -> String {
+    fn form(&self, view: &GenView, at: usize, _keep: usize) -> anyhow::Result<String> {
         if view.tokens.is_empty() {
-            return view.question.to_string();
+            return Ok(view.question.to_string());
         }
         let at = at.min(view.tokens.len() - 1);
         let span = words::sentence_of(view.tokens, at);
@@ -50,11 +50,7 @@ impl QueryFormer for FlareMasked {
             .map(|t| if t.prob >= self.beta { t.text.as_str() } else { " " })
             .collect();
         let masked = kept.split_whitespace().collect::<Vec<_>>().join(" ");
-        match (masked.is_empty(), self.with_question) {
-            (true, _) => view.question.to_string(),
-            (false, true) => format!("{} {masked}", view.question),
-            (false, false) => masked,
-        }
+        Ok(super::with_question(view.question, masked, self.with_question))
     }
 }
 
@@ -77,10 +73,10 @@ mod tests {
             .collect();
         let v = GenView { question: "When did it open?", tokens: &ts, new_from: 5 };
         // beta 0.4 removes " 18" (0.3) and " Rome" (0.2); "89" (0.5) stays; the kept sentence is untouched
-        assert_eq!(FlareMasked::new(0.4, false).form(&v, 8, 5), "It opened in 89 in .");
-        assert_eq!(FlareMasked::new(0.4, true).form(&v, 8, 5), "When did it open? It opened in 89 in .");
+        assert_eq!(FlareMasked::new(0.4, false).form(&v, 8, 5).unwrap(), "It opened in 89 in .");
+        assert_eq!(FlareMasked::new(0.4, true).form(&v, 8, 5).unwrap(), "When did it open? It opened in 89 in .");
         // beta 0.96 masks everything but the final "." (0.99)
-        assert_eq!(FlareMasked::new(0.96, false).form(&v, 8, 5), ".");
-        assert_eq!(FlareMasked::new(1.0, false).form(&v, 8, 5), "When did it open?");
+        assert_eq!(FlareMasked::new(0.96, false).form(&v, 8, 5).unwrap(), ".");
+        assert_eq!(FlareMasked::new(1.0, false).form(&v, 8, 5).unwrap(), "When did it open?");
     }
 }

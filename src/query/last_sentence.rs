@@ -25,16 +25,16 @@ impl QueryFormer for LastSentence {
     fn name(&self) -> &str {
         "last-sentence"
     }
-    fn form(&self, view: &GenView, _at: usize, keep: usize) -> String {
+    fn form(&self, view: &GenView, _at: usize, keep: usize) -> anyhow::Result<String> {
         let kept = &view.tokens[..keep.min(view.tokens.len())];
         for s in words::token_sentences(kept).into_iter().rev() {
             let q = view.text(s.start, s.end);
             let q = q.split_whitespace().collect::<Vec<_>>().join(" ");
             if !q.is_empty() {
-                return q;
+                return Ok(q);
             }
         }
-        view.question.to_string()
+        Ok(view.question.to_string())
     }
 }
 
@@ -48,8 +48,8 @@ mod tests {
         let texts = [" Paris", " is", " nice", ".", " It", " has", " a", " tower", ".", "\n", " Next"];
         let ts: Vec<TokenStep> = texts.iter().map(|t| TokenStep { text: t.to_string(), ..Default::default() }).collect();
         let v = GenView { question: "Q?", tokens: &ts, new_from: 4 };
-        assert_eq!(LastSentence.form(&v, 9, 10), "It has a tower.");
-        assert_eq!(LastSentence.form(&v, 3, 4), "Paris is nice.");
-        assert_eq!(LastSentence.form(&v, 0, 0), "Q?");
+        assert_eq!(LastSentence.form(&v, 9, 10).unwrap(), "It has a tower.");
+        assert_eq!(LastSentence.form(&v, 3, 4).unwrap(), "Paris is nice.");
+        assert_eq!(LastSentence.form(&v, 0, 0).unwrap(), "Q?");
     }
 }

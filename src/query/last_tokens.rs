@@ -33,15 +33,11 @@ impl QueryFormer for LastTokens {
     fn name(&self) -> &str {
         "last-tokens"
     }
-    fn form(&self, view: &GenView, _at: usize, keep: usize) -> String {
+    fn form(&self, view: &GenView, _at: usize, keep: usize) -> anyhow::Result<String> {
         let keep = keep.min(view.tokens.len());
         let q = view.text(keep.saturating_sub(self.n), keep);
         let q = q.split_whitespace().collect::<Vec<_>>().join(" ");
-        if q.is_empty() {
-            view.question.to_string()
-        } else {
-            q
-        }
+        Ok(if q.is_empty() { view.question.to_string() } else { q })
     }
 }
 
@@ -56,8 +52,8 @@ mod tests {
         let ts: Vec<TokenStep> = texts.iter().map(|t| TokenStep { text: t.to_string(), ..Default::default() }).collect();
         let v = GenView { question: "Q?", tokens: &ts, new_from: 3 };
         // keep = 6: the 4 tokens before it are "el", " Tower", "\n", " is" -> "el Tower is"
-        assert_eq!(LastTokens::new(4).form(&v, 5, 6), "el Tower is");
-        assert_eq!(LastTokens::new(40).form(&v, 6, 7), "The Eiffel Tower is tall");
-        assert_eq!(LastTokens::new(4).form(&v, 0, 0), "Q?");
+        assert_eq!(LastTokens::new(4).form(&v, 5, 6).unwrap(), "el Tower is");
+        assert_eq!(LastTokens::new(40).form(&v, 6, 7).unwrap(), "The Eiffel Tower is tall");
+        assert_eq!(LastTokens::new(4).form(&v, 0, 0).unwrap(), "Q?");
     }
 }

@@ -7,10 +7,20 @@ pub trait QueryFormer: Send {
     /// Short name used in configs and reports (`qfs`, `last-sentence`, ...).
     fn name(&self) -> &str;
     /// Query for a retrieval triggered at `view.tokens[at]`, with `view.tokens[..keep]` kept.
-    fn form(&self, view: &GenView, at: usize, keep: usize) -> String;
+    fn form(&self, view: &GenView, at: usize, keep: usize) -> anyhow::Result<String>;
     /// Query for the retrieval before generation (default: the question).
     fn initial(&self, question: &str) -> String {
         question.to_string()
+    }
+}
+
+/// A query from the words a former picked: the question alone when it picked none, else the words, behind the
+/// question when `with_question`.
+fn with_question(question: &str, picked: String, with_question: bool) -> String {
+    match (picked.is_empty(), with_question) {
+        (true, _) => question.to_string(),
+        (false, true) => format!("{question} {picked}"),
+        (false, false) => picked,
     }
 }
 
@@ -41,7 +51,7 @@ pub fn build(name: &str, config: &toml::Value) -> anyhow::Result<Box<dyn QueryFo
     })
 }
 
-/// Builds from a whole config file (after [`crate::trigger::resolve_dataset`]): its `[query]` table, whose
+/// Builds from a whole config file (after [`crate::config::MethodConfig`]): its `[query]` table, whose
 /// `name` key picks the method.
 pub fn build_section(root: &toml::Value) -> anyhow::Result<Box<dyn QueryFormer>> {
     let section = root.get("query").ok_or_else(|| anyhow::anyhow!("config: missing [query] table"))?;

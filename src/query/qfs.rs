@@ -81,13 +81,9 @@ impl QueryFormer for Qfs {
     fn name(&self) -> &str {
         "qfs"
     }
-    fn form(&self, view: &GenView, at: usize, _keep: usize) -> String {
+    fn form(&self, view: &GenView, at: usize, _keep: usize) -> anyhow::Result<String> {
         let picked = self.answer_words(view, at).join(" ");
-        match (picked.is_empty(), self.with_question) {
-            (true, _) => view.question.to_string(),
-            (false, true) => format!("{} {picked}", view.question),
-            (false, false) => picked,
-        }
+        Ok(super::with_question(view.question, picked, self.with_question))
     }
 }
 
@@ -131,13 +127,13 @@ mod tests {
         // top 2: Gustave (0.25), Eiffel (0.10) -> in text order
         let q = Qfs::new(2, false);
         assert_eq!(q.answer_words(&v, 10), vec!["Eiffel", "Gustave"]);
-        assert_eq!(q.form(&v, 10, 10), "Eiffel Gustave");
-        assert_eq!(Qfs::new(3, true).form(&v, 10, 10), "Who built it? Eiffel Tower Gustave");
+        assert_eq!(q.form(&v, 10, 10).unwrap(), "Eiffel Gustave");
+        assert_eq!(Qfs::new(3, true).form(&v, 10, 10).unwrap(), "Who built it? Eiffel Tower Gustave");
         // without the content filter the stop words "in" (0.50) and "The" (0.30) win
         let q = Qfs { top_n: 2, with_question: false, content_words_only: false, word_rows: false };
-        assert_eq!(q.form(&v, 10, 10), "The in");
+        assert_eq!(q.form(&v, 10, 10).unwrap(), "The in");
         // trigger at the first word: nothing to rank, the question
-        assert_eq!(Qfs::new(2, false).form(&v, 0, 0), "Who built it?");
+        assert_eq!(Qfs::new(2, false).form(&v, 0, 0).unwrap(), "Who built it?");
     }
 
     #[test]
@@ -149,9 +145,9 @@ mod tests {
         ts[8].attn[1][43] = 0.6;
         let v = GenView { question: "Q", tokens: &ts, new_from: 0 };
         // token row (7 only): Eiffel 0.1, Tower 0, built 0 -> top 1 = Eiffel
-        assert_eq!(Qfs::new(1, false).form(&v, 7, 7), "Eiffel");
+        assert_eq!(Qfs::new(1, false).form(&v, 7, 7).unwrap(), "Eiffel");
         // word rows (mean of 7 and 8): Eiffel 0.05, Tower 0.3 -> top 1 = Tower
         let q = Qfs { top_n: 1, with_question: false, content_words_only: true, word_rows: true };
-        assert_eq!(q.form(&v, 7, 7), "Tower");
+        assert_eq!(q.form(&v, 7, 7).unwrap(), "Tower");
     }
 }

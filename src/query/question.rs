@@ -12,8 +12,8 @@ impl QueryFormer for Question {
     fn name(&self) -> &str {
         "question"
     }
-    fn form(&self, view: &GenView, _at: usize, _keep: usize) -> String {
-        view.question.to_string()
+    fn form(&self, view: &GenView, _at: usize, _keep: usize) -> anyhow::Result<String> {
+        Ok(view.question.to_string())
     }
 }
 
@@ -26,7 +26,7 @@ mod tests {
     fn asks_the_question() {
         let ts = vec![TokenStep { text: " Paris".into(), ..Default::default() }];
         let v = GenView { question: "Where is the tower?", tokens: &ts, new_from: 0 };
-        assert_eq!(Question.form(&v, 0, 1), "Where is the tower?");
+        assert_eq!(Question.form(&v, 0, 1).unwrap(), "Where is the tower?");
         assert_eq!(Question.initial("Q"), "Q");
     }
 }

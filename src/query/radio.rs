@@ -145,13 +145,9 @@ impl QueryFormer for Radio {
     fn name(&self) -> &str {
         "radio"
     }
-    fn form(&self, view: &GenView, at: usize, _keep: usize) -> String {
+    fn form(&self, view: &GenView, at: usize, _keep: usize) -> anyhow::Result<String> {
         let picked = self.answer_words(view, at).join(" ");
-        match (picked.is_empty(), self.with_question) {
-            (true, _) => view.question.to_string(),
-            (false, true) => format!("{} {picked}", view.question),
-            (false, false) => picked,
-        }
+        Ok(super::with_question(view.question, picked, self.with_question))
     }
 }
 
@@ -208,9 +204,9 @@ mod tests {
             assert!((c.2 - w).abs() < 1e-4, "{} {} vs {w}", c.1, c.2);
         }
         // top 2: Seine (2.1815), Paris#1 (1.7914) -> text order
-        assert_eq!(r.form(&v, 5, 5), "Paris Seine");
-        assert_eq!(Radio::new(2, true, None).form(&v, 5, 5), "Where is Paris? Paris Seine");
+        assert_eq!(r.form(&v, 5, 5).unwrap(), "Paris Seine");
+        assert_eq!(Radio::new(2, true, None).form(&v, 5, 5).unwrap(), "Where is Paris? Paris Seine");
         // nothing before the first word: the question
-        assert_eq!(r.form(&v, 0, 0), "Where is Paris?");
+        assert_eq!(r.form(&v, 0, 0).unwrap(), "Where is Paris?");
     }
 }

@@ -190,12 +190,12 @@ impl<'a> RagLoop<'a> {
                 out.recompute_tokens += s.len();
             }
             let view = GenView { question, tokens: &tokens, new_from };
-            let j = trigger.judge(&view);
+            let j = trigger.judge(&view)?;
             scores.extend(j.scores.iter().map(|&x| (!x.is_nan()).then_some(x)));
             scores.resize(tokens.len(), None);
             if let Decision::Retrieve { keep, at } = j.decision {
                 if self.retriever.is_some() && out.retrievals.len() < self.cfg.max_retrievals {
-                    let q = qf.form(&view, at.min(tokens.len() - 1), keep);
+                    let q = qf.form(&view, at.min(tokens.len() - 1), keep)?;
                     trigger.on_retrieval();
                     docs = self.retrieve(&q)?;
                     out.retrievals.push(Retrieval { token_pos: keep, query: q, passages: docs.clone() });

@@ -39,7 +39,7 @@
 
 use anyhow::Result;
 
-use super::params::{read_lookahead, Params, Truncate};
+use super::params::{Pacing, Params, Truncate};
 use super::{Decision, GenView, Judgement, Lookahead, Trigger};
 use crate::step::TokenStep;
 use crate::text::words::{self, Word};
@@ -56,11 +56,7 @@ pub enum Variant {
 pub struct Etc {
     alpha: f32,
     variant: Variant,
-    truncate: Truncate,
-    lookahead: Lookahead,
-    accept_after_retrieval: bool,
-    pending_accept: bool,
-    max_sentence_tokens: usize,
+    pacing: Pacing,
 }
 
 /// Smoothed second differences of `h` (`None` for the first two entries).
@@ -105,11 +101,7 @@ impl Etc {
         Etc {
             alpha,
             variant,
-            truncate: Truncate::Token,
-            lookahead: Lookahead::Sentence { max_tokens: 64 },
-            accept_after_retrieval: false,
-            pending_accept: false,
-            max_sentence_tokens: 64,
+            pacing: Pacing::new(Truncate::Token, Lookahead::Sentence { max_tokens: 64 }, false),
         }
     }
 
@@ -124,10 +116,7 @@ impl Etc {
             _ => Variant::Code,
         };
         let mut e = Etc::new(alpha, variant);
-        e.truncate = Truncate::read(&p, e.truncate)?;
-        e.lookahead = read_lookahead(&p, e.lookahead)?;
-        e.max_sentence_tokens = p.usize("max_sentence_tokens", Some(64))?;
-        e.accept_after_retrieval = p.bool("accept_after_retrieval", false)?;
+        e.pacing = e.pacing.read(&p)?;
         p.finish()?;
         Ok(e)
     }
@@ -146,22 +135,18 @@ impl Trigger for Etc {
         "etc"
     }
     fn lookahead(&self) -> Lookahead {
-        if self.pending_accept {
-            Lookahead::Sentence { max_tokens: self.max_sentence_tokens }
-        } else {
-            self.lookahead
-        }
+        self.pacing.lookahead()
     }
     fn reset(&mut self) {
-        self.pending_accept = false;
+        self.pacing.reset();
     }
     fn on_retrieval(&mut self) {
-        self.pending_accept = self.accept_after_retrieval;
+        self.pacing.on_retrieval();
     }
-    fn judge(&mut self, view: &GenView) -> Judgement {
+    fn judge(&mut self, view: &GenView) -> anyhow::Result<Judgement> {
         let tokens = view.tokens;
-        if std::mem::take(&mut self.pending_accept) {
-            return Judgement::new(Decision::Continue, vec![f32::NAN; tokens.len() - view.new_from]);
+        if self.pacing.take_accept() {
+            return Ok(Judgement::new(Decision::Continue, vec![f32::NAN; tokens.len() - view.new_from]));
         }
         let content: Vec<Word> = words::words(tokens).into_iter().filter(Word::is_content).collect();
         let h: Vec<f32> = content.iter().map(|w| self.word_entropy(tokens, w)).collect();
@@ -181,10 +166,10 @@ impl Trigger for Etc {
                 scores[i - view.new_from] = score;
             }
             if score >= self.alpha && decision == Decision::Continue {
-                decision = Decision::Retrieve { keep: self.truncate.keep(tokens, w.start()), at: w.start() };
+                decision = Decision::Retrieve { keep: self.pacing.truncate.keep(tokens, w.start()), at: w.start() };
             }
         }
-        Judgement::new(decision, scores)
+        Ok(Judgement::new(decision, scores))
     }
 }
 
@@ -232,7 +217,7 @@ mod tests {
         // with alpha 0.5 nothing triggers: the spike at "river" is damped by its small weight
         let ts = example();
         let mut e = Etc::new(0.5, Variant::Paper);
-        let j = e.judge(&GenView { question: "q", tokens: &ts, new_from: 0 });
+        let j = e.judge(&GenView { question: "q", tokens: &ts, new_from: 0 }).unwrap();
         assert_eq!(j.decision, Decision::Continue);
         // scores: NaN except capital (6) 0.3, Seineland (8,9) 0.1, river (10) 0.190909
         assert!(j.scores[..6].iter().all(|s| s.is_nan()));
@@ -250,12 +235,12 @@ mod tests {
         // t=2: d̃2 = 0; t=3: E = 4, w = |0-4|/(|8-4|+|0-4|) = 0.5, d̃2 = 0.5*8 + 0.5*0 = 4.0 >= 0.5
         // -> triggers at "architect" (token 4)
         let mut e = Etc::new(0.5, Variant::Paper);
-        let j = e.judge(&GenView { question: "q", tokens: &ts, new_from: 0 });
+        let j = e.judge(&GenView { question: "q", tokens: &ts, new_from: 0 }).unwrap();
         assert_eq!(j.decision, Decision::Retrieve { keep: 4, at: 4 });
         assert!(close(j.scores[4], 4.0));
         // judged from the block only: with the block starting after "architect", the first score is at t=4:
         // E = (0+8-14)/3 = -2, w = |8+2|/(|-14+2|+|8+2|) = 10/22, d̃2 = (10/22)(-14) + (12/22)(4.0) = -4.181818
-        let j = e.judge(&GenView { question: "q", tokens: &ts, new_from: 5 });
+        let j = e.judge(&GenView { question: "q", tokens: &ts, new_from: 5 }).unwrap();
         assert!(close(j.scores[0], 4.181818), "{:?}", j.scores);
         assert_eq!(j.decision, Decision::Retrieve { keep: 5, at: 5 });
     }
@@ -273,14 +258,14 @@ mod tests {
         // scores x a_pay: capital 0.3*0.5 = 0.15; Seineland 0.935*max(0.6,0.3) = 0.561 >= 0.5 -> trigger
         let ts = example();
         let mut e = Etc::new(0.5, Variant::Code);
-        let j = e.judge(&GenView { question: "q", tokens: &ts, new_from: 0 });
+        let j = e.judge(&GenView { question: "q", tokens: &ts, new_from: 0 }).unwrap();
         assert!(close(j.scores[6], 0.15) && close(j.scores[8], 0.561), "{:?}", j.scores);
         assert!(close(j.scores[10], 0.1166667 * 0.5));
         assert_eq!(j.decision, Decision::Retrieve { keep: 8, at: 8 });
         // truncate = "sentence": back to the start of the only sentence
         let mut e = Etc::from_config(&toml::from_str("alpha = 0.5\nvariant = \"code\"\ntruncate = \"sentence\"").unwrap())
             .unwrap();
-        let j = e.judge(&GenView { question: "q", tokens: &ts, new_from: 0 });
+        let j = e.judge(&GenView { question: "q", tokens: &ts, new_from: 0 }).unwrap();
         assert_eq!(j.decision, Decision::Retrieve { keep: 0, at: 8 });
     }
 }

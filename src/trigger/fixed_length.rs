@@ -47,14 +47,14 @@ impl Trigger for FixedLength {
     fn before_generation(&mut self, _question: &str) -> bool {
         self.initial
     }
-    fn judge(&mut self, view: &GenView) -> Judgement {
+    fn judge(&mut self, view: &GenView) -> anyhow::Result<Judgement> {
         let block = view.tokens.len() - view.new_from;
         let decision = if block >= self.n {
             Decision::Retrieve { keep: view.tokens.len(), at: view.tokens.len() - 1 }
         } else {
             Decision::Continue
         };
-        Judgement::new(decision, vec![f32::NAN; block])
+        Ok(Judgement::new(decision, vec![f32::NAN; block]))
     }
 }
 
@@ -75,11 +75,11 @@ mod tests {
         assert!(t.before_generation("q"));
         let ts = toks(8);
         // second block: tokens 4..8, full -> retrieve, keep all 8, triggered by the last token (7)
-        let j = t.judge(&GenView { question: "q", tokens: &ts, new_from: 4 });
+        let j = t.judge(&GenView { question: "q", tokens: &ts, new_from: 4 }).unwrap();
         assert_eq!(j.decision, Decision::Retrieve { keep: 8, at: 7 });
         // a short final block (3 < 4 tokens) does not trigger
         let ts = toks(7);
-        let j = t.judge(&GenView { question: "q", tokens: &ts, new_from: 4 });
+        let j = t.judge(&GenView { question: "q", tokens: &ts, new_from: 4 }).unwrap();
         assert_eq!(j.decision, Decision::Continue);
         assert_eq!(j.scores.len(), 3);
     }

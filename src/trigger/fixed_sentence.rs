@@ -44,7 +44,7 @@ impl Trigger for FixedSentence {
     fn before_generation(&mut self, _question: &str) -> bool {
         self.initial
     }
-    fn judge(&mut self, view: &GenView) -> Judgement {
+    fn judge(&mut self, view: &GenView) -> anyhow::Result<Judgement> {
         let block = &view.tokens[view.new_from..];
         let has_text = block.iter().any(|t| t.text.chars().any(|c| !c.is_whitespace()));
         let decision = if has_text {
@@ -52,7 +52,7 @@ impl Trigger for FixedSentence {
         } else {
             Decision::Continue
         };
-        Judgement::new(decision, vec![f32::NAN; block.len()])
+        Ok(Judgement::new(decision, vec![f32::NAN; block.len()]))
     }
 }
 
@@ -71,10 +71,10 @@ mod tests {
             .collect();
         let mut t = FixedSentence::new(64, true);
         assert_eq!(t.lookahead(), Lookahead::Sentence { max_tokens: 64 });
-        let j = t.judge(&GenView { question: "q", tokens: &ts, new_from: 4 });
+        let j = t.judge(&GenView { question: "q", tokens: &ts, new_from: 4 }).unwrap();
         assert_eq!(j.decision, Decision::Retrieve { keep: 8, at: 7 });
         let blank = [TokenStep { pos: 30, text: "\n".into(), ..Default::default() }];
-        let j = t.judge(&GenView { question: "q", tokens: &blank, new_from: 0 });
+        let j = t.judge(&GenView { question: "q", tokens: &blank, new_from: 0 }).unwrap();
         assert_eq!(j.decision, Decision::Continue);
     }
 }

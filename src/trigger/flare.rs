@@ -53,14 +53,14 @@ impl Trigger for Flare {
     fn before_generation(&mut self, _question: &str) -> bool {
         self.initial
     }
-    fn judge(&mut self, view: &GenView) -> Judgement {
+    fn judge(&mut self, view: &GenView) -> anyhow::Result<Judgement> {
         let block = &view.tokens[view.new_from..];
         let scores: Vec<f32> = block.iter().map(|t| t.prob).collect();
         let decision = match block.iter().position(|t| t.prob < self.theta) {
             Some(k) => Decision::Retrieve { keep: view.new_from, at: view.new_from + k },
             None => Decision::Continue,
         };
-        Judgement::new(decision, scores)
+        Ok(Judgement::new(decision, scores))
     }
 }
 
@@ -88,7 +88,7 @@ mod tests {
         let mut t = Flare::from_config(&toml::from_str("theta = 0.8").unwrap()).unwrap();
         assert!(t.before_generation("q"));
         assert_eq!(t.lookahead(), Lookahead::Sentence { max_tokens: 64 });
-        let j = t.judge(&GenView { question: "q", tokens: &ts, new_from: 5 });
+        let j = t.judge(&GenView { question: "q", tokens: &ts, new_from: 5 }).unwrap();
         assert_eq!(j.decision, Decision::Retrieve { keep: 5, at: 8 });
         assert_eq!(j.scores, vec![0.95, 0.9, 0.85, 0.3, 0.99]);
     }
@@ -98,7 +98,7 @@ mod tests {
         // all >= 0.8 (0.8 itself is not below theta)
         let ts = steps(&[(" It", 0.95), (" opened", 0.8), (".", 0.99)]);
         let mut t = Flare::new(0.8, 64, true);
-        let j = t.judge(&GenView { question: "q", tokens: &ts, new_from: 0 });
+        let j = t.judge(&GenView { question: "q", tokens: &ts, new_from: 0 }).unwrap();
         assert_eq!(j.decision, Decision::Continue);
     }
 }

@@ -23,6 +23,8 @@
 //! Contract: the decoder must capture `hidden_final` / `hidden_mean` for every token; a token without the
 //! states the detector needs is a programming error and panics with a message saying so.
 
+use anyhow::Context;
+
 use crate::detector::Detector;
 use crate::trigger::{Decision, GenView, Judgement, Lookahead, Trigger};
 
@@ -80,7 +82,6 @@ impl MlpTrigger {
     /// `rule` (`radio` | `threshold` | `threshold:<p>`, default `radio`), `block` (tokens judged at once,
     /// default 1).
     pub fn from_config(config: &toml::Value) -> anyhow::Result<Self> {
-        use anyhow::Context;
         let p = crate::trigger::params::Params::new("mlp", config)?;
         let dir = match p.raw("detector") {
             Some(toml::Value::String(s)) => s.clone(),
@@ -98,9 +99,8 @@ impl MlpTrigger {
         Ok(MlpTrigger::new(detector, rule).with_block(block))
     }
 
-    fn score(&self, view: &GenView, j: usize) -> f32 {
-        let t = &view.tokens[j];
-        self.detector.score_step(t).unwrap_or_else(|e| panic!("mlp trigger: {e:#}"))
+    fn score(&self, view: &GenView, j: usize) -> anyhow::Result<f32> {
+        self.detector.score_step(&view.tokens[j]).context("mlp trigger")
     }
 
     fn fires(&self, s: f32) -> bool {
@@ -135,23 +135,23 @@ impl Trigger for MlpTrigger {
         self.detector.check_model(model_id, hidden)
     }
 
-    fn judge(&mut self, view: &GenView) -> Judgement {
+    fn judge(&mut self, view: &GenView) -> anyhow::Result<Judgement> {
         self.history.truncate(view.new_from);
         while self.history.len() < view.new_from {
-            let s = self.score(view, self.history.len());
+            let s = self.score(view, self.history.len())?;
             self.history.push(s);
         }
         let mut scores = Vec::with_capacity(view.tokens.len() - view.new_from);
         let mut decision = Decision::Continue;
         for j in view.new_from..view.tokens.len() {
-            let s = self.score(view, j);
+            let s = self.score(view, j)?;
             scores.push(s);
             if decision == Decision::Continue && self.fires(s) {
                 decision = Decision::Retrieve { keep: j, at: j };
             }
             self.history.push(s);
         }
-        Judgement::new(decision, scores)
+        Ok(Judgement::new(decision, scores))
     }
 }
 
@@ -186,27 +186,27 @@ mod tests {
         // Tokens 0, 1 (e = 1.5) were generated earlier; the trigger scores them on first sight: [0.8808, 0.8808].
         let toks = tokens(&[1.5, 1.5, 1.0, 1.5]);
         // Token 2: 0.7311 > 0.5 but below the running mean 0.8808 -> continue.
-        let j = t.judge(&view(&toks[..3], 2));
+        let j = t.judge(&view(&toks[..3], 2)).unwrap();
         assert_eq!(j.decision, Decision::Continue);
         assert!((j.scores[0] - S1).abs() < 1e-6, "{:?}", j.scores);
         // Token 3: 0.8808 > mean(0.8808, 0.8808, 0.7311) = 0.8309 and > 0.5 -> retrieve, drop token 3.
-        let j = t.judge(&view(&toks, 3));
+        let j = t.judge(&view(&toks, 3)).unwrap();
         assert_eq!(j.decision, Decision::Retrieve { keep: 3, at: 3 });
         assert!((j.scores[0] - S15).abs() < 1e-6);
 
         // After the retrieval the loop keeps tokens[..3] and generates a new token 3 (e = 0.5 -> exactly 0.5,
         // not above 0.5): continue. The dropped score is gone from the mean.
         let toks2 = tokens(&[1.5, 1.5, 1.0, 0.5]);
-        assert_eq!(t.judge(&view(&toks2, 3)).decision, Decision::Continue);
+        assert_eq!(t.judge(&view(&toks2, 3)).unwrap().decision, Decision::Continue);
         assert_eq!(t.history.len(), 4);
 
         // First token of a fresh answer: no earlier scores, 0.2689 < 0.5 -> continue; then 0.7311 -> retrieve.
         t.reset();
         let toks3 = tokens(&[0.0, 1.0]);
-        let j = t.judge(&view(&toks3[..1], 0));
+        let j = t.judge(&view(&toks3[..1], 0)).unwrap();
         assert_eq!(j.decision, Decision::Continue);
         assert!((j.scores[0] - S0).abs() < 1e-6);
-        assert_eq!(t.judge(&view(&toks3, 1)).decision, Decision::Retrieve { keep: 1, at: 1 });
+        assert_eq!(t.judge(&view(&toks3, 1)).unwrap().decision, Decision::Retrieve { keep: 1, at: 1 });
     }
 
     #[test]
@@ -214,10 +214,10 @@ mod tests {
         let toks = tokens(&[1.5, 1.5, 1.0, 1.5]);
         let mut t = MlpTrigger::new(entropy_detector(), MlpRule::Threshold(0.5));
         // Same token 2 as above (0.7311 below the running mean 0.8808): a plain threshold fires.
-        assert_eq!(t.judge(&view(&toks[..3], 2)).decision, Decision::Retrieve { keep: 2, at: 2 });
+        assert_eq!(t.judge(&view(&toks[..3], 2)).unwrap().decision, Decision::Retrieve { keep: 2, at: 2 });
         let mut t = MlpTrigger::new(entropy_detector(), MlpRule::Threshold(0.8)).with_block(2);
         // Block of tokens 2 and 3: 0.7311 <= 0.8, 0.8808 > 0.8 -> retrieve at 3; both scores reported.
-        let j = t.judge(&view(&toks, 2));
+        let j = t.judge(&view(&toks, 2)).unwrap();
         assert_eq!(j.decision, Decision::Retrieve { keep: 3, at: 3 });
         assert_eq!(j.scores.len(), 2);
         assert!((j.scores[0] - S1).abs() < 1e-6 && (j.scores[1] - S15).abs() < 1e-6);
@@ -233,8 +233,7 @@ mod tests {
     }
 
     #[test]
-    #[should_panic(expected = "was the hidden state captured")]
-    fn panics_without_hidden_states() {
+    fn errors_without_hidden_states() {
         let mut d = entropy_detector();
         // a detector over hidden states, fed a token without them
         let mut info = d.info().clone();
@@ -244,6 +243,7 @@ mod tests {
         w.layers[0] = crate::detector::mlp::LinearWeights { d_in: 3, d_out: 1, weight: vec![1.0; 3], bias: vec![0.0] };
         d = Detector::new(info, w, None).unwrap();
         let toks = tokens(&[1.0]);
-        MlpTrigger::new(d, MlpRule::Radio).judge(&view(&toks, 0));
+        let e = MlpTrigger::new(d, MlpRule::Radio).judge(&view(&toks, 0)).unwrap_err();
+        assert!(format!("{e:#}").contains("was the hidden state captured"), "{e:#}");
     }
 }

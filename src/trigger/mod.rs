@@ -81,7 +81,7 @@ pub trait Trigger: Send {
         false
     }
     /// Judge the block `view.tokens[view.new_from..]`.
-    fn judge(&mut self, view: &GenView) -> Judgement;
+    fn judge(&mut self, view: &GenView) -> anyhow::Result<Judgement>;
     /// Called after the loop retrieved on this trigger's decision.
     fn on_retrieval(&mut self) {}
     /// Errors when the trigger was fitted to another model (a learned detector reads that model's hidden
@@ -102,13 +102,13 @@ mod protocol_tests;
 pub mod rind;
 pub mod single;
 
-pub use params::{resolve_dataset, Truncate};
+pub use params::Truncate;
 
 /// Trigger names [`build`] knows.
 pub const NAMES: &[&str] = &["none", "single", "fixed-length", "fixed-sentence", "flare", "rind", "etc", "mlp"];
 
 /// Builds the trigger `name` from its config table (the `[trigger]` section of a `configs/*.toml`, after
-/// [`resolve_dataset`]; the `name` key in it is allowed and ignored). Unknown keys are errors.
+/// [`crate::config::resolve_dataset`]; the `name` key in it is allowed and ignored). Unknown keys are errors.
 pub fn build(name: &str, config: &toml::Value) -> anyhow::Result<Box<dyn Trigger>> {
     Ok(match name {
         "none" => Box::new(none::NoRetrieval::from_config(config)?),
@@ -123,7 +123,7 @@ pub fn build(name: &str, config: &toml::Value) -> anyhow::Result<Box<dyn Trigger
     })
 }
 
-/// Builds from a whole config file (after [`crate::trigger::resolve_dataset`]): its `[trigger]` table, whose
+/// Builds from a whole config file (after [`crate::config::MethodConfig`]): its `[trigger]` table, whose
 /// `name` key picks the method.
 pub fn build_section(root: &toml::Value) -> anyhow::Result<Box<dyn Trigger>> {
     let section = root.get("trigger").ok_or_else(|| anyhow::anyhow!("config: missing [trigger] table"))?;

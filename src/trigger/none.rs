@@ -35,8 +35,8 @@ impl Trigger for NoRetrieval {
     fn lookahead(&self) -> Lookahead {
         self.lookahead
     }
-    fn judge(&mut self, view: &GenView) -> Judgement {
-        Judgement::new(Decision::Continue, vec![f32::NAN; view.tokens.len() - view.new_from])
+    fn judge(&mut self, view: &GenView) -> anyhow::Result<Judgement> {
+        Ok(Judgement::new(Decision::Continue, vec![f32::NAN; view.tokens.len() - view.new_from]))
     }
 }
 
@@ -51,7 +51,7 @@ mod tests {
             (0..5).map(|i| TokenStep { pos: 10 + i, text: " x".into(), entropy: 9.0, prob: 0.01, ..Default::default() }).collect();
         let mut t = NoRetrieval::from_config(&toml::Value::Table(Default::default())).unwrap();
         assert!(!t.before_generation("q"));
-        let j = t.judge(&GenView { question: "q", tokens: &toks, new_from: 2 });
+        let j = t.judge(&GenView { question: "q", tokens: &toks, new_from: 2 }).unwrap();
         assert_eq!(j.decision, Decision::Continue);
         assert_eq!(j.scores.len(), 3);
     }

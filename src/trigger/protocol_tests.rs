@@ -2,7 +2,8 @@
 //! decode loop (lookahead, judge, truncate, query, re-feed), as the lead's loop is specified in this module's
 //! parent. Expected retrievals and queries are worked out by hand below.
 
-use super::{build_section, resolve_dataset, Decision, GenView, Lookahead};
+use super::{build_section, Decision, GenView, Lookahead};
+use crate::config::resolve_dataset;
 use crate::step::TokenStep;
 use crate::text::words::ends_sentence;
 
@@ -62,11 +63,11 @@ fn run(config: &str) -> (bool, Vec<(usize, usize, String)>, String) {
             }
         }
         let view = GenView { question: QUESTION, tokens: &tokens, new_from };
-        let j = trigger.judge(&view);
+        let j = trigger.judge(&view).unwrap();
         assert_eq!(j.scores.len(), tokens.len() - new_from, "{config}: one score per block token");
         if let Decision::Retrieve { keep, at } = j.decision {
             assert!(keep <= tokens.len() && at < tokens.len(), "{config}: keep {keep} at {at} out of range");
-            events.push((keep, at, former.form(&view, at, keep)));
+            events.push((keep, at, former.form(&view, at, keep).unwrap()));
             trigger.on_retrieval();
             informed = true;
             tokens = (0..keep).map(|i| step(i, true)).collect(); // re-fed under the new prompt

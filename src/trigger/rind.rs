@@ -45,7 +45,7 @@
 
 use anyhow::Result;
 
-use super::params::{read_lookahead, Params, Truncate};
+use super::params::{Pacing, Params, Truncate};
 use super::{Decision, GenView, Judgement, Lookahead, Trigger};
 use crate::step::TokenStep;
 use crate::text::words::{self, is_content_word, Word};
@@ -62,13 +62,8 @@ pub enum Variant {
 pub struct Rind {
     theta: f32,
     variant: Variant,
-    truncate: Truncate,
-    lookahead: Lookahead,
-    /// Accept the first sentence after a retrieval without judging it (DRAGIN's code).
-    accept_after_retrieval: bool,
-    /// A retrieval happened and the next sentence is to be accepted.
-    pending_accept: bool,
-    max_sentence_tokens: usize,
+    /// Cut, block size, and (DRAGIN's code) the first sentence after a retrieval accepted without judging.
+    pacing: Pacing,
 }
 
 /// `a_max(i)`: the largest head-averaged attention token `i` receives from a later token of the view.
@@ -110,11 +105,7 @@ impl Rind {
         Rind {
             theta,
             variant,
-            truncate,
-            lookahead,
-            accept_after_retrieval: variant == Variant::Code,
-            pending_accept: false,
-            max_sentence_tokens: 64,
+            pacing: Pacing::new(truncate, lookahead, variant == Variant::Code),
         }
     }
 
@@ -129,10 +120,7 @@ impl Rind {
             _ => Variant::Code,
         };
         let mut r = Rind::new(theta, variant);
-        r.truncate = Truncate::read(&p, r.truncate)?;
-        r.lookahead = read_lookahead(&p, r.lookahead)?;
-        r.max_sentence_tokens = p.usize("max_sentence_tokens", Some(64))?;
-        r.accept_after_retrieval = p.bool("accept_after_retrieval", r.accept_after_retrieval)?;
+        r.pacing = r.pacing.read(&p)?;
         p.finish()?;
         Ok(r)
     }
@@ -178,23 +166,19 @@ impl Trigger for Rind {
         "rind"
     }
     fn lookahead(&self) -> Lookahead {
-        if self.pending_accept {
-            Lookahead::Sentence { max_tokens: self.max_sentence_tokens }
-        } else {
-            self.lookahead
-        }
+        self.pacing.lookahead()
     }
     fn reset(&mut self) {
-        self.pending_accept = false;
+        self.pacing.reset();
     }
     fn on_retrieval(&mut self) {
-        self.pending_accept = self.accept_after_retrieval;
+        self.pacing.on_retrieval();
     }
-    fn judge(&mut self, view: &GenView) -> Judgement {
+    fn judge(&mut self, view: &GenView) -> anyhow::Result<Judgement> {
         let tokens = view.tokens;
         let block_len = tokens.len() - view.new_from;
-        if std::mem::take(&mut self.pending_accept) {
-            return Judgement::new(Decision::Continue, vec![f32::NAN; block_len]);
+        if self.pacing.take_accept() {
+            return Ok(Judgement::new(Decision::Continue, vec![f32::NAN; block_len]));
         }
         let ws: Vec<Word> = words::words(tokens).into_iter().filter(|w| w.tokens.end > view.new_from).collect();
         let word_scores = match self.variant {
@@ -208,10 +192,10 @@ impl Trigger for Rind {
             }
         }
         let decision = match ws.iter().zip(&word_scores).find(|(_, s)| **s > self.theta) {
-            Some((w, _)) => Decision::Retrieve { keep: self.truncate.keep(tokens, w.start()), at: w.start() },
+            Some((w, _)) => Decision::Retrieve { keep: self.pacing.truncate.keep(tokens, w.start()), at: w.start() },
             None => Decision::Continue,
         };
-        Judgement::new(decision, scores)
+        Ok(Judgement::new(decision, scores))
     }
 }
 
@@ -287,17 +271,17 @@ mod tests {
         //   s:    0   1               0   1     0
         //   S:    0   1.05            0   0.24  0
         let mut r = Rind::new(1.0, Variant::Paper);
-        let j = r.judge(&GenView { question: "q", tokens: &ts, new_from: 2 });
+        let j = r.judge(&GenView { question: "q", tokens: &ts, new_from: 2 }).unwrap();
         assert!(close(&j.scores, &[0.0, 1.05, 1.05, 0.0, 0.24, 0.0]), "{:?}", j.scores);
         // 1.05 > 1.0 at "Eiffel": truncate at the word's first token
         assert_eq!(j.decision, Decision::Retrieve { keep: 3, at: 3 });
         // theta 1.2: Eiffel 1.05 is below; "was" would score 3.0*0.8 = 2.4 but s = 0 (stop word)
         let mut r = Rind::new(1.2, Variant::Paper);
-        assert_eq!(r.judge(&GenView { question: "q", tokens: &ts, new_from: 2 }).decision, Decision::Continue);
+        assert_eq!(r.judge(&GenView { question: "q", tokens: &ts, new_from: 2 }).unwrap().decision, Decision::Continue);
         // a_max only sees tokens decoded so far: with the view ending after "was" (index 5), Eiffel's witnesses
         // are el (0.4 to Eiff, 0.2 to el) and was (0, 0.2): a = 0.4, S = 1.5 * 0.4 = 0.6 <= 1.0, no trigger yet
         let mut r = Rind::new(1.0, Variant::Paper);
-        let j = r.judge(&GenView { question: "q", tokens: &ts[..6], new_from: 2 });
+        let j = r.judge(&GenView { question: "q", tokens: &ts[..6], new_from: 2 }).unwrap();
         assert_eq!(j.decision, Decision::Continue);
         assert!(close(&j.scores, &[0.0, 0.6, 0.6, 0.0]), "{:?}", j.scores);
     }
@@ -322,7 +306,7 @@ mod tests {
         //   built 0.2/2.8*1.2*5  = 0.4285714
         //   .     0.4/2.8*0.1*5  = 0.0714286
         let mut r = Rind::new(2.0, Variant::Code);
-        let j = r.judge(&GenView { question: "q", tokens: &ts, new_from: 2 });
+        let j = r.judge(&GenView { question: "q", tokens: &ts, new_from: 2 }).unwrap();
         let e = [0.4017857, 2.5446429, 2.5446429, 4.2857143, 0.4285714, 0.0714286];
         assert!(close(&j.scores, &e), "{:?}", j.scores);
         // first value > 2.0 is Eiffel (index 3); the code truncates at its sentence start (index 2)
@@ -330,7 +314,7 @@ mod tests {
         // theta 3.0: the stop word "was" (4.29) triggers, the code has no content-word factor
         let mut r = Rind::new(3.0, Variant::Code);
         assert_eq!(
-            r.judge(&GenView { question: "q", tokens: &ts, new_from: 2 }).decision,
+            r.judge(&GenView { question: "q", tokens: &ts, new_from: 2 }).unwrap().decision,
             Decision::Retrieve { keep: 2, at: 5 }
         );
     }
@@ -343,23 +327,23 @@ mod tests {
         r.on_retrieval();
         // one sentence, accepted unjudged (it would trigger: Eiffel 2.54 > 2.0), then back to 64-token blocks
         assert_eq!(r.lookahead(), Lookahead::Sentence { max_tokens: 64 });
-        let j = r.judge(&GenView { question: "q", tokens: &ts, new_from: 2 });
+        let j = r.judge(&GenView { question: "q", tokens: &ts, new_from: 2 }).unwrap();
         assert_eq!(j.decision, Decision::Continue);
         assert!(j.scores.iter().all(|s| s.is_nan()));
         assert_eq!(r.lookahead(), Lookahead::Tokens(64));
-        assert_eq!(r.judge(&GenView { question: "q", tokens: &ts, new_from: 2 }).decision, Decision::Retrieve { keep: 2, at: 3 });
+        assert_eq!(r.judge(&GenView { question: "q", tokens: &ts, new_from: 2 }).unwrap().decision, Decision::Retrieve { keep: 2, at: 3 });
         // the paper form keeps judging
         let mut r = Rind::new(1.0, Variant::Paper);
         r.on_retrieval();
-        assert_eq!(r.judge(&GenView { question: "q", tokens: &ts, new_from: 2 }).decision, Decision::Retrieve { keep: 3, at: 3 });
+        assert_eq!(r.judge(&GenView { question: "q", tokens: &ts, new_from: 2 }).unwrap().decision, Decision::Retrieve { keep: 3, at: 3 });
     }
 
     #[test]
     fn config_reads_variant_and_overrides() {
         let r = Rind::from_config(&toml::from_str("theta = 1.2\nvariant = \"code\"\ntruncate = \"token\"").unwrap())
             .unwrap();
-        assert_eq!((r.variant, r.truncate, r.lookahead), (Variant::Code, Truncate::Token, Lookahead::Tokens(64)));
-        assert!(r.accept_after_retrieval);
+        assert_eq!((r.variant, r.pacing.truncate, r.pacing.lookahead), (Variant::Code, Truncate::Token, Lookahead::Tokens(64)));
+        assert!(r.pacing.accept_after_retrieval);
         let e = Rind::from_config(&toml::from_str("variant = \"paper\"").unwrap()).unwrap_err().to_string();
         assert!(e.contains("'theta' is required"), "{e}");
     }

@@ -39,8 +39,8 @@ impl Trigger for SingleRound {
     fn before_generation(&mut self, _question: &str) -> bool {
         true
     }
-    fn judge(&mut self, view: &GenView) -> Judgement {
-        Judgement::new(Decision::Continue, vec![f32::NAN; view.tokens.len() - view.new_from])
+    fn judge(&mut self, view: &GenView) -> anyhow::Result<Judgement> {
+        Ok(Judgement::new(Decision::Continue, vec![f32::NAN; view.tokens.len() - view.new_from]))
     }
 }
 
@@ -56,7 +56,7 @@ mod tests {
         let mut t = SingleRound::new(16);
         assert!(t.before_generation("q"));
         assert_eq!(t.lookahead(), Lookahead::Tokens(16));
-        let j = t.judge(&GenView { question: "q", tokens: &toks, new_from: 0 });
+        let j = t.judge(&GenView { question: "q", tokens: &toks, new_from: 0 }).unwrap();
         assert_eq!(j.decision, Decision::Continue);
         assert_eq!(j.scores.len(), 4);
         assert!(j.scores.iter().all(|s| s.is_nan()));
