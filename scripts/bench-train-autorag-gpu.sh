@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 6 on a GPU machine: `ragtime train autorag` with burn's CUDA backend beside the same fine-tune in
+# Auto-RAG fine-tuning on a GPU machine: `ragtime train autorag` with burn's CUDA backend beside the same fine-tune in
 # PyTorch/transformers (scripts/train_autorag_torch.py replays ragtime's plan: same base weights, tokens, batches,
 # learning rates, loss and optimizer), then a check that transformers reads ragtime's exported folder.
 #

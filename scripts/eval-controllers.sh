@@ -14,7 +14,7 @@
 # Thresholds: DRAGIN's theta (1.4 on HotpotQA) and ETC's alpha were set for Llama2-7B/13B; with SmolLM2 the
 # paper-form RIND score never reaches 1.4 and ETC's alpha 1.0 fires at every word. The defaults here (theta 0.35,
 # alpha 3.0) are the 95th percentiles of each score on no-retrieval generations of the first 30 questions
-# (scripts/results/eval-hotpotqa-first30-smollm2.md): they fix a firing rate and were never tuned on answers.
+# (docs/results/calibration-thresholds-qwen-smollm2.md): they fix a firing rate and were never tuned on answers.
 # Calibrate again for another model (scripts/calibrate-thresholds.sh) and record the values (they are stored in
 # each run's config.toml).
 set -euo pipefail

@@ -1,4 +1,4 @@
-"""PyTorch/transformers replay of a `ragtime train autorag` run: the speed and loss reference for issue 6.
+"""PyTorch/transformers replay of a `ragtime train autorag` run: the speed and loss reference for `--device cuda`.
 
 Reads the plan that `ragtime train autorag ... --dump-plan PLAN.jsonl` writes (the settings, the tokenized
 dialogues with their loss masks, and every update's micro-batches and learning rate) and trains the same base

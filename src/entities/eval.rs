@@ -226,7 +226,7 @@ mod tests {
         assert!(format!("{:#}", read_reference(&p).unwrap_err()).contains("ref.jsonl:1"));
     }
 
-    /// The acceptance measurement of issue 5: rules + names + gazetteer of the dump's titles (no
+    /// The acceptance measurement: rules + names + gazetteer of the dump's titles (no
     /// WordNet, so the number does not depend on an optional install) against spaCy on the 1000 valid
     /// articles. Overlap F1 must reach 0.70.
     #[test]
@@ -239,9 +239,9 @@ mod tests {
         let x = CombinedExtractor::from_articles(&articles, None);
         let report = evaluate(&x, &articles, &refs).unwrap();
         eprintln!("{report}");
-        // Issue 5's target. Measured when written: overlap F1 0.922, exact F1 0.763.
+        // Target overlap F1 0.70 (measured: overlap F1 0.922, exact F1 0.763; docs/synthesis.md).
         assert!(report.overlap.f1() >= 0.70, "overlap F1 {:.3}\n{report}", report.overlap.f1());
-        // Regression guard on exact spans (no target in the issue; a little below the measured 0.763).
+        // Regression guard on exact spans (no target for it; a little below the measured 0.763).
         assert!(report.exact.f1() >= 0.72, "exact F1 {:.3}\n{report}", report.exact.f1());
     }
 }

@@ -1,4 +1,4 @@
-//! Entity extraction and comparison for RaDIO/MIND-style hallucination-label synthesis (issue 5).
+//! Entity extraction and comparison for RaDIO/MIND-style hallucination-label synthesis.
 //!
 //! No NER model weights are available here, so entities are found by rule families, one file each:
 //! - [`rules`]: dates, years, times, numbers, quantities, percentages, money, ordinals (regular expressions);

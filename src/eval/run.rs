@@ -246,7 +246,7 @@ impl Progress {
 
     /// Adds one new prediction and returns the progress line, e.g.
     /// `[12/250] EM 0.417 F1 0.512 acc - | 1.25 retrievals/q | 3.20 s/q | ETA 12m 46s` (averages over the
-    /// predictions of this session).
+    /// predictions made by this process).
     pub fn update(&mut self, r: &PredictionRecord) -> String {
         self.done += 1;
         self.updates += 1;

@@ -10,7 +10,7 @@
 //! other) or `most_fields` (their sum). DRAGIN queries ES (through BEIR's wrapper) with `multi_match`
 //! best_fields over title and text, tie_breaker 0.5. FlashRAG indexes title + text as one field for
 //! bm25s, which is [`FieldMode::Combined`](super::index::FieldMode::Combined), the default: it measured
-//! closest to bm25s and is the fastest (see NOTE-issue3.md).
+//! closest to bm25s and is the fastest (see docs/retrieval.md).
 
 use std::cell::RefCell;
 use std::cmp::Reverse;
@@ -58,7 +58,7 @@ pub enum TopK {
 }
 
 /// Largest index [`TopK::Auto`] scores exhaustively: exhaustive was 2x faster than block-WAND at 5k
-/// and 50k passages, even at 2M synthetic passages (see NOTE-issue3.md); above 1M its accumulator
+/// and 50k passages, even at 2M synthetic passages (see docs/retrieval.md); above 1M its accumulator
 /// (4 bytes a passage per thread) and linear cost in posting-list length make WAND the safer default.
 pub const AUTO_EXHAUSTIVE_MAX_DOCS: u64 = 1_000_000;
 

@@ -6,7 +6,7 @@
 //! so the whole draft is dropped (`keep` = start of the draft = `view.new_from`). The query (Section 3.2.2,
 //! masked query) is the draft with tokens of probability `< β` masked out: the `flare-masked` query former.
 //! FLARE also retrieves with the user input before generating (`q_1 = x`): `initial_retrieval = true`.
-//! Hyperparameters (issue 4 / the paper's defaults): `theta = 0.8`, `beta = 0.4` (former), look-ahead 64.
+//! Hyperparameters (the paper's defaults): `theta = 0.8`, `beta = 0.4` (former), look-ahead 64.
 //!
 //! `at` is the first token of the draft below `θ`. Scores: each token's probability (the quantity compared with
 //! `θ`). **Not reproduced:** DRAGIN's re-implementation of FLARE (`TokenRAG`, averaging `1 - p` over a sentence

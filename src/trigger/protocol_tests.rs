@@ -1,5 +1,5 @@
 //! End-to-end check of the trigger/query protocol with the shipped configs: a scripted "model" and a minimal
-//! decode loop (lookahead, judge, truncate, query, re-feed), as the lead's loop is specified in this module's
+//! decode loop (lookahead, judge, truncate, query, re-feed), as the loop in `src/rag` is specified in this module's
 //! parent. Expected retrievals and queries are worked out by hand below.
 
 use super::{build_section, Decision, GenView, Lookahead};
