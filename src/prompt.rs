@@ -315,13 +315,10 @@ fn sentence_end(s: &str) -> usize {
     s.len()
 }
 
-/// Resolves a path given relative to the shared data folder (absolute paths are kept).
+/// Resolves a path given relative to the data folders ([`crate::data::resolve`]: fetched, then shared;
+/// absolute paths are kept).
 pub fn shared_path(p: &Path) -> PathBuf {
-    if p.is_absolute() {
-        p.to_path_buf()
-    } else {
-        crate::shared_data_dir().join(p)
-    }
+    crate::data::resolve(p)
 }
 
 #[cfg(test)]
