@@ -34,6 +34,10 @@ pub struct Args {
     /// Passages per retrieval (default: the config's [retrieval] top_k, else 3).
     #[arg(short = 'k', long)]
     pub top_k: Option<usize>,
+    /// Answer only this split of the dataset (its spec's [splits], e.g. `valid`, `test`); --skip and --limit
+    /// then apply within it.
+    #[arg(long)]
+    pub split: Option<String>,
     /// Skip the first N questions (for example those `synth autorag --limit N` made training dialogues from),
     /// then apply `--limit`.
     #[arg(long, default_value_t = 0)]
@@ -79,6 +83,9 @@ fn run_header(args: &Args, dataset: &str, index: String) -> (PathBuf, toml::map:
     c.insert("label".into(), toml::Value::String(args.label.clone().unwrap_or_else(|| args.trigger.clone())));
     c.insert("method".into(), toml::Value::String(args.trigger.clone()));
     c.insert("dataset".into(), toml::Value::String(dataset.to_string()));
+    if let Some(split) = &args.split {
+        c.insert("split".into(), toml::Value::String(split.clone()));
+    }
     if args.skip > 0 {
         c.insert("skip".into(), toml::Value::Integer(args.skip as i64));
     }
@@ -98,7 +105,7 @@ pub fn run(args: Args) -> Result<()> {
     }
     // load
     let spec = DatasetSpec::load(&args.dataset)?;
-    let examples = select(spec.load_examples()?, args.skip, args.limit);
+    let examples = select(spec.load_split(args.split.as_deref())?, args.skip, args.limit);
     let prompt = spec.prompt_builder()?;
     let config_path = args.config.clone().unwrap_or_else(|| PathBuf::from(format!("configs/{}.toml", args.trigger)));
     let text = std::fs::read_to_string(&config_path).with_context(|| format!("{}: cannot read method config", config_path.display()))?;
@@ -209,7 +216,7 @@ fn run_autorag(args: Args) -> Result<()> {
     use ragtime::autorag::infer::{AutoRag, ChatGen, InferConfig};
     use ragtime::autorag::prompts::AutoRagPrompts;
     let spec = DatasetSpec::load(&args.dataset)?;
-    let examples = select(spec.load_examples()?, args.skip, args.limit);
+    let examples = select(spec.load_split(args.split.as_deref())?, args.skip, args.limit);
     let config_path = args.config.clone().unwrap_or_else(|| PathBuf::from("configs/autorag.toml"));
     let mut root = super::synth_autorag::method_config(&config_path, &spec.name)?;
     for o in &args.overrides {
