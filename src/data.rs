@@ -35,7 +35,10 @@ pub fn fetch_dir() -> PathBuf {
 
 /// The shared data folder: `$RAGTIME_DATA`, else `../shared/data` beside the repository.
 pub fn shared_dir() -> PathBuf {
-    env_root().unwrap_or_else(|| repo_root().join("../shared/data"))
+    env_root().unwrap_or_else(|| {
+        let p = repo_root().join("../shared/data");
+        p.canonicalize().unwrap_or(p)
+    })
 }
 
 /// The folders searched for a data-relative path, in order.
@@ -229,7 +232,19 @@ impl Drop for TempFile {
 /// sha256, then rename into place. Returns the file's sha256.
 pub fn fetch_file(source: &Source, url: &str, dest: &Path, sha256: Option<&str>) -> Result<String> {
     let dir = dest.parent().ok_or_else(|| anyhow!("{}: no parent folder", dest.display()))?;
+    // The folders this call creates, removed again (when still empty) if nothing is placed.
+    let created: Vec<PathBuf> = dir.ancestors().take_while(|d| !d.as_os_str().is_empty() && !d.exists()).map(Path::to_path_buf).collect();
     std::fs::create_dir_all(dir).with_context(|| format!("{}: cannot create folder", dir.display()))?;
+    let placed = fetch_file_in(source, url, dest, sha256);
+    if placed.is_err() {
+        for d in &created {
+            let _ = std::fs::remove_dir(d);
+        }
+    }
+    placed
+}
+
+fn fetch_file_in(source: &Source, url: &str, dest: &Path, sha256: Option<&str>) -> Result<String> {
     let raw = TempFile(temp_beside(dest, "download"));
     download(url, &raw.0)?;
     let mut bytes = None;
@@ -696,7 +711,7 @@ mod tests {
         std::fs::write(shared.join(rel), "[]").unwrap();
         let placed = fetch_into("y", rel, &s, &fetched, &shared, &mut |_: &str| {}).unwrap();
         assert_eq!(placed, vec![Placed::Shared(shared.join(rel))]);
-        assert!(!fetched.join(rel).exists());
+        assert!(!fetched.exists(), "a failed download leaves no folders behind");
         std::fs::write(shared.join(rel), "[1]").unwrap();
         let err = format!("{:#}", fetch_into("y", rel, &s, &fetched, &shared, &mut |_: &str| {}).unwrap_err());
         assert!(err.contains("shared copy does not match"), "{err}");

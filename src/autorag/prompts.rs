@@ -427,7 +427,7 @@ mod tests {
 
     #[test]
     fn shared_files_parse_into_chat_exemplars() {
-        let dir = AutoRagPrompts::default_dir();
+        let dir = crate::require_data!("fewshot/autorag");
         let p = AutoRagPrompts::load(&dir, "2wikimultihopqa").unwrap();
         assert!(p.instruction.starts_with("Answer the following questions by retrieving external knowledge."));
         assert_eq!(p.exemplars.len(), 2);

@@ -111,9 +111,9 @@ fn list() -> Result<()> {
         } else {
             "fetched+shared"
         };
-        let place = match found.iter().find_map(|(_, f)| f.as_ref()) {
-            Some((p, _)) if found.len() == 1 => p.display().to_string(),
-            _ => spec.file.display().to_string(),
+        let place = match data::find(&spec.file) {
+            Some((p, _)) => p.display().to_string(),
+            None => spec.file.display().to_string(),
         };
         let splits: Vec<String> = spec.splits.iter().map(|(k, r)| format!("{k} {}", String::from(*r))).collect();
         rows.push((name.clone(), status, place, splits.join(", ")));
