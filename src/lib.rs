@@ -9,6 +9,7 @@
 
 pub mod config;
 pub mod corpus;
+pub mod data;
 pub mod device;
 pub mod model;
 pub mod eval;
@@ -24,9 +25,11 @@ pub mod autorag;
 pub mod detector;
 pub mod sft;
 pub mod synth;
+pub mod testing;
 pub mod trigger;
 
-/// Path of the shared data folder (`../shared/data` beside the repository), used by tests and demos.
+/// Path of the shared data folder (`../shared/data` beside the repository, or `$RAGTIME_DATA`). Data-relative
+/// paths are best resolved with [`data::resolve`], which also looks in the fetched data (`datasets/data`).
 pub fn shared_data_dir() -> std::path::PathBuf {
-    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/data")
+    data::shared_dir()
 }

@@ -315,13 +315,10 @@ fn sentence_end(s: &str) -> usize {
     s.len()
 }
 
-/// Resolves a path given relative to the shared data folder (absolute paths are kept).
+/// Resolves a path given relative to the data folders ([`crate::data::resolve`]: fetched, then shared;
+/// absolute paths are kept).
 pub fn shared_path(p: &Path) -> PathBuf {
-    if p.is_absolute() {
-        p.to_path_buf()
-    } else {
-        crate::shared_data_dir().join(p)
-    }
+    crate::data::resolve(p)
 }
 
 #[cfg(test)]
@@ -334,26 +331,26 @@ mod tests {
 
     #[test]
     fn reads_dragin_exemplars() {
-        let b = PromptBuilder::from_file(&shared_path(Path::new("fewshot/dragin/hotpotqa.txt")), None).unwrap();
+        let b = PromptBuilder::from_file(&crate::require_data!("fewshot/dragin/hotpotqa.txt"), None).unwrap();
         assert_eq!(b.exemplars.len(), 8);
         assert_eq!(b.exemplars[0].question, "Jeremy Theobald and Christopher Nolan share what profession?");
         assert!(b.exemplars[0].answer.ends_with("So the answer is producer."));
         for (f, n) in [("2wikimultihopqa", 6), ("strategyqa", 6), ("iirc", 8)] {
-            let ex = read_exemplars(&shared_path(Path::new(&format!("fewshot/dragin/{f}.txt")))).unwrap();
+            let ex = read_exemplars(&crate::require_data!(&format!("fewshot/dragin/{f}.txt"))).unwrap();
             assert_eq!(ex.len(), n, "{f}");
         }
     }
 
     #[test]
     fn reads_ircot_exemplars_with_contexts() {
-        let ex = read_exemplars(&shared_path(Path::new("fewshot/ircot/iirc_gold_with_2_distractors_context_cot_qa_codex.txt"))).unwrap();
+        let ex = read_exemplars(&crate::require_data!("fewshot/ircot/iirc_gold_with_2_distractors_context_cot_qa_codex.txt")).unwrap();
         assert_eq!(ex.len(), 20);
         assert_eq!(ex[0].question, "When was the town Scott was born in founded?");
         assert_eq!(ex[0].contexts.len(), 4);
         assert_eq!(ex[0].contexts[0].title, "Walter Dill Scott");
         assert!(ex[0].answer.ends_with("So the answer is: 1882."));
         assert_eq!(extract_answer(&ex[0].answer), "1882");
-        let nc = read_exemplars(&shared_path(Path::new("fewshot/ircot/hotpotqa_no_context_cot_qa_codex.txt"))).unwrap();
+        let nc = read_exemplars(&crate::require_data!("fewshot/ircot/hotpotqa_no_context_cot_qa_codex.txt")).unwrap();
         assert_eq!(nc.len(), 29);
         assert!(nc.iter().all(|e| e.contexts.is_empty()));
     }

@@ -53,7 +53,7 @@ fn italy_prompt() -> PromptBuilder {
 #[test]
 fn fixed_length_retrieves_and_rewinds() {
     let cfg = ModelConfig::tiny(Arch::Llama, 49152);
-    let tok = Tokenizer::from_file(&ragtime::shared_data_dir().join("models/smollm2-135m-instruct/tokenizer.json")).unwrap();
+    let tok = Tokenizer::from_file(&ragtime::require_data!("models/smollm2-135m-instruct/tokenizer.json")).unwrap();
     let w = MemoryWeights(random_weights(&cfg, 3).into_iter().collect::<HashMap<_, _>>());
     let lm = Lm::from_source(&w, cfg, tok, "tiny".into(), DeviceKind::Cpu).unwrap();
     let corpus = Tiny::new(&["Paris is the capital of France.", "Berlin is the capital of Germany.", "The Seine flows through Paris."]);
@@ -99,7 +99,7 @@ fn fixed_length_retrieves_and_rewinds() {
 #[test]
 fn session_reuse_across_questions_equals_fresh_sessions() {
     let cfg = ModelConfig::tiny(Arch::Llama, 49152);
-    let tok = Tokenizer::from_file(&ragtime::shared_data_dir().join("models/smollm2-135m-instruct/tokenizer.json")).unwrap();
+    let tok = Tokenizer::from_file(&ragtime::require_data!("models/smollm2-135m-instruct/tokenizer.json")).unwrap();
     let w = MemoryWeights(random_weights(&cfg, 5).into_iter().collect::<HashMap<_, _>>());
     let lm = Lm::from_source(&w, cfg, tok, "tiny".into(), DeviceKind::Cpu).unwrap();
     let corpus = Tiny::new(&["Paris is the capital of France.", "Berlin is the capital of Germany."]);
@@ -139,7 +139,8 @@ fn session_reuse_across_questions_equals_fresh_sessions() {
 #[test]
 fn recomputed_internals_match_captured_when_a_block_ends_at_a_stop_token() {
     let cfg = ModelConfig::tiny(Arch::Llama, 49152);
-    let tok = || Tokenizer::from_file(&ragtime::shared_data_dir().join("models/smollm2-135m-instruct/tokenizer.json")).unwrap();
+    let tok_path = ragtime::require_data!("models/smollm2-135m-instruct/tokenizer.json");
+    let tok = || Tokenizer::from_file(&tok_path).unwrap();
     let weights: HashMap<_, _> = random_weights(&cfg, 3).into_iter().collect();
     let corpus = Tiny::new(&["Paris is the capital of France.", "Berlin is the capital of Germany."]);
     let prompt = italy_prompt();

@@ -5,25 +5,16 @@
 //! Needs the model files `scripts/setup.sh` fetches (SmolLM2 always; Qwen with `--model qwen`, test ignored by
 //! default: `cargo test --release --test reference_models -- --ignored`).
 
-use std::path::PathBuf;
 
 use ragtime::device::DeviceKind;
 use ragtime::model::{sampling, Lm, Message, Sampler};
 use serde_json::Value;
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn model_path(name: &str) -> PathBuf {
-    let p = root().join("checkpoints").join(name);
-    assert!(p.exists(), "{} is missing: run scripts/setup.sh (see README)", p.display());
-    p
-}
-
-fn load_reference(name: &str) -> Value {
-    let p = root().join("../shared/reference").join(name);
-    serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap()
+/// The reference file (`../shared/reference/NAME`, beside the shared data folder), or `None` after reporting the
+/// skip.
+fn load_reference(name: &str) -> Option<Value> {
+    let p = ragtime::testing::require(&format!("../reference/{name}"))?;
+    Some(serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap())
 }
 
 fn ids(v: &Value) -> Vec<u32> {
@@ -41,8 +32,9 @@ fn rel_l2(a: &[f32], b: &[f32]) -> f32 {
 }
 
 fn check_against(model_file: &str, reference: &str) {
-    let reference = load_reference(reference);
-    let lm = Lm::load(&model_path(model_file), DeviceKind::Cpu, None).unwrap();
+    let Some(reference) = load_reference(reference) else { return };
+    let model = ragtime::require_checkpoint!(model_file);
+    let lm = Lm::load(&model, DeviceKind::Cpu, None).unwrap();
 
     for case in reference["tokenizer"].as_array().unwrap() {
         let text = case["text"].as_str().unwrap();

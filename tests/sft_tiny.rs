@@ -14,7 +14,7 @@ use ragtime::sft::export::export_hf;
 use ragtime::sft::{LoraConfig, SftConfig, SftData};
 
 fn tokenizer_path() -> std::path::PathBuf {
-    ragtime::shared_data_dir().join("models/smollm2-135m-instruct/tokenizer.json")
+    ragtime::data::resolve(std::path::Path::new("models/smollm2-135m-instruct/tokenizer.json"))
 }
 
 fn dialogues(n: usize) -> Vec<Dialogue> {
@@ -36,6 +36,7 @@ fn dialogues(n: usize) -> Vec<Dialogue> {
 
 #[test]
 fn trained_model_exports_and_loads_back_with_the_same_logits() {
+    ragtime::require_data!("models/smollm2-135m-instruct/tokenizer.json");
     for (arch, lora) in [(Arch::Llama, false), (Arch::Qwen2, true)] {
         let mut mcfg = ModelConfig::tiny(arch, 49152);
         mcfg.eos_token_ids = vec![2];

@@ -8,7 +8,7 @@ use ragtime::model::safetensors::write_safetensors;
 use ragtime::model::{random_weights, Arch, Lm, MemoryWeights, ModelConfig, Tokenizer};
 
 fn tokenizer_path() -> std::path::PathBuf {
-    ragtime::shared_data_dir().join("models/smollm2-135m-instruct/tokenizer.json")
+    ragtime::data::resolve(std::path::Path::new("models/smollm2-135m-instruct/tokenizer.json"))
 }
 
 fn tiny(arch: Arch, dir: &std::path::Path) -> (Lm, Lm) {
@@ -31,6 +31,7 @@ fn max_diff(a: &[f32], b: &[f32]) -> f32 {
 
 #[test]
 fn safetensors_folder_loads_and_rewind_matches_fresh_decode() {
+    ragtime::require_data!("models/smollm2-135m-instruct/tokenizer.json");
     for arch in [Arch::Llama, Arch::Qwen2] {
         let dir = tempfile::tempdir().unwrap();
         let (disk, mem) = tiny(arch, dir.path());
@@ -85,14 +86,14 @@ fn safetensors_folder_loads_and_rewind_matches_fresh_decode() {
 #[test]
 fn bad_model_files_get_clear_errors() {
     let dir = tempfile::tempdir().unwrap();
+    let err = format!("{:#}", Lm::load(&dir.path().join("missing.gguf"), DeviceKind::Cpu, None).err().unwrap());
+    assert!(err.contains("missing.gguf") && err.contains("not found"), "{err}");
     let g = dir.path().join("cut.gguf");
-    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("checkpoints/smollm2-135m-instruct-q4_1.gguf");
-    let bytes = std::fs::read(&src).expect("run scripts/setup.sh");
+    let src = ragtime::require_checkpoint!("smollm2-135m-instruct-q4_1.gguf");
+    let bytes = std::fs::read(&src).unwrap();
     std::fs::write(&g, &bytes[..bytes.len() / 2]).unwrap();
     let err = format!("{:#}", Lm::load(&g, DeviceKind::Cpu, None).err().unwrap());
     assert!(err.contains("cut.gguf") && err.contains("truncated") && err.contains("tensor"), "{err}");
-    let err = format!("{:#}", Lm::load(&dir.path().join("missing.gguf"), DeviceKind::Cpu, None).err().unwrap());
-    assert!(err.contains("missing.gguf") && err.contains("not found"), "{err}");
 }
 
 /// Writes a tiny random model as a GGUF file the way llama.cpp lays it out (GGUF names, Q/K rows permuted for
@@ -176,6 +177,7 @@ fn write_tiny_gguf(arch: Arch, dir: &std::path::Path) -> std::path::PathBuf {
 /// this also checks that the blocks' Q/K rows are un-permuted like the f32 ones.
 #[test]
 fn quantized_gguf_decode_matches_f32_decode() {
+    ragtime::require_data!("models/smollm2-135m-instruct/tokenizer.json");
     for arch in [Arch::Llama, Arch::Qwen2] {
         let dir = tempfile::tempdir().unwrap();
         let path = write_tiny_gguf(arch, dir.path());

@@ -175,9 +175,9 @@ fn read(path: &Path) -> Result<String> {
 }
 
 impl AutoRagPrompts {
-    /// Default folder: `<shared data>/fewshot/autorag`.
+    /// Default folder: `fewshot/autorag` in the data folders ([`crate::data::resolve`]).
     pub fn default_dir() -> std::path::PathBuf {
-        crate::shared_data_dir().join("fewshot/autorag")
+        crate::data::resolve(Path::new("fewshot/autorag"))
     }
 
     /// Loads `reasoning_<kind>.txt`, `few_shot_query_rewriting_<kind>.txt` (optional),
@@ -427,7 +427,7 @@ mod tests {
 
     #[test]
     fn shared_files_parse_into_chat_exemplars() {
-        let dir = AutoRagPrompts::default_dir();
+        let dir = crate::require_data!("fewshot/autorag");
         let p = AutoRagPrompts::load(&dir, "2wikimultihopqa").unwrap();
         assert!(p.instruction.starts_with("Answer the following questions by retrieving external knowledge."));
         assert_eq!(p.exemplars.len(), 2);

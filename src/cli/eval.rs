@@ -35,6 +35,10 @@ pub struct Args {
     /// Passages per retrieval (default: the config's [retrieval] top_k, else 3).
     #[arg(short = 'k', long)]
     pub top_k: Option<usize>,
+    /// Answer only this split of the dataset (its spec's [splits], e.g. `valid`, `test`); --skip and --limit
+    /// then apply within it.
+    #[arg(long)]
+    pub split: Option<String>,
     /// Skip the first N questions (for example those `synth autorag --limit N` made training dialogues from),
     /// then apply `--limit`.
     #[arg(long, default_value_t = 0)]
@@ -80,6 +84,9 @@ fn run_header(args: &Args, dataset: &str, index: String) -> (PathBuf, toml::map:
     c.insert("label".into(), toml::Value::String(args.label.clone().unwrap_or_else(|| args.trigger.clone())));
     c.insert("method".into(), toml::Value::String(args.trigger.clone()));
     c.insert("dataset".into(), toml::Value::String(dataset.to_string()));
+    if let Some(split) = &args.split {
+        c.insert("split".into(), toml::Value::String(split.clone()));
+    }
     if args.skip > 0 {
         c.insert("skip".into(), toml::Value::Integer(args.skip as i64));
     }
@@ -99,7 +106,7 @@ pub fn run(args: Args) -> Result<()> {
     }
     // load
     let spec = DatasetSpec::load(&args.dataset)?;
-    let examples = select(spec.load_examples()?, args.skip, args.limit);
+    let examples = select(spec.load_split(args.split.as_deref())?, args.skip, args.limit);
     let prompt = spec.prompt_builder()?;
     let config_path = args.config.clone().unwrap_or_else(|| config::default_path(&args.trigger));
     let mut mc = MethodConfig::load(&config_path, Some(&spec.name), &args.overrides, config::TOKEN_LEVEL_TABLES)?;
@@ -203,7 +210,7 @@ fn run_autorag(args: Args) -> Result<()> {
     use ragtime::autorag::infer::{AutoRag, ChatGen, InferConfig};
     use ragtime::autorag::prompts::AutoRagPrompts;
     let spec = DatasetSpec::load(&args.dataset)?;
-    let examples = select(spec.load_examples()?, args.skip, args.limit);
+    let examples = select(spec.load_split(args.split.as_deref())?, args.skip, args.limit);
     let config_path = args.config.clone().unwrap_or_else(|| config::default_path("autorag"));
     let mc = MethodConfig::load(&config_path, Some(&spec.name), &args.overrides, config::AUTORAG_TABLES)?;
     let mut cfg: InferConfig = mc.section("autorag")?;

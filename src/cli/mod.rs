@@ -3,6 +3,7 @@
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 
+mod data;
 mod eval;
 mod generate;
 mod inspect;
@@ -45,6 +46,8 @@ pub enum Command {
     /// Synthesize training data for a learned controller (`hallucination`: MIND/RaDIO labels; `autorag`:
     /// Auto-RAG's iterative-retrieval dialogues).
     Synth(synth::SynthArgs),
+    /// Datasets: `fetch NAME` downloads one (sha256-verified) into datasets/data/; `list` shows where each is.
+    Data(data::DataArgs),
 }
 
 pub fn run(cli: Cli) -> Result<()> {
@@ -58,5 +61,6 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Index(a) => index::run(a),
         Command::Search(a) => search::run(a),
         Command::Synth(a) => synth::run(a),
+        Command::Data(a) => data::run(a),
     }
 }

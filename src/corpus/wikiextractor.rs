@@ -192,7 +192,7 @@ mod tests {
 
     #[test]
     fn reads_shared_valid_dump() {
-        let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/data/wiki/dump_valid");
+        let p = crate::require_data!("wiki/dump_valid");
         let arts = read_dump(&p).unwrap();
         assert_eq!(arts.len(), 1000);
         assert_eq!(arts[0].title, "1st Parachute Battalion (Australia)");

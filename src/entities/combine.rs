@@ -193,7 +193,7 @@ mod shared_data_tests {
     /// entity read at its start must be judged the same entity (label 0) for nearly every candidate.
     #[test]
     fn own_continuation_is_not_hallucinated() {
-        let dump = crate::shared_data_dir().join("wiki/dump_valid");
+        let dump = crate::require_data!("wiki/dump_valid");
         let articles = crate::corpus::wikiextractor::read_dump(&dump).unwrap();
         let x = CombinedExtractor::from_articles(&articles, None);
         let res = Resources::none();
@@ -223,7 +223,7 @@ mod shared_data_tests {
     /// III" for "Edward III of England") and equal values legitimately are not, so the bar is lower.
     #[test]
     fn swapped_entity_is_hallucinated() {
-        let dump = crate::shared_data_dir().join("wiki/dump_valid");
+        let dump = crate::require_data!("wiki/dump_valid");
         let articles = crate::corpus::wikiextractor::read_dump(&dump).unwrap();
         let x = CombinedExtractor::from_articles(&articles, None);
         let res = Resources::none();

@@ -231,8 +231,8 @@ mod tests {
     /// articles. Overlap F1 must reach 0.70.
     #[test]
     fn spacy_reference_on_shared_valid_dump() {
-        let dump = crate::shared_data_dir().join("wiki/dump_valid");
-        let reference = crate::shared_data_dir().join("../reference/spacy_entities_wiki_valid.jsonl");
+        let dump = crate::require_data!("wiki/dump_valid");
+        let reference = crate::require_data!("../reference/spacy_entities_wiki_valid.jsonl");
         let articles = crate::corpus::wikiextractor::read_dump(&dump).unwrap();
         let refs = read_reference(&reference).unwrap();
         assert_eq!(refs.len(), 1000);

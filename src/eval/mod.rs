@@ -35,6 +35,8 @@ pub mod metrics;
 pub mod report;
 pub mod run;
 
+use std::collections::BTreeMap;
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
@@ -64,9 +66,10 @@ fn default_max_new_tokens() -> usize {
 
 /// A dataset description: `datasets/<name>.toml`.
 ///
-/// Relative `file`, `exemplars` and `corpus` paths are relative to the shared data folder
-/// ([`crate::shared_data_dir`]); `index` is relative to the working directory (where `ragtime index` built it).
-/// [`DatasetSpec::load`] returns them resolved.
+/// Relative `file`, `exemplars` and `corpus` paths are relative to the data folders ([`crate::data::resolve`]:
+/// `datasets/data`, then `../shared/data`); `index` is relative to the working directory (where `ragtime index`
+/// built it). [`DatasetSpec::load`] returns them resolved. `[source]` says where `ragtime data fetch` gets the
+/// data file and its sha256; `[splits]` names question ranges (`valid = "0..100"`, `test = "100.."`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DatasetSpec {
@@ -105,6 +108,47 @@ pub struct DatasetSpec {
     /// Keep only questions of these kinds (BioASQ: `["yes_no"]`); all when absent.
     #[serde(default)]
     pub kinds: Option<Vec<AnswerKind>>,
+    /// Where the data file is published ([`crate::data::Source`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<crate::data::Source>,
+    /// Named question ranges (indices into [`DatasetSpec::load_examples`]'s list).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub splits: BTreeMap<String, SplitRange>,
+}
+
+/// A half-open range of question indices, written `"START..END"` or `"START.."` (to the last question).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct SplitRange {
+    pub start: usize,
+    pub end: Option<usize>,
+}
+
+impl TryFrom<String> for SplitRange {
+    type Error = String;
+
+    fn try_from(s: String) -> std::result::Result<Self, String> {
+        let bad = || format!("split '{s}' is not START..END or START.. (question indices, END excluded)");
+        let (a, b) = s.split_once("..").ok_or_else(bad)?;
+        let start = a.trim().parse::<usize>().map_err(|_| bad())?;
+        let end = match b.trim() {
+            "" => None,
+            e => Some(e.parse::<usize>().map_err(|_| bad())?),
+        };
+        if end.map_or(false, |e| e <= start) {
+            return Err(format!("split '{s}' is empty (END must be above START)"));
+        }
+        Ok(SplitRange { start, end })
+    }
+}
+
+impl From<SplitRange> for String {
+    fn from(r: SplitRange) -> String {
+        match r.end {
+            Some(e) => format!("{}..{e}", r.start),
+            None => format!("{}..", r.start),
+        }
+    }
 }
 
 impl DatasetSpec {
@@ -124,14 +168,18 @@ impl DatasetSpec {
             }
             return Self::from_data_file(p, None);
         }
-        for dir in Self::search_dirs() {
-            let f = dir.join(format!("{name_or_path}.toml"));
-            if f.exists() {
-                return Self::from_toml_file(&f);
+        match Self::find_toml(name_or_path) {
+            Some(f) => Self::from_toml_file(&f),
+            None => {
+                let known = Self::known_names();
+                bail!("dataset '{name_or_path}' is neither a file nor a known name (known: {})", known.join(", "))
             }
         }
-        let known = Self::known_names();
-        bail!("dataset '{name_or_path}' is neither a file nor a known name (known: {})", known.join(", "))
+    }
+
+    /// The spec file `NAME.toml` in [`DatasetSpec::search_dirs`].
+    pub fn find_toml(name: &str) -> Option<PathBuf> {
+        Self::search_dirs().into_iter().map(|d| d.join(format!("{name}.toml"))).find(|f| f.exists())
     }
 
     /// Names of the specs in [`DatasetSpec::search_dirs`].
@@ -155,15 +203,52 @@ impl DatasetSpec {
 
     /// Reads a spec file and resolves its paths.
     pub fn from_toml_file(path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path).with_context(|| format!("{}: cannot read", path.display()))?;
-        let mut spec: DatasetSpec = toml::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        let mut spec = Self::parse_toml_file(path)?;
         spec.file = shared_path(&spec.file);
         spec.exemplars = spec.exemplars.map(|p| shared_path(&p));
         spec.corpus = spec.corpus.map(|p| shared_path(&p));
+        Ok(spec)
+    }
+
+    /// Reads and checks a spec file, leaving its paths as written (data-relative).
+    pub fn parse_toml_file(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path).with_context(|| format!("{}: cannot read", path.display()))?;
+        let spec: DatasetSpec = toml::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
         if spec.max_new_tokens == 0 {
             bail!("{}: max_new_tokens must be at least 1", path.display());
         }
+        if let Some(src) = &spec.source {
+            src.validate().with_context(|| format!("{}", path.display()))?;
+        }
         Ok(spec)
+    }
+
+    /// The question indices of split `name`, for a dataset of `count` questions.
+    pub fn split_range(&self, name: &str, count: usize) -> Result<Range<usize>> {
+        let Some(r) = self.splits.get(name) else {
+            let known: Vec<&str> = self.splits.keys().map(String::as_str).collect();
+            if known.is_empty() {
+                bail!("--split {name}: dataset '{}' defines no splits (add [splits] to its spec)", self.name);
+            }
+            bail!("--split {name}: dataset '{}' has no such split (known: {})", self.name, known.join(", "));
+        };
+        let end = r.end.unwrap_or(count);
+        if end > count || r.start >= end {
+            bail!("--split {name}: questions {}..{end} of dataset '{}', but {} has {count}", r.start, self.name, self.file.display());
+        }
+        Ok(r.start..end)
+    }
+
+    /// The questions of split `name` (all questions for `None`).
+    pub fn load_split(&self, name: Option<&str>) -> Result<Vec<Example>> {
+        let ex = self.load_examples()?;
+        match name {
+            None => Ok(ex),
+            Some(n) => {
+                let r = self.split_range(n, ex.len())?;
+                Ok(ex[r].to_vec())
+            }
+        }
     }
 
     /// A spec for a bare data file: layout given or detected, the layout's usual metric, zero-shot, 100 new
@@ -191,11 +276,23 @@ impl DatasetSpec {
             answer_pattern: default_pattern(),
             question_prefix: String::new(),
             kinds: None,
+            source: None,
+            splits: BTreeMap::new(),
         })
     }
 
     /// The questions, filtered by `kinds`.
     pub fn load_examples(&self) -> Result<Vec<Example>> {
+        if !self.file.exists() && self.source.is_some() {
+            let roots: Vec<String> = crate::data::roots().iter().map(|r| r.display().to_string()).collect();
+            bail!(
+                "{}: cannot read: dataset '{}' is in none of the data folders ({}); run `ragtime data fetch {}`",
+                self.file.display(),
+                self.name,
+                roots.join(", "),
+                self.name
+            );
+        }
         let mut ex = qa::load(&self.file, self.layout)?;
         if let Some(kinds) = &self.kinds {
             ex.retain(|e| kinds.contains(&e.kind));
@@ -228,10 +325,68 @@ mod tests {
             assert!(names.contains(&n.to_string()), "datasets/{n}.toml missing");
             let spec = DatasetSpec::from_toml_file(&dir.join(format!("{n}.toml"))).unwrap();
             assert_eq!(spec.name, n);
+            let source = spec.source.as_ref().unwrap_or_else(|| panic!("{n}: no [source]"));
+            assert!(source.url.starts_with("https://"), "{n}: {}", source.url);
+            assert!(!spec.splits.is_empty(), "{n}: no [splits]");
             if let Some(e) = &spec.exemplars {
-                spec.prompt_builder().unwrap_or_else(|err| panic!("{n}: {err:#} ({})", e.display()));
+                if e.exists() || crate::testing::data_required() {
+                    spec.prompt_builder().unwrap_or_else(|err| panic!("{n}: {err:#} ({})", e.display()));
+                }
             }
         }
+    }
+
+    #[test]
+    fn shipped_checksums_match_the_shared_files() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("datasets");
+        for n in DatasetSpec::known_names() {
+            let Ok(spec) = DatasetSpec::parse_toml_file(&dir.join(format!("{n}.toml"))) else { continue };
+            let Some(source) = &spec.source else { continue };
+            for (_, rel, sha) in source.items(&spec.file) {
+                // IIRC and PopQA record no checksum: users bring their files.
+                let Some(sha) = sha else { continue };
+                let p = crate::require_data!(rel.to_str().unwrap());
+                assert_eq!(crate::data::sha256_file(&p).unwrap(), sha, "{n}: {}", p.display());
+            }
+        }
+    }
+
+    #[test]
+    fn splits_select_question_ranges() {
+        let spec = DatasetSpec::load("hotpotqa").unwrap();
+        assert_eq!(spec.split_range("valid", 250).unwrap(), 0..100);
+        assert_eq!(spec.split_range("test", 250).unwrap(), 100..250);
+        let err = spec.split_range("train", 250).unwrap_err().to_string();
+        assert!(err.contains("train") && err.contains("known: test, valid"), "{err}");
+        let err = spec.split_range("test", 90).unwrap_err().to_string();
+        assert!(err.contains("has 90"), "{err}");
+        let pm = DatasetSpec::load("pubmedqa").unwrap();
+        assert_eq!((pm.split_range("valid", 500).unwrap(), pm.split_range("test", 500).unwrap()), (0..200, 200..500));
+        let data = crate::require_data!("qa/hotpotqa/ircot_dev_250.jsonl");
+        assert!(spec.file.ends_with("ircot_dev_250.jsonl") && data.exists());
+        let (all, test) = (spec.load_split(None).unwrap(), spec.load_split(Some("test")).unwrap());
+        assert_eq!((all.len(), test.len()), (250, 150));
+        assert_eq!(test[0].id, all[100].id);
+    }
+
+    #[test]
+    fn split_and_source_errors_name_the_file_and_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("y.toml");
+        let cases = [
+            ("[splits]\nvalid = \"10..5\"\n", "10..5"),
+            ("[splits]\nvalid = \"a..5\"\n", "START..END"),
+            ("[source]\nurl = \"https://x\"\nsha265 = \"0\"\n", "sha265"),
+            ("[source]\nurl = \"https://x\"\nsha256 = \"0\"\n", "64 hex"),
+        ];
+        for (tail, want) in cases {
+            std::fs::write(&p, format!("name = \"y\"\nfile = \"a.json\"\n{tail}")).unwrap();
+            let err = format!("{:#}", DatasetSpec::from_toml_file(&p).unwrap_err());
+            assert!(err.contains("y.toml") && err.contains(want), "{err}");
+        }
+        std::fs::write(&p, "name = \"y\"\nfile = \"qa/y/none.json\"\n[source]\nurl = \"https://x\"\n").unwrap();
+        let err = format!("{:#}", DatasetSpec::from_toml_file(&p).unwrap().load_examples().unwrap_err());
+        assert!(err.contains("ragtime data fetch y") && err.contains("none.json"), "{err}");
     }
 
     #[test]
@@ -239,8 +394,14 @@ mod tests {
         // IIRC and PopQA data are not in the shared folder (users bring them).
         let cases = [("hotpotqa", 250), ("2wikimultihopqa", 100), ("strategyqa", 2290), ("nq", 3610), ("triviaqa", 1000), ("pubmedqa", 500), ("bioasq", 409)];
         for (name, n) in cases {
+            let spec = DatasetSpec::parse_toml_file(&DatasetSpec::find_toml(name).unwrap()).unwrap();
+            crate::require_data!(spec.file.to_str().unwrap());
             let spec = DatasetSpec::load(name).unwrap();
-            assert_eq!(spec.load_examples().unwrap().len(), n, "{name}");
+            let all = spec.load_examples().unwrap();
+            assert_eq!(all.len(), n, "{name}");
+            for split in spec.splits.keys() {
+                spec.split_range(split, all.len()).unwrap_or_else(|e| panic!("{name}: {e}"));
+            }
         }
         let iirc = DatasetSpec::load("iirc").unwrap();
         let err = format!("{:#}", iirc.load_examples().unwrap_err());
@@ -249,6 +410,8 @@ mod tests {
 
     #[test]
     fn hotpotqa_spec_builds_dragin_prompt() {
+        crate::require_data!("fewshot/dragin/hotpotqa.txt");
+        crate::require_data!("fewshot/dragin/strategyqa.txt");
         let spec = DatasetSpec::load("hotpotqa").unwrap();
         assert_eq!(spec.max_new_tokens, 100);
         assert!(spec.index.is_some());
@@ -263,11 +426,11 @@ mod tests {
 
     #[test]
     fn data_file_and_unknown_names() {
-        let p = crate::shared_data_dir().join("qa/pubmedqa/pqal_dev_500.json");
-        let spec = DatasetSpec::load(p.to_str().unwrap()).unwrap();
-        assert_eq!((spec.layout, spec.metric, spec.name.as_str()), (Some(Layout::Pubmedqa), Metric::Accuracy, "pqal_dev_500"));
         let err = DatasetSpec::load("no-such-dataset").unwrap_err().to_string();
         assert!(err.contains("known:") && err.contains("hotpotqa"), "{err}");
+        let p = crate::require_data!("qa/pubmedqa/pqal_dev_500.json");
+        let spec = DatasetSpec::load(p.to_str().unwrap()).unwrap();
+        assert_eq!((spec.layout, spec.metric, spec.name.as_str()), (Some(Layout::Pubmedqa), Metric::Accuracy, "pqal_dev_500"));
     }
 
     #[test]

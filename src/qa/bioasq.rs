@@ -95,17 +95,16 @@ fn load_file(path: &Path) -> Result<Vec<Example>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::qa::shared;
 
     #[test]
     fn reads_one_file_and_the_folder() {
-        let ex = load(&shared("qa/bioasq/Task7BGoldenEnriched/7B1_golden.json")).unwrap();
+        let ex = load(&crate::require_data!("qa/bioasq/Task7BGoldenEnriched/7B1_golden.json")).unwrap();
         // 7B1 has 39 factoid + 29 yesno (+ 12 list + 20 summary, skipped), counted with Python.
         assert_eq!(ex.len(), 68);
         assert_eq!(ex.iter().filter(|e| e.kind == AnswerKind::YesNo).count(), 29);
         let f = ex.iter().find(|e| e.id == "5be48c39133db5eb7800001d").unwrap();
         assert_eq!(f.answers, vec!["PD-L1 status"]);
-        let all = load(&shared("qa/bioasq")).unwrap();
+        let all = load(&crate::require_data!("qa/bioasq")).unwrap();
         // 409 yes/no questions in the 15 files (one answers "Yes"), counted with Python.
         assert_eq!(all.iter().filter(|e| e.kind == AnswerKind::YesNo).count(), 409);
     }

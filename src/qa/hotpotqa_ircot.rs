@@ -50,11 +50,10 @@ pub fn load(path: &Path) -> Result<Vec<Example>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::qa::shared;
 
     #[test]
     fn reads_shared_file() {
-        let ex = load(&shared("qa/hotpotqa/ircot_dev_250.jsonl")).unwrap();
+        let ex = load(&crate::require_data!("qa/hotpotqa/ircot_dev_250.jsonl")).unwrap();
         assert_eq!(ex.len(), 250);
         let first = &ex[0];
         assert_eq!(first.id, "5a8c7595554299585d9e36b6");
@@ -67,7 +66,7 @@ mod tests {
     fn every_supporting_paragraph_is_in_the_shared_corpus() {
         // The corpus (DPR layout id\ttext\ttitle, whitespace collapsed) holds every context paragraph; the
         // title+text match of Example::is_supporting must find each supporting one there.
-        let corpus = std::fs::read_to_string(shared("corpus/hotpotqa_paragraphs.tsv")).unwrap();
+        let corpus = std::fs::read_to_string(crate::require_data!("corpus/hotpotqa_paragraphs.tsv")).unwrap();
         let rows: Vec<(&str, &str)> = corpus
             .lines()
             .skip(1)
@@ -80,7 +79,7 @@ mod tests {
             m.entry(*t).or_default().push(*x);
             m
         });
-        let ex = load(&shared("qa/hotpotqa/ircot_dev_250.jsonl")).unwrap();
+        let ex = load(&crate::require_data!("qa/hotpotqa/ircot_dev_250.jsonl")).unwrap();
         let mut n = 0;
         for e in &ex {
             for d in &e.supporting {

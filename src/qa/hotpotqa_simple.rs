@@ -30,11 +30,10 @@ pub fn load(path: &Path) -> Result<Vec<Example>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::qa::shared;
 
     #[test]
     fn reads_shared_file() {
-        let ex = load(&shared("qa/hotpotqa/hotpot_dev_simplified.json")).unwrap();
+        let ex = load(&crate::require_data!("qa/hotpotqa/hotpot_dev_simplified.json")).unwrap();
         assert_eq!(ex.len(), 7155);
         assert_eq!(ex[0].answers, vec!["Chief of Protocol"]);
         assert_eq!(ex[2].id, "2");

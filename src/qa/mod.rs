@@ -5,7 +5,7 @@
 //! files, or record index, for JSON files) and what is wrong.
 
 use std::fmt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::str::FromStr;
 
 use anyhow::{bail, Context, Result};
@@ -354,12 +354,6 @@ pub(crate) fn non_empty_answers(answers: Vec<String>, at: &At) -> Result<Vec<Str
     Ok(answers)
 }
 
-/// Path helper for tests.
-#[allow(dead_code)]
-pub(crate) fn shared(rel: &str) -> PathBuf {
-    crate::shared_data_dir().join(rel)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -378,7 +372,7 @@ mod tests {
             ("qa/bioasq", Layout::Bioasq),
         ];
         for (rel, want) in cases {
-            assert_eq!(detect_layout(&shared(rel)).unwrap(), want, "{rel}");
+            assert_eq!(detect_layout(&crate::require_data!(rel)).unwrap(), want, "{rel}");
         }
     }
 

@@ -28,14 +28,13 @@ pub fn load(path: &Path) -> Result<Vec<Example>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::qa::shared;
 
     #[test]
     fn reads_shared_files() {
-        let ex = load(&shared("qa/nq/NQ-open.dev.jsonl")).unwrap();
+        let ex = load(&crate::require_data!("qa/nq/NQ-open.dev.jsonl")).unwrap();
         assert_eq!(ex.len(), 3610);
         assert_eq!(ex[0].question, "when was the last time anyone was on the moon");
         assert_eq!(ex[0].answers, vec!["14 December 1972 UTC", "December 1972"]);
-        assert_eq!(load(&shared("qa/nq/NQ-open.efficientqa.test.1.1.jsonl")).unwrap().len(), 1769);
+        assert_eq!(load(&crate::require_data!("qa/nq/NQ-open.efficientqa.test.1.1.jsonl")).unwrap().len(), 1769);
     }
 }

@@ -61,11 +61,10 @@ pub fn load(path: &Path) -> Result<Vec<Example>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::qa::shared;
 
     #[test]
     fn reads_shared_file() {
-        let ex = load(&shared("qa/pubmedqa/pqal_dev_500.json")).unwrap();
+        let ex = load(&crate::require_data!("qa/pubmedqa/pqal_dev_500.json")).unwrap();
         assert_eq!(ex.len(), 500);
         // 276 yes / 169 no / 55 maybe, counted with Python when the file was examined.
         let count = |a: &str| ex.iter().filter(|e| e.answers[0] == a).count();

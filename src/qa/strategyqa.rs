@@ -63,11 +63,10 @@ pub fn load_original(path: &Path) -> Result<Vec<Example>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::qa::shared;
 
     #[test]
     fn reads_bigbench_file() {
-        let ex = load_bigbench(&shared("qa/strategyqa/bigbench_task.json")).unwrap();
+        let ex = load_bigbench(&crate::require_data!("qa/strategyqa/bigbench_task.json")).unwrap();
         assert_eq!(ex.len(), 2290);
         assert_eq!(ex[0].question, "Is it common to see frost during some college commencements?");
         assert_eq!(ex[0].answers, vec!["yes"]);

@@ -28,11 +28,10 @@ pub fn load(path: &Path) -> Result<Vec<Example>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::qa::shared;
 
     #[test]
     fn reads_shared_file() {
-        let ex = load(&shared("qa/triviaqa/triviaqa_test_1000.jsonl")).unwrap();
+        let ex = load(&crate::require_data!("qa/triviaqa/triviaqa_test_1000.jsonl")).unwrap();
         assert_eq!(ex.len(), 1000);
         assert_eq!(ex[0].id, "qw_2021");
         assert!(ex[0].answers.iter().any(|a| a == "Yuri Gagarin"));

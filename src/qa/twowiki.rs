@@ -58,11 +58,10 @@ pub fn load(path: &Path) -> Result<Vec<Example>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::qa::shared;
 
     #[test]
     fn reads_shared_file_with_string_and_list_answers() {
-        let ex = load(&shared("qa/2wikimultihopqa/dev_100.json")).unwrap();
+        let ex = load(&crate::require_data!("qa/2wikimultihopqa/dev_100.json")).unwrap();
         assert_eq!(ex.len(), 100);
         assert_eq!(ex[1].answers, vec!["Mask of Fu Manchu", "The Mask of Fu Manchu"]);
         assert_eq!(ex[2].answers, vec!["12 June 1516"]);

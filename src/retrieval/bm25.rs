@@ -630,7 +630,7 @@ mod tests {
     /// first 40 shared questions found (bm25s reaches recall@10 0.88 on all 250).
     #[test]
     fn hotpotqa_corpus_retrieves_supporting_paragraphs() {
-        let data = crate::shared_data_dir();
+        let data = crate::require_data!("corpus").parent().unwrap().to_path_buf();
         let dir = tempfile::tempdir().unwrap();
         let idx = build(&data.join("corpus/hotpotqa_paragraphs.tsv"), &dir.path().join("idx"), &opts(FieldMode::Combined));
         assert_eq!(idx.len(), 4858);

@@ -437,7 +437,7 @@ mod tests {
 
     #[test]
     fn prompt_ends_with_trimmed_truncation() {
-        let tok = crate::model::Tokenizer::from_file(&crate::shared_data_dir().join("models/smollm2-135m-instruct/tokenizer.json")).unwrap();
+        let tok = crate::model::Tokenizer::from_file(&crate::require_data!("models/smollm2-135m-instruct/tokenizer.json")).unwrap();
         let p = Template::Mind.prompt(&tok, "Ada Lovelace", "Ada Lovelace was born in ");
         assert!(p.contains("<|im_start|>user\nTell me something about Ada Lovelace.<|im_end|>\n<|im_start|>assistant\n"));
         assert!(p.ends_with("\nAda Lovelace was born in"), "{p:?}");

@@ -343,7 +343,7 @@ mod tests {
     /// Real sub-tokens: SmolLM2's byte-level BPE (shared data), each id decoded alone as the decoder does.
     #[test]
     fn smollm2_sub_tokens_merge_into_words() {
-        let path = crate::shared_data_dir().join("models/smollm2-135m-instruct/tokenizer.json");
+        let path = crate::require_data!("models/smollm2-135m-instruct/tokenizer.json");
         let tok = tokenizers::Tokenizer::from_file(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         let text = " The Eiffel Tower, completed in 1889, is in Paris. It's 330 m tall.";
         let ids = tok.encode(text, false).unwrap().get_ids().to_vec();

@@ -1,0 +1,129 @@
+//! `ragtime data fetch NAME...` downloads datasets into `datasets/data/` (checksum-verified; falls back to a
+//! verified shared copy where the source cannot be reached); `ragtime data list` shows where each dataset is
+//! found and its splits.
+
+use anyhow::{bail, Context, Result};
+use clap::{Args as ClapArgs, Subcommand};
+
+use ragtime::data::{self, Origin, Placed};
+use ragtime::eval::DatasetSpec;
+
+#[derive(ClapArgs, Debug)]
+pub struct DataArgs {
+    #[command(subcommand)]
+    pub command: DataCommand,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum DataCommand {
+    /// Download datasets (datasets/NAME.toml [source]) into datasets/data/, verifying their sha256.
+    Fetch(FetchArgs),
+    /// Each dataset, where its data is found (fetched / shared / missing) and its splits.
+    List,
+}
+
+#[derive(ClapArgs, Debug)]
+pub struct FetchArgs {
+    /// Dataset names (see `ragtime data list`).
+    #[arg(required_unless_present = "all")]
+    pub names: Vec<String>,
+    /// Every dataset with a [source].
+    #[arg(long, conflicts_with = "names")]
+    pub all: bool,
+}
+
+fn spec(name: &str) -> Result<DatasetSpec> {
+    let Some(path) = DatasetSpec::find_toml(name) else {
+        bail!("unknown dataset '{name}' (known: {})", DatasetSpec::known_names().join(", "));
+    };
+    DatasetSpec::parse_toml_file(&path)
+}
+
+pub fn run(args: DataArgs) -> Result<()> {
+    match args.command {
+        DataCommand::Fetch(a) => fetch(a),
+        DataCommand::List => list(),
+    }
+}
+
+fn fetch(args: FetchArgs) -> Result<()> {
+    let names = if args.all { DatasetSpec::known_names() } else { args.names };
+    let mut failed = Vec::new();
+    for name in &names {
+        let spec = spec(name)?;
+        let Some(source) = &spec.source else {
+            if args.all {
+                continue;
+            }
+            bail!("dataset '{name}': its spec has no [source] to fetch from");
+        };
+        match data::fetch(name, &spec.file, source, &mut |line: &str| eprintln!("{line}")) {
+            Ok(placed) => report(name, &placed),
+            Err(e) => {
+                eprintln!("error: {e:#}");
+                failed.push(name.as_str());
+            }
+        }
+    }
+    if !failed.is_empty() {
+        bail!("could not fetch: {}", failed.join(", "));
+    }
+    Ok(())
+}
+
+fn report(name: &str, placed: &[Placed]) {
+    let (mut down, mut kept, mut shared) = (0, 0, 0);
+    for p in placed {
+        match p {
+            Placed::Downloaded(_) => down += 1,
+            Placed::AlreadyFetched(_) => kept += 1,
+            Placed::Shared(_) => shared += 1,
+        }
+    }
+    let where_ = |p: &Placed| match p {
+        Placed::Downloaded(p) | Placed::AlreadyFetched(p) | Placed::Shared(p) => p.display().to_string(),
+    };
+    let first = placed.first().map(where_).unwrap_or_default();
+    let more = if placed.len() > 1 { format!(" (+{} more files)", placed.len() - 1) } else { String::new() };
+    if shared > 0 {
+        println!("{name}: using the shared copy, sha256 verified: {first}{more}");
+    } else if down > 0 {
+        println!("{name}: fetched, sha256 verified: {first}{more}{}", if kept > 0 { format!(" ({kept} already there)") } else { String::new() });
+    } else {
+        println!("{name}: already fetched: {first}{more}");
+    }
+}
+
+fn list() -> Result<()> {
+    let names = DatasetSpec::known_names();
+    let mut rows = Vec::new();
+    for name in &names {
+        let path = DatasetSpec::find_toml(name).context("spec vanished")?;
+        let spec = DatasetSpec::parse_toml_file(&path)?;
+        let found = data::locate(&spec.file, spec.source.as_ref());
+        let origins: Vec<Option<Origin>> = found.iter().map(|(_, f)| f.as_ref().map(|(_, o)| *o)).collect();
+        let status = if origins.iter().any(Option::is_none) {
+            if origins.iter().all(Option::is_none) { "missing" } else { "partial" }
+        } else if origins.iter().all(|o| *o == Some(Origin::Fetched)) {
+            "fetched"
+        } else if origins.iter().all(|o| *o == Some(Origin::Shared)) {
+            "shared"
+        } else {
+            "fetched+shared"
+        };
+        let place = match data::find(&spec.file) {
+            Some((p, _)) => p.display().to_string(),
+            None => spec.file.display().to_string(),
+        };
+        let splits: Vec<String> = spec.splits.iter().map(|(k, r)| format!("{k} {}", String::from(*r))).collect();
+        rows.push((name.clone(), status, place, splits.join(", ")));
+    }
+    let w = rows.iter().map(|r| r.0.len()).max().unwrap_or(4).max(7);
+    println!("{:w$}  {:14}  {:28}  {}", "dataset", "data", "splits", "file");
+    for (name, status, place, splits) in rows {
+        println!("{name:w$}  {status:14}  {splits:28}  {place}");
+    }
+    let roots: Vec<String> = data::roots().iter().map(|r| r.display().to_string()).collect();
+    println!("\ndata folders searched, in order: {}", roots.join(", "));
+    Ok(())
+}

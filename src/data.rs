@@ -1,0 +1,719 @@
+//! Where data files are found, and how `ragtime data fetch` downloads a dataset.
+//!
+//! Data-relative paths (a dataset spec's `file`, `exemplars` and `corpus`, the tokenizer the tests use) are
+//! looked up in two folders, in order:
+//! 1. the fetched data, `datasets/data/` in the repository (written by `ragtime data fetch`, git-ignored);
+//! 2. the shared data folder, `../shared/data` beside the repository.
+//!
+//! Both mirror one layout (`qa/<dataset>/...`, `fewshot/...`, `models/...`), so one relative path names a file
+//! in either. `RAGTIME_DATA=DIR` replaces both with `DIR` (fetches then write there too): it points ragtime at a
+//! data folder kept elsewhere, and `RAGTIME_DATA=/nonexistent` shows what a machine without data sees.
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{anyhow, bail, Context, Result};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+/// The environment variable that replaces the data folders.
+pub const ENV_DATA: &str = "RAGTIME_DATA";
+
+fn env_root() -> Option<PathBuf> {
+    std::env::var_os(ENV_DATA).filter(|v| !v.is_empty()).map(PathBuf::from)
+}
+
+fn repo_root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The folder `ragtime data fetch` writes into: `$RAGTIME_DATA`, else `datasets/data` in the repository.
+pub fn fetch_dir() -> PathBuf {
+    env_root().unwrap_or_else(|| repo_root().join("datasets/data"))
+}
+
+/// The shared data folder: `$RAGTIME_DATA`, else `../shared/data` beside the repository.
+pub fn shared_dir() -> PathBuf {
+    env_root().unwrap_or_else(|| {
+        let p = repo_root().join("../shared/data");
+        p.canonicalize().unwrap_or(p)
+    })
+}
+
+/// The folders searched for a data-relative path, in order.
+pub fn roots() -> Vec<PathBuf> {
+    match env_root() {
+        Some(r) => vec![r],
+        None => vec![fetch_dir(), shared_dir()],
+    }
+}
+
+/// Which folder a data file was found in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    /// `datasets/data` (or `$RAGTIME_DATA`).
+    Fetched,
+    /// `../shared/data`.
+    Shared,
+}
+
+/// The first existing `root/rel` of [`roots`], with its origin; `None` when no folder holds it.
+pub fn find(rel: &Path) -> Option<(PathBuf, Origin)> {
+    if rel.is_absolute() {
+        return rel.exists().then(|| (rel.to_path_buf(), Origin::Fetched));
+    }
+    roots().into_iter().enumerate().find_map(|(i, r)| {
+        let p = r.join(rel);
+        p.exists().then_some((p, if i == 0 { Origin::Fetched } else { Origin::Shared }))
+    })
+}
+
+/// A data-relative path resolved: absolute paths as they are, else the first folder of [`roots`] that holds
+/// it, else its place in the shared folder (so that a later "cannot read" names the usual location).
+pub fn resolve(rel: &Path) -> PathBuf {
+    if rel.is_absolute() {
+        return rel.to_path_buf();
+    }
+    find(rel).map(|(p, _)| p).unwrap_or_else(|| shared_dir().join(rel))
+}
+
+/// Where a dataset comes from (`[source]` in `datasets/NAME.toml`) and how its data file is cut from the
+/// download.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Source {
+    /// The dataset's own public release (page or file), for reference; not downloaded.
+    #[serde(default)]
+    pub release: Option<String>,
+    /// What `ragtime data fetch` downloads: the file, or with `files` the folder (ending in `/`) their paths
+    /// are appended to.
+    pub url: String,
+    /// sha256 of the data file as ragtime reads it (after `member`, `drop_keys_of` and `first`); the fetch is
+    /// unverified when absent.
+    #[serde(default)]
+    pub sha256: Option<String>,
+    /// The download is a `.tar.gz`: this member of it is the data.
+    #[serde(default)]
+    pub member: Option<String>,
+    /// A JSON object: drop the entries whose keys are keys of the JSON object at this URL.
+    #[serde(default)]
+    pub drop_keys_of: Option<String>,
+    /// Keep the first N lines (`.jsonl` files) or entries (JSON arrays and objects, re-laid out with
+    /// one-space indentation).
+    #[serde(default)]
+    pub first: Option<usize>,
+    /// A folder dataset: its files, each downloaded from `url` + `path` to `file/path`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub files: Vec<SourceFile>,
+}
+
+/// One file of a folder dataset.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SourceFile {
+    pub path: String,
+    #[serde(default)]
+    pub sha256: Option<String>,
+}
+
+impl Source {
+    /// Checks the fields that do not depend on the network; errors say which field is wrong.
+    pub fn validate(&self) -> Result<()> {
+        let check = |what: &str, s: &Option<String>| -> Result<()> {
+            match s {
+                Some(h) if h.len() != 64 || !h.bytes().all(|b| b.is_ascii_hexdigit()) => {
+                    bail!("[source] {what}: '{h}' is not a sha256 (64 hex digits)")
+                }
+                _ => Ok(()),
+            }
+        };
+        check("sha256", &self.sha256)?;
+        if self.files.is_empty() {
+            return Ok(());
+        }
+        if !self.url.ends_with('/') {
+            bail!("[source] url must end with '/' when `files` lists the files under it");
+        }
+        if self.sha256.is_some() || self.member.is_some() || self.drop_keys_of.is_some() || self.first.is_some() {
+            bail!("[source] with `files`, give each file's sha256 there (sha256, member, drop_keys_of and first apply to a single file)");
+        }
+        for f in &self.files {
+            if f.path.is_empty() || Path::new(&f.path).is_absolute() || f.path.split('/').any(|c| c == "..") {
+                bail!("[source] files: '{}' must be a relative path inside the dataset folder", f.path);
+            }
+            check(&format!("files '{}' sha256", f.path), &f.sha256)?;
+        }
+        Ok(())
+    }
+
+    /// The files to place: (URL, path relative to the data folder, expected sha256).
+    pub fn items(&self, file: &Path) -> Vec<(String, PathBuf, Option<String>)> {
+        if self.files.is_empty() {
+            return vec![(self.url.clone(), file.to_path_buf(), self.sha256.clone())];
+        }
+        self.files.iter().map(|f| (format!("{}{}", self.url, f.path), file.join(&f.path), f.sha256.clone())).collect()
+    }
+}
+
+/// Hex sha256 of a file.
+pub fn sha256_file(path: &Path) -> Result<String> {
+    let mut f = std::fs::File::open(path).with_context(|| format!("{}: cannot read", path.display()))?;
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 1 << 16];
+    loop {
+        let n = f.read(&mut buf).with_context(|| format!("{}: cannot read", path.display()))?;
+        if n == 0 {
+            break;
+        }
+        h.update(&buf[..n]);
+    }
+    Ok(format!("{:x}", h.finalize()))
+}
+
+/// Checks `path` against `want` (when known): `Ok(actual)`, or an error naming the file and both sums.
+pub fn verify(path: &Path, want: Option<&str>) -> Result<String> {
+    let got = sha256_file(path)?;
+    if let Some(w) = want {
+        if !got.eq_ignore_ascii_case(w) {
+            bail!("{}: sha256 is {got}, the dataset spec expects {w}", path.display());
+        }
+    }
+    Ok(got)
+}
+
+/// A download that could not be made (no network, no such URL): the caller may fall back to the shared copy.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot download {url}: {reason}")]
+pub struct DownloadError {
+    pub url: String,
+    pub reason: String,
+}
+
+/// Downloads `url` to `dest` with curl (no TLS stack in ragtime itself).
+pub fn download(url: &str, dest: &Path) -> Result<()> {
+    let out = Command::new("curl")
+        .args(["--fail", "--silent", "--show-error", "--location", "--connect-timeout", "20", "--retry", "2", "--output"])
+        .arg(dest)
+        .arg(url)
+        .output();
+    let out = match out {
+        Ok(o) => o,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            bail!("`curl` is not installed (ragtime downloads with it): install curl, or place the data beside the repository in ../shared/data")
+        }
+        Err(e) => return Err(anyhow!(e).context("cannot run curl")),
+    };
+    if !out.status.success() {
+        let _ = std::fs::remove_file(dest);
+        let err = String::from_utf8_lossy(&out.stderr);
+        let reason = err.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("curl failed").trim().to_string();
+        return Err(DownloadError { url: url.to_string(), reason }.into());
+    }
+    Ok(())
+}
+
+/// A temporary path beside `dest` (same folder, so the final rename is atomic).
+fn temp_beside(dest: &Path, tag: &str) -> PathBuf {
+    let name = dest.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    dest.with_file_name(format!(".{name}.{tag}.{}.part", std::process::id()))
+}
+
+/// Removes a temporary file when dropped (the download failed or was cut wrongly).
+struct TempFile(PathBuf);
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// Downloads one data file of `source` to `dest`: download, cut (`member`, `drop_keys_of`, `first`), check the
+/// sha256, then rename into place. Returns the file's sha256.
+pub fn fetch_file(source: &Source, url: &str, dest: &Path, sha256: Option<&str>) -> Result<String> {
+    let dir = dest.parent().ok_or_else(|| anyhow!("{}: no parent folder", dest.display()))?;
+    // The folders this call creates, removed again (when still empty) if nothing is placed.
+    let created: Vec<PathBuf> = dir.ancestors().take_while(|d| !d.as_os_str().is_empty() && !d.exists()).map(Path::to_path_buf).collect();
+    std::fs::create_dir_all(dir).with_context(|| format!("{}: cannot create folder", dir.display()))?;
+    let placed = fetch_file_in(source, url, dest, sha256);
+    if placed.is_err() {
+        for d in &created {
+            let _ = std::fs::remove_dir(d);
+        }
+    }
+    placed
+}
+
+fn fetch_file_in(source: &Source, url: &str, dest: &Path, sha256: Option<&str>) -> Result<String> {
+    let raw = TempFile(temp_beside(dest, "download"));
+    download(url, &raw.0)?;
+    let mut bytes = None;
+    if let Some(member) = &source.member {
+        let out = Command::new("tar").arg("-xzOf").arg(&raw.0).arg(member).output().context("cannot run tar")?;
+        if !out.status.success() {
+            bail!("{url}: cannot extract '{member}': {}", String::from_utf8_lossy(&out.stderr).trim());
+        }
+        bytes = Some(out.stdout);
+    }
+    if source.drop_keys_of.is_some() || source.first.is_some() {
+        let data = match bytes.take() {
+            Some(b) => b,
+            None => std::fs::read(&raw.0).with_context(|| format!("{}: cannot read", raw.0.display()))?,
+        };
+        let text = String::from_utf8(data).map_err(|_| anyhow!("{url}: not UTF-8 text"))?;
+        let drop: Vec<String> = match &source.drop_keys_of {
+            Some(u) => {
+                let keys = TempFile(temp_beside(dest, "keys"));
+                download(u, &keys.0)?;
+                let t = std::fs::read_to_string(&keys.0).with_context(|| format!("{u}: not UTF-8 text"))?;
+                let v: serde_json::Map<String, serde_json::Value> =
+                    serde_json::from_str(&t).with_context(|| format!("{u}: not a JSON object"))?;
+                v.keys().cloned().collect()
+            }
+            None => Vec::new(),
+        };
+        let is_lines = dest.extension().map_or(false, |e| e == "jsonl");
+        bytes = Some(cut(&text, is_lines, &drop, source.first).with_context(|| url.to_string())?.into_bytes());
+    }
+    let out = match bytes {
+        Some(b) => {
+            let t = TempFile(temp_beside(dest, "cut"));
+            std::fs::write(&t.0, b).with_context(|| format!("{}: cannot write", t.0.display()))?;
+            t
+        }
+        None => raw,
+    };
+    let sum = verify(&out.0, sha256).with_context(|| format!("downloaded from {url}"))?;
+    std::fs::rename(&out.0, dest).with_context(|| format!("{}: cannot move into place", dest.display()))?;
+    Ok(sum)
+}
+
+/// Cuts a downloaded text: the first `first` lines (JSON lines), or a JSON array's / object's entries minus the
+/// keys in `drop` and then the first `first`, re-laid out as Python's `json.dump(indent=1, ensure_ascii=False)`
+/// writes it (the layout of the shared derived files; their sources use 4-space indentation and, for PubMedQA,
+/// `\uXXXX` escapes).
+pub fn cut(text: &str, is_lines: bool, drop: &[String], first: Option<usize>) -> Result<String> {
+    if is_lines {
+        if !drop.is_empty() {
+            bail!("drop_keys_of applies to a JSON object, not to JSON lines");
+        }
+        let n = first.unwrap_or(usize::MAX);
+        let mut out = String::new();
+        let mut count = 0;
+        for line in text.split_inclusive('\n') {
+            if count == n {
+                break;
+            }
+            out.push_str(line);
+            count += 1;
+        }
+        if count < n && first.is_some() {
+            bail!("has {count} lines, fewer than the {n} to keep");
+        }
+        return Ok(out);
+    }
+    let (open, entries) = json::top_level(text)?;
+    let mut kept: Vec<&json::Entry> = entries
+        .iter()
+        .filter(|e| match &e.key {
+            Some(k) => !drop.iter().any(|d| json::key_equals(k, d)),
+            None => true,
+        })
+        .collect();
+    if !drop.is_empty() && open != b'{' {
+        bail!("drop_keys_of applies to a JSON object, not to an array");
+    }
+    if let Some(n) = first {
+        if kept.len() < n {
+            bail!("has {} entries, fewer than the {n} to keep", kept.len());
+        }
+        kept.truncate(n);
+    }
+    let close = if open == b'{' { '}' } else { ']' };
+    if kept.is_empty() {
+        return Ok(format!("{}{close}", open as char));
+    }
+    let mut out = String::new();
+    out.push(open as char);
+    for (i, e) in kept.iter().enumerate() {
+        out.push_str(if i == 0 { "\n " } else { ",\n " });
+        if let Some(k) = &e.key {
+            json::write_string(k, &mut out);
+            out.push_str(": ");
+        }
+        json::reindent(e.value, 1, &mut out);
+    }
+    out.push('\n');
+    out.push(close);
+    Ok(out)
+}
+
+/// A minimal JSON scanner that keeps keys in order and numbers byte for byte, and writes strings as Python's
+/// `json.dump(ensure_ascii=False)` does (`\u0394` becomes `Δ`; quotes, backslashes and control characters
+/// stay escaped). A parse into `serde_json::Value` would sort the keys, and the checksums are of exact bytes.
+mod json {
+    use anyhow::{bail, Result};
+
+    /// One top-level entry: its raw key (with quotes) for objects, and its raw value.
+    pub struct Entry<'a> {
+        pub key: Option<&'a str>,
+        pub value: &'a str,
+    }
+
+    /// Whether a raw quoted key is the string `s` (keys with escapes compare unescaped).
+    pub fn key_equals(raw: &str, s: &str) -> bool {
+        serde_json::from_str::<String>(raw).map_or(false, |k| k == s)
+    }
+
+    /// Writes a raw quoted string re-escaped the way Python's `ensure_ascii=False` escapes (serde_json's string
+    /// escapes are the same set); a string that does not decode (a lone surrogate escape) is kept as it is.
+    pub fn write_string(raw: &str, out: &mut String) {
+        match serde_json::from_str::<String>(raw).ok().and_then(|s| serde_json::to_string(&s).ok()) {
+            Some(s) => out.push_str(&s),
+            None => out.push_str(raw),
+        }
+    }
+
+    fn skip_ws(b: &[u8], mut i: usize) -> usize {
+        while i < b.len() && b[i].is_ascii_whitespace() {
+            i += 1;
+        }
+        i
+    }
+
+    /// End (exclusive) of the string starting at `i` (a `"`).
+    fn string_end(b: &[u8], mut i: usize) -> Result<usize> {
+        i += 1;
+        while i < b.len() {
+            match b[i] {
+                b'\\' => i += 2,
+                b'"' => return Ok(i + 1),
+                _ => i += 1,
+            }
+        }
+        bail!("unterminated JSON string")
+    }
+
+    /// End (exclusive) of the value starting at `i`.
+    fn value_end(b: &[u8], i: usize) -> Result<usize> {
+        match b.get(i) {
+            None => bail!("JSON ends where a value was expected"),
+            Some(b'"') => string_end(b, i),
+            Some(b'{') | Some(b'[') => {
+                let mut depth = 0usize;
+                let mut j = i;
+                while j < b.len() {
+                    match b[j] {
+                        b'"' => {
+                            j = string_end(b, j)?;
+                            continue;
+                        }
+                        b'{' | b'[' => depth += 1,
+                        b'}' | b']' => {
+                            depth -= 1;
+                            if depth == 0 {
+                                return Ok(j + 1);
+                            }
+                        }
+                        _ => {}
+                    }
+                    j += 1;
+                }
+                bail!("unterminated JSON array or object")
+            }
+            Some(_) => {
+                let mut j = i;
+                while j < b.len() && !matches!(b[j], b',' | b'}' | b']') && !b[j].is_ascii_whitespace() {
+                    j += 1;
+                }
+                Ok(j)
+            }
+        }
+    }
+
+    /// The entries of a top-level array or object, and its opening byte.
+    pub fn top_level(text: &str) -> Result<(u8, Vec<Entry<'_>>)> {
+        let b = text.as_bytes();
+        let mut i = skip_ws(b, 0);
+        let open = match b.get(i) {
+            Some(&c @ (b'[' | b'{')) => c,
+            _ => bail!("not a JSON array or object"),
+        };
+        let close = if open == b'{' { b'}' } else { b']' };
+        let mut entries = Vec::new();
+        i = skip_ws(b, i + 1);
+        if b.get(i) == Some(&close) {
+            return Ok((open, entries));
+        }
+        loop {
+            let key = if open == b'{' {
+                if b.get(i) != Some(&b'"') {
+                    bail!("expected a key at byte {i}");
+                }
+                let e = string_end(b, i)?;
+                let k = &text[i..e];
+                i = skip_ws(b, e);
+                if b.get(i) != Some(&b':') {
+                    bail!("expected ':' at byte {i}");
+                }
+                i = skip_ws(b, i + 1);
+                Some(k)
+            } else {
+                None
+            };
+            let e = value_end(b, i)?;
+            entries.push(Entry { key, value: &text[i..e] });
+            i = skip_ws(b, e);
+            match b.get(i) {
+                Some(b',') => i = skip_ws(b, i + 1),
+                Some(&c) if c == close => break,
+                _ => bail!("expected ',' or '{}' at byte {i}", close as char),
+            }
+        }
+        if skip_ws(b, i + 1) != b.len() {
+            bail!("text after the top-level JSON value");
+        }
+        Ok((open, entries))
+    }
+
+    /// Writes `raw` (one JSON value) with `level`-space indentation, one item a line, `": "` after keys, and
+    /// empty arrays and objects as `[]` and `{}`.
+    pub fn reindent(raw: &str, level: usize, out: &mut String) {
+        let b = raw.as_bytes();
+        let mut depth = level;
+        let mut i = 0;
+        let newline = |out: &mut String, d: usize| {
+            out.push('\n');
+            out.extend(std::iter::repeat(' ').take(d));
+        };
+        while i < b.len() {
+            match b[i] {
+                b'"' => {
+                    let e = string_end(b, i).unwrap_or(b.len());
+                    write_string(&raw[i..e], out);
+                    i = e;
+                    continue;
+                }
+                c @ (b'{' | b'[') => {
+                    let j = skip_ws(b, i + 1);
+                    if matches!(b.get(j), Some(b'}') | Some(b']')) {
+                        out.push(c as char);
+                        out.push(b[j] as char);
+                        i = j + 1;
+                        continue;
+                    }
+                    out.push(c as char);
+                    depth += 1;
+                    newline(out, depth);
+                }
+                c @ (b'}' | b']') => {
+                    depth -= 1;
+                    newline(out, depth);
+                    out.push(c as char);
+                }
+                b',' => {
+                    out.push(',');
+                    newline(out, depth);
+                }
+                b':' => out.push_str(": "),
+                c if c.is_ascii_whitespace() => {}
+                _ => {
+                    // a number, true, false or null: copy to the next structural byte
+                    let s = i;
+                    while i < b.len() && !matches!(b[i], b',' | b'}' | b']' | b':') && !b[i].is_ascii_whitespace() {
+                        i += 1;
+                    }
+                    out.push_str(&raw[s..i]);
+                    continue;
+                }
+            }
+            i += 1;
+        }
+    }
+}
+
+/// Where a dataset's data stands: each data file's path and origin, or `None` where it is missing.
+pub fn locate(file: &Path, source: Option<&Source>) -> Vec<(PathBuf, Option<(PathBuf, Origin)>)> {
+    let rels: Vec<PathBuf> = match source {
+        Some(s) => s.items(file).into_iter().map(|(_, rel, _)| rel).collect(),
+        None => vec![file.to_path_buf()],
+    };
+    rels.into_iter().map(|r| (r.clone(), find(&r))).collect()
+}
+
+/// What [`fetch`] did for one file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Placed {
+    /// Downloaded to this path.
+    Downloaded(PathBuf),
+    /// Already in the fetch folder with the right checksum.
+    AlreadyFetched(PathBuf),
+    /// Not downloadable; the shared copy at this path has the right checksum (or none is recorded).
+    Shared(PathBuf),
+}
+
+/// Fetches a dataset's files into [`fetch_dir`]. A file already there is kept when its checksum matches and is
+/// an error otherwise (ragtime never overwrites a file it may not have written). When a download fails for
+/// want of a network or a reachable URL, `note` gets one line saying so, and the files are taken from the shared
+/// folder after their checksums are verified.
+pub fn fetch(name: &str, file: &Path, source: &Source, note: &mut dyn FnMut(&str)) -> Result<Vec<Placed>> {
+    fetch_into(name, file, source, &fetch_dir(), &shared_dir(), note)
+}
+
+/// [`fetch`] with explicit folders.
+pub fn fetch_into(name: &str, file: &Path, source: &Source, fetch_root: &Path, shared_root: &Path, note: &mut dyn FnMut(&str)) -> Result<Vec<Placed>> {
+    let mut placed = Vec::new();
+    let mut offline = false;
+    for (url, rel, sha) in source.items(file) {
+        let dest = fetch_root.join(&rel);
+        if dest.exists() {
+            verify(&dest, sha.as_deref()).with_context(|| {
+                format!("{name}: {} is already there with other contents; remove it to fetch again", dest.display())
+            })?;
+            placed.push(Placed::AlreadyFetched(dest));
+            continue;
+        }
+        if !offline {
+            match fetch_file(source, &url, &dest, sha.as_deref()) {
+                Ok(_) => {
+                    placed.push(Placed::Downloaded(dest));
+                    continue;
+                }
+                Err(e) => match e.downcast_ref::<DownloadError>() {
+                    Some(d) => {
+                        note(&format!("{name}: {d}; looking for the shared copy in {}", shared_root.display()));
+                        offline = true;
+                    }
+                    None => return Err(e.context(format!("{name}: fetch failed"))),
+                },
+            }
+        }
+        let shared = shared_root.join(&rel);
+        if !shared.exists() {
+            bail!("{name}: cannot download {url}, and {} does not exist", shared.display());
+        }
+        verify(&shared, sha.as_deref()).with_context(|| format!("{name}: the shared copy does not match the dataset spec"))?;
+        placed.push(Placed::Shared(shared));
+    }
+    Ok(placed)
+}
+
+/// Writes `bytes` to `path` through a temporary file and a rename.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    let tmp = TempFile(temp_beside(path, "write"));
+    let mut f = std::fs::File::create(&tmp.0).with_context(|| format!("{}: cannot write", tmp.0.display()))?;
+    f.write_all(bytes).with_context(|| format!("{}: cannot write", tmp.0.display()))?;
+    f.sync_all().ok();
+    std::fs::rename(&tmp.0, path).with_context(|| format!("{}: cannot move into place", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cut_keeps_first_lines() {
+        assert_eq!(cut("a\nb\nc\n", true, &[], Some(2)).unwrap(), "a\nb\n");
+        assert!(cut("a\n", true, &[], Some(2)).unwrap_err().to_string().contains("fewer than the 2"));
+    }
+
+    #[test]
+    fn cut_relays_out_json_like_python_indent_1() {
+        let src = "[\n    {\n        \"id\": 1,\n        \"a\": [\n            \"x, y\",\n            \"\\\"q\\\" \\u0394\\u03a8m\\t\\/\"\n        ],\n        \"e\": [],\n        \"f\": -1.5e3\n    },\n    {\"id\": 2}\n]";
+        let want = "[\n {\n  \"id\": 1,\n  \"a\": [\n   \"x, y\",\n   \"\\\"q\\\" ΔΨm\\t/\"\n  ],\n  \"e\": [],\n  \"f\": -1.5e3\n }\n]";
+        assert_eq!(cut(src, false, &[], Some(1)).unwrap(), want);
+        let obj = "{\"1\": {\"q\": \"a\"}, \"2\": {\"q\": \"b\"}, \"3\": {}}";
+        assert_eq!(cut(obj, false, &["2".into()], None).unwrap(), "{\n \"1\": {\n  \"q\": \"a\"\n },\n \"3\": {}\n}");
+        assert!(cut("[1, 2]", false, &[], Some(3)).unwrap_err().to_string().contains("fewer than the 3"));
+        assert!(cut("[1, 2", false, &[], None).is_err());
+    }
+
+    #[test]
+    fn cut_reproduces_the_shared_derived_files() {
+        // The shared 2Wiki and PubMedQA files are cuts written with indent=1: re-laying them out is the identity.
+        for rel in ["qa/2wikimultihopqa/dev_100.json", "qa/pubmedqa/pqal_dev_500.json"] {
+            let Some(p) = crate::testing::require(rel) else { return };
+            let text = std::fs::read_to_string(&p).unwrap();
+            assert_eq!(cut(&text, false, &[], None).unwrap(), text, "{rel}");
+        }
+    }
+
+    #[test]
+    fn source_validation_names_the_field() {
+        let mut s = Source { release: None, url: "https://x/".into(), sha256: Some("abc".into()), member: None, drop_keys_of: None, first: None, files: vec![] };
+        assert!(s.validate().unwrap_err().to_string().contains("sha256"));
+        s.sha256 = None;
+        s.files = vec![SourceFile { path: "../x".into(), sha256: None }];
+        assert!(s.validate().unwrap_err().to_string().contains("../x"));
+        s.files[0].path = "a/b.json".into();
+        s.validate().unwrap();
+        assert_eq!(s.items(Path::new("qa/d")), vec![(String::from("https://x/a/b.json"), PathBuf::from("qa/d/a/b.json"), None)]);
+        s.url = "https://x".into();
+        assert!(s.validate().unwrap_err().to_string().contains("end with '/'"));
+    }
+
+    #[test]
+    fn verify_names_file_and_sums() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f.txt");
+        std::fs::write(&p, "abc").unwrap();
+        let sum = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad";
+        assert_eq!(verify(&p, Some(sum)).unwrap(), sum);
+        let err = verify(&p, Some(&"0".repeat(64))).unwrap_err().to_string();
+        assert!(err.contains("f.txt") && err.contains(sum), "{err}");
+    }
+
+    fn src(url: String, sha256: Option<String>, first: Option<usize>) -> Source {
+        Source { release: None, url, sha256, member: None, drop_keys_of: None, first, files: vec![] }
+    }
+
+    #[test]
+    fn fetch_downloads_cuts_verifies_and_keeps() {
+        let dir = tempfile::tempdir().unwrap();
+        let upstream = dir.path().join("up.jsonl");
+        std::fs::write(&upstream, "{\"a\": 1}\n{\"a\": 2}\n{\"a\": 3}\n").unwrap();
+        let want = format!("{:x}", Sha256::digest(b"{\"a\": 1}\n{\"a\": 2}\n"));
+        let (fetched, shared) = (dir.path().join("fetched"), dir.path().join("shared"));
+        let s = src(format!("file://{}", upstream.display()), Some(want.clone()), Some(2));
+        let rel = Path::new("qa/x/x.jsonl");
+        let placed = fetch_into("x", rel, &s, &fetched, &shared, &mut |l: &str| panic!("{l}")).unwrap();
+        assert_eq!(placed, vec![Placed::Downloaded(fetched.join(rel))]);
+        assert_eq!(sha256_file(&fetched.join(rel)).unwrap(), want);
+        let leftovers: Vec<_> = std::fs::read_dir(fetched.join("qa/x")).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(leftovers.len(), 1, "{leftovers:?}");
+        // a second fetch keeps the file
+        let placed = fetch_into("x", rel, &s, &fetched, &shared, &mut |l: &str| panic!("{l}")).unwrap();
+        assert_eq!(placed, vec![Placed::AlreadyFetched(fetched.join(rel))]);
+        // a file of other contents is neither overwritten nor accepted
+        std::fs::write(fetched.join(rel), "mine\n").unwrap();
+        let err = format!("{:#}", fetch_into("x", rel, &s, &fetched, &shared, &mut |_: &str| {}).unwrap_err());
+        assert!(err.contains("already there") && err.contains("x.jsonl"), "{err}");
+        assert_eq!(std::fs::read_to_string(fetched.join(rel)).unwrap(), "mine\n");
+        // a wrong checksum leaves nothing behind
+        std::fs::remove_file(fetched.join(rel)).unwrap();
+        let bad = src(format!("file://{}", upstream.display()), Some("0".repeat(64)), Some(2));
+        let err = format!("{:#}", fetch_into("x", rel, &bad, &fetched, &shared, &mut |_: &str| {}).unwrap_err());
+        assert!(err.contains("sha256") && err.contains(&want), "{err}");
+        assert_eq!(std::fs::read_dir(fetched.join("qa/x")).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn fetch_falls_back_to_a_verified_shared_copy() {
+        let dir = tempfile::tempdir().unwrap();
+        let (fetched, shared) = (dir.path().join("fetched"), dir.path().join("shared"));
+        let rel = Path::new("qa/y/y.json");
+        let s = src(format!("file://{}/nowhere.json", dir.path().display()), Some(format!("{:x}", Sha256::digest(b"[]"))), None);
+        let mut notes = Vec::new();
+        let err = format!("{:#}", fetch_into("y", rel, &s, &fetched, &shared, &mut |l: &str| notes.push(l.to_string())).unwrap_err());
+        assert!(err.contains("cannot download") && err.contains("does not exist"), "{err}");
+        assert_eq!(notes.len(), 1);
+        std::fs::create_dir_all(shared.join("qa/y")).unwrap();
+        std::fs::write(shared.join(rel), "[]").unwrap();
+        let placed = fetch_into("y", rel, &s, &fetched, &shared, &mut |_: &str| {}).unwrap();
+        assert_eq!(placed, vec![Placed::Shared(shared.join(rel))]);
+        assert!(!fetched.exists(), "a failed download leaves no folders behind");
+        std::fs::write(shared.join(rel), "[1]").unwrap();
+        let err = format!("{:#}", fetch_into("y", rel, &s, &fetched, &shared, &mut |_: &str| {}).unwrap_err());
+        assert!(err.contains("shared copy does not match"), "{err}");
+    }
+}
