@@ -6,6 +6,8 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 
+mod common;
+
 use anyhow::Result;
 use ragtime::autorag::infer::{AutoRag, ChatGen, InferConfig};
 use ragtime::autorag::prompts::AutoRagPrompts;
@@ -14,28 +16,8 @@ use ragtime::autorag::filter::SubAnswer;
 use ragtime::device::DeviceKind;
 use ragtime::model::{random_weights, Arch, Lm, MemoryWeights, ModelConfig, Tokenizer};
 use ragtime::qa::{AnswerKind, Example};
+use common::Tiny;
 use ragtime::retrieval::{Passage, Retriever};
-
-/// Word-overlap retrieval; records the queries it saw.
-struct Tiny(Vec<Passage>, Mutex<Vec<String>>);
-
-impl Retriever for Tiny {
-    fn search(&self, query: &str, k: usize) -> Result<Vec<Passage>> {
-        self.1.lock().unwrap().push(query.to_string());
-        let q: Vec<String> = query.split_whitespace().map(|w| w.to_lowercase()).collect();
-        let mut hits: Vec<Passage> = self
-            .0
-            .iter()
-            .map(|p| {
-                let s = p.text.split_whitespace().filter(|w| q.contains(&w.to_lowercase())).count() as f32;
-                Passage { score: s, ..p.clone() }
-            })
-            .collect();
-        hits.sort_by(|a, b| b.score.total_cmp(&a.score));
-        hits.truncate(k);
-        Ok(hits)
-    }
-}
 
 fn tiny_lm(max_pos: usize) -> Option<Lm> {
     let mut cfg = ModelConfig::tiny(Arch::Llama, 49152);

@@ -33,7 +33,7 @@ pub struct Args {
     #[arg(long)]
     pub index: Option<PathBuf>,
     /// Passages per retrieval (default: the config's [retrieval] top_k, else 3).
-    #[arg(short = 'k', long)]
+    #[arg(short = 'k', long, value_parser = super::ranges::int::<1, 1000>)]
     pub top_k: Option<usize>,
     /// Answer only this split of the dataset (its spec's [splits], e.g. `valid`, `test`); --skip and --limit
     /// then apply within it.
@@ -45,10 +45,10 @@ pub struct Args {
     pub skip: usize,
     #[arg(long)]
     pub limit: Option<usize>,
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, default_value_t = 10, value_parser = super::ranges::int::<0, 1000>)]
     pub max_retrievals: usize,
     /// Answer length limit (default: the config's [generation] max_new_tokens, else the dataset's).
-    #[arg(long)]
+    #[arg(long, value_parser = super::ranges::int::<1, 65_536>)]
     pub max_new_tokens: Option<usize>,
     /// Detector checkpoint for `--trigger mlp` (from `ragtime train detector`; overrides the config's
     /// `[trigger] detector`).
@@ -66,7 +66,7 @@ pub struct Args {
     /// model's weights (on the CPU: over the 4/8-bit weight blocks of a GGUF model). The predictions are those of
     /// `--batch 1`, so a run may be resumed with another value; each record's `seconds` is then the wall time
     /// since the previous record, which keeps seconds per question equal to wall time over questions.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = super::ranges::int::<1, 256>)]
     pub batch: usize,
     /// Row name in `ragtime report` (default: the trigger name).
     #[arg(long)]

@@ -23,12 +23,12 @@ pub struct Args {
     /// Wrap the prompt as a user turn in the model's chat template.
     #[arg(long)]
     pub chat: bool,
-    #[arg(long, default_value_t = 128)]
+    #[arg(long, default_value_t = 128, value_parser = super::ranges::int::<0, 65_536>)]
     pub max_new_tokens: usize,
     /// 0 = greedy.
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = 0.0, value_parser = super::ranges::non_negative_f32)]
     pub temperature: f32,
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = 1.0, value_parser = super::ranges::probability_f32)]
     pub top_p: f32,
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
@@ -40,17 +40,23 @@ pub struct Args {
     pub ignore_eos: bool,
 }
 
+/// The prompt from `--prompt` or `--prompt-file`; an empty one is an error (there is nothing to continue).
 pub fn read_prompt(prompt: &Option<String>, file: &Option<PathBuf>) -> Result<String> {
-    match (prompt, file) {
-        (Some(p), _) => Ok(p.clone()),
-        (None, Some(f)) => std::fs::read_to_string(f).with_context(|| format!("{}: cannot read prompt file", f.display())),
+    let (text, from) = match (prompt, file) {
+        (Some(p), _) => (p.clone(), "--prompt".to_string()),
+        (None, Some(f)) => (
+            std::fs::read_to_string(f).with_context(|| format!("{}: cannot read prompt file", f.display()))?,
+            f.display().to_string(),
+        ),
         (None, None) => anyhow::bail!("give --prompt or --prompt-file"),
-    }
+    };
+    anyhow::ensure!(!text.is_empty(), "{from}: the prompt is empty");
+    Ok(text)
 }
 
 pub fn run(args: Args) -> Result<()> {
-    let lm = args.model.load()?;
     let mut text = read_prompt(&args.prompt, &args.prompt_file)?;
+    let lm = args.model.load()?;
     if args.chat {
         text = lm.tokenizer.apply_chat_template(&[Message::new("user", text)], true);
     }

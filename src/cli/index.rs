@@ -17,13 +17,13 @@ pub struct IndexArgs {
     #[arg(long)]
     out: PathBuf,
     /// Split articles into passages of this many words (DPR: 100); 0 = keep whole. DPR rows are never re-split.
-    #[arg(long, default_value_t = 100)]
+    #[arg(long, default_value_t = 100, value_parser = super::ranges::int::<1, 100_000>)]
     passage_words: usize,
     /// Indexing threads (default: all cores, at most 8).
-    #[arg(long)]
+    #[arg(long, value_parser = super::ranges::int::<1, 1024>)]
     threads: Option<usize>,
     /// Memory budget of the indexing threads, in MB (at least 16 per thread).
-    #[arg(long, default_value_t = 1024)]
+    #[arg(long, default_value_t = 1024, value_parser = super::ranges::int::<15, 1_048_576>)]
     memory_mb: usize,
     /// Corpus layout: dpr, jsonl, wikidoc (default: detected per file).
     #[arg(long)]

@@ -23,13 +23,13 @@ pub struct Args {
     pub prompt_file: Option<PathBuf>,
     #[arg(long)]
     pub chat: bool,
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = 16, value_parser = super::ranges::int::<0, 65_536>)]
     pub max_new_tokens: usize,
 }
 
 pub fn run(args: Args) -> Result<()> {
-    let lm = args.model.load()?;
     let mut text = super::generate::read_prompt(&args.prompt, &args.prompt_file)?;
+    let lm = args.model.load()?;
     if args.chat {
         text = lm.tokenizer.apply_chat_template(&[Message::new("user", text)], true);
     }

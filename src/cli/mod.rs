@@ -13,6 +13,7 @@ pub mod entities;
 pub mod train;
 mod train_autorag;
 mod index;
+mod ranges;
 mod search;
 mod synth;
 mod synth_autorag;

@@ -23,25 +23,25 @@ pub struct SearchArgs {
     #[arg(long)]
     queries: Option<PathBuf>,
     /// Passages to return.
-    #[arg(short, long, default_value_t = 3)]
+    #[arg(short, long, default_value_t = 3, value_parser = super::ranges::int::<1, 10_000>)]
     k: usize,
     /// Print JSON (a list of {id, title, text, score}).
     #[arg(long)]
     json: bool,
     /// Threads for --queries (1 = one query after another on this thread).
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = super::ranges::int::<1, 1024>)]
     threads: usize,
     /// Multi-field scoring for an index built with --fields separate: best (ES best_fields) or most.
     #[arg(long, default_value = "best")]
     multi_field: String,
     /// best_fields tie breaker: max(title, text) + T x the other (ES default 0; DRAGIN's query uses 0.5).
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = 0.0, value_parser = super::ranges::non_negative_f32)]
     tie_breaker: f32,
     /// How the top k are found: auto, exhaustive (term at a time) or wand (tantivy's block-max WAND).
     #[arg(long, default_value = "auto")]
     strategy: String,
     /// Keep only the last N tokens of each query (DRAGIN: 64), as counted by --tokenizer.
-    #[arg(long, requires = "tokenizer")]
+    #[arg(long, requires = "tokenizer", value_parser = super::ranges::int::<1, 1_000_000>)]
     last_tokens: Option<usize>,
     /// tokenizer.json of the LLM whose tokens --last-tokens counts.
     #[arg(long)]

@@ -42,10 +42,10 @@ pub struct Args {
     #[arg(long)]
     pub limit: Option<usize>,
     /// T: iterations at most (overrides the config).
-    #[arg(long)]
+    #[arg(long, value_parser = super::ranges::int::<1, 1000>)]
     pub max_iter: Option<usize>,
     /// n: candidate queries per iteration (overrides the config).
-    #[arg(long)]
+    #[arg(long, value_parser = super::ranges::int::<1, 1000>)]
     pub candidates: Option<usize>,
     /// Seed of the query sampling and the random fallback (overrides the config).
     #[arg(long)]

@@ -36,21 +36,21 @@ pub struct Args {
     #[arg(long, value_delimiter = ',', default_value = "mind,radio")]
     pub templates: Vec<Template>,
     /// Body sentences that form an article's opening (0 = whole text).
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = 5, value_parser = super::ranges::int::<0, 100_000>)]
     pub sentences: usize,
     /// At most this many truncation points per article, a seeded sample (0 = all).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, value_parser = super::ranges::int::<0, 100_000>)]
     pub max_entities: usize,
     /// Tokens generated beyond the entity's own length.
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = 16, value_parser = super::ranges::int::<0, 4096>)]
     pub extra_tokens: usize,
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
     /// Articles per Parquet shard (the unit a kill can lose).
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = 16, value_parser = super::ranges::int::<1, 1_000_000>)]
     pub flush_every: usize,
     /// GloVe cosine at or above which two entities count as the same (when GloVe is installed).
-    #[arg(long, default_value_t = DEFAULT_GLOVE_THRESHOLD)]
+    #[arg(long, default_value_t = DEFAULT_GLOVE_THRESHOLD, value_parser = super::ranges::cosine_f32)]
     pub glove_threshold: f32,
     /// Do not use WordNet even if installed.
     #[arg(long)]

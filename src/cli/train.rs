@@ -38,20 +38,20 @@ pub struct DetectorArgs {
     /// hidden_mean_entity, entropy_last, entropy_entity_mean.
     #[arg(long, value_delimiter = ',', default_value = "hidden_mean_last")]
     pub features: Vec<String>,
-    #[arg(long, default_value_t = 20)]
+    #[arg(long, default_value_t = 20, value_parser = super::ranges::int::<1, 100_000>)]
     pub epochs: usize,
-    #[arg(long, default_value_t = 32)]
+    #[arg(long, default_value_t = 32, value_parser = super::ranges::int::<1, 1_048_576>)]
     pub batch_size: usize,
-    #[arg(long, default_value_t = 5e-4)]
+    #[arg(long, default_value_t = 5e-4, value_parser = super::ranges::positive)]
     pub lr: f64,
     /// L2 penalty added to the gradient (PyTorch Adam's weight_decay).
-    #[arg(long, default_value_t = 1e-5)]
+    #[arg(long, default_value_t = 1e-5, value_parser = super::ranges::non_negative_f32)]
     pub weight_decay: f32,
     /// Hidden layer widths, input side first.
-    #[arg(long, value_delimiter = ',', default_value = "256,128,64")]
+    #[arg(long, value_delimiter = ',', default_value = "256,128,64", value_parser = super::ranges::int_list_item::<1, 65_536>)]
     pub hidden_layers: Vec<usize>,
     /// Dropout probability on the input.
-    #[arg(long, default_value_t = 0.2)]
+    #[arg(long, default_value_t = 0.2, value_parser = super::ranges::fraction)]
     pub dropout: f64,
     #[arg(long, default_value_t = 42)]
     pub seed: u64,

@@ -44,33 +44,33 @@ pub struct Args {
     /// Defaults (TOML, sections [train] and [lora]); flags override.
     #[arg(long, default_value = "configs/autorag-train.toml")]
     pub config: PathBuf,
-    #[arg(long)]
+    #[arg(long, value_parser = super::ranges::int::<1, 100_000>)]
     pub epochs: Option<usize>,
     /// Peak learning rate (default: [train] lr, or [lora] lr with --lora).
-    #[arg(long)]
+    #[arg(long, value_parser = super::ranges::positive)]
     pub lr: Option<f64>,
-    #[arg(long)]
+    #[arg(long, value_parser = super::ranges::int::<1, 65_536>)]
     pub batch_size: Option<usize>,
     /// Micro-batches per optimizer update.
-    #[arg(long)]
+    #[arg(long, value_parser = super::ranges::int::<1, 65_536>)]
     pub grad_accum: Option<usize>,
     /// Tokens per dialogue (longer ones are cut).
-    #[arg(long)]
+    #[arg(long, value_parser = super::ranges::int::<8, 1_048_576>)]
     pub max_len: Option<usize>,
-    #[arg(long)]
+    #[arg(long, value_parser = super::ranges::fraction)]
     pub warmup_ratio: Option<f64>,
     /// Global gradient-norm bound (0: off).
-    #[arg(long)]
+    #[arg(long, value_parser = super::ranges::non_negative)]
     pub clip_norm: Option<f64>,
-    #[arg(long)]
+    #[arg(long, value_parser = super::ranges::non_negative)]
     pub weight_decay: Option<f64>,
     /// Validation loss every N updates.
-    #[arg(long)]
+    #[arg(long, value_parser = super::ranges::int::<1, 100_000_000>)]
     pub eval_every: Option<usize>,
     /// Checkpoint every N updates.
-    #[arg(long)]
+    #[arg(long, value_parser = super::ranges::int::<1, 100_000_000>)]
     pub save_every: Option<usize>,
-    #[arg(long)]
+    #[arg(long, value_parser = super::ranges::fraction)]
     pub valid_fraction: Option<f64>,
     #[arg(long)]
     pub seed: Option<u64>,
@@ -78,9 +78,9 @@ pub struct Args {
     #[arg(long)]
     pub max_steps: Option<usize>,
     /// Train LoRA adapters of this rank instead of all weights.
-    #[arg(long)]
+    #[arg(long, value_parser = super::ranges::int::<0, 65_536>)]
     pub lora: Option<usize>,
-    #[arg(long)]
+    #[arg(long, value_parser = super::ranges::positive)]
     pub lora_alpha: Option<f64>,
     /// Comma-separated: q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj.
     #[arg(long, value_delimiter = ',')]
