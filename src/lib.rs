@@ -11,6 +11,7 @@ pub mod corpus;
 pub mod device;
 pub mod model;
 pub mod eval;
+pub mod io;
 pub mod prompt;
 pub mod qa;
 pub mod entities;
