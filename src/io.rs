@@ -11,7 +11,7 @@
 //!   it apart from the records so the caller can drop it, while any other bad line is an error naming
 //!   `file:line`;
 //! - a directory records the settings of the run that made it, and a later run with other settings is refused
-//!   rather than mixed in ([`pin_settings`]).
+//!   rather than mixed in ([`pin_settings`] keeps and returns them; the caller decides what must match).
 
 use std::fs::File;
 use std::io::Write;
@@ -132,17 +132,16 @@ pub fn read_jsonl<T: DeserializeOwned>(path: &Path, what: &str) -> Result<JsonLi
     Ok(JsonLines { path: path.to_path_buf(), what: what.to_string(), rows, torn })
 }
 
-/// Pins an output directory to the settings a run was made with, kept in the file `path`. When `path` does not
-/// exist, writes `text` there (atomically) and returns `true`. Otherwise parses the stored text with `parse`
-/// and returns whether it equals `value` (the caller refuses the directory when it does not).
-pub fn pin_settings<V: PartialEq>(path: &Path, value: &V, text: &str, parse: impl Fn(&str) -> Result<V>) -> Result<bool> {
+/// Pins an output directory to the settings a run was made with, kept in the file `path`: when `path` does
+/// not exist, writes `text` there (atomically) and returns `None`; otherwise returns the stored settings, parsed
+/// with `parse`, for the caller to compare with its own (and refuse the directory when they differ).
+pub fn pin_settings<V>(path: &Path, text: &str, parse: impl Fn(&str) -> Result<V>) -> Result<Option<V>> {
     if !path.exists() {
         write_atomic(path, text.as_bytes())?;
-        return Ok(true);
+        return Ok(None);
     }
     let old = std::fs::read_to_string(path).with_context(|| format!("{}: cannot read", path.display()))?;
-    let old = parse(&old).with_context(|| format!("{}: malformed settings", path.display()))?;
-    Ok(&old == value)
+    Ok(Some(parse(&old).with_context(|| format!("{}: malformed settings", path.display()))?))
 }
 
 #[cfg(test)]
@@ -216,11 +215,10 @@ mod tests {
         let p = dir.path().join("config.json");
         let parse = |t: &str| Ok(serde_json::from_str::<serde_json::Value>(t)?);
         let a = serde_json::json!({"seed": 1});
-        assert!(pin_settings(&p, &a, &a.to_string(), parse).unwrap());
-        assert!(pin_settings(&p, &a, "ignored", parse).unwrap());
-        assert!(!pin_settings(&p, &serde_json::json!({"seed": 2}), "ignored", parse).unwrap());
+        assert_eq!(pin_settings(&p, &a.to_string(), parse).unwrap(), None);
+        assert_eq!(pin_settings(&p, "ignored", parse).unwrap(), Some(a));
         std::fs::write(&p, "{ half").unwrap();
-        let e = pin_settings(&p, &a, "", parse).unwrap_err();
+        let e = pin_settings(&p, "", parse).unwrap_err();
         assert!(format!("{e:#}").contains("config.json: malformed settings"), "{e:#}");
     }
 }

@@ -156,7 +156,7 @@ impl RunWriter {
         let cfg_text = toml::to_string(config).context("cannot serialise the run config as TOML")?;
         let cfg_path = dir.join(CONFIG_FILE);
         let new: toml::Value = toml::from_str(&cfg_text)?;
-        if !crate::io::pin_settings(&cfg_path, &new, &cfg_text, |t| Ok(toml::from_str(t)?))? {
+        if crate::io::pin_settings(&cfg_path, &cfg_text, |t| Ok(toml::from_str::<toml::Value>(t)?))?.is_some_and(|old| old != new) {
             bail!("{}: the run directory holds a run with a different config; use another --out (or delete it)", dir.display());
         }
         let pred_path = dir.join(PREDICTIONS_FILE);

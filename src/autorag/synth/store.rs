@@ -58,7 +58,7 @@ impl DialogueStore {
     pub fn open(dir: &Path, config: &serde_json::Value) -> Result<Self> {
         fs::create_dir_all(dir).with_context(|| format!("{}: cannot create", dir.display()))?;
         let text = serde_json::to_string_pretty(config)?;
-        if !pin_settings(&dir.join(CONFIG_FILE), config, &text, |t| Ok(serde_json::from_str(t)?))? {
+        if pin_settings(&dir.join(CONFIG_FILE), &text, |t| Ok(serde_json::from_str::<serde_json::Value>(t)?))?.is_some_and(|old| &old != config) {
             bail!("{}: the directory holds dialogues synthesized with other settings; use another --out (or delete it)", dir.display());
         }
         let apath = dir.join(ATTEMPTS_FILE);
