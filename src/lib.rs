@@ -13,6 +13,7 @@ pub mod data;
 pub mod device;
 pub mod model;
 pub mod eval;
+pub mod io;
 pub mod prompt;
 pub mod qa;
 pub mod entities;

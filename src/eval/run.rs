@@ -155,15 +155,9 @@ impl RunWriter {
         std::fs::create_dir_all(dir).with_context(|| format!("{}: cannot create run directory", dir.display()))?;
         let cfg_text = toml::to_string(config).context("cannot serialise the run config as TOML")?;
         let cfg_path = dir.join(CONFIG_FILE);
-        if cfg_path.exists() {
-            let old = std::fs::read_to_string(&cfg_path).with_context(|| format!("{}: cannot read", cfg_path.display()))?;
-            let old: toml::Value = toml::from_str(&old).with_context(|| format!("{}: malformed TOML", cfg_path.display()))?;
-            let new: toml::Value = toml::from_str(&cfg_text)?;
-            if old != new {
-                bail!("{}: the run directory holds a run with a different config; use another --out (or delete it)", dir.display());
-            }
-        } else {
-            std::fs::write(&cfg_path, &cfg_text).with_context(|| format!("{}: cannot write", cfg_path.display()))?;
+        let new: toml::Value = toml::from_str(&cfg_text)?;
+        if crate::io::pin_settings(&cfg_path, &cfg_text, |t| Ok(toml::from_str::<toml::Value>(t)?))?.is_some_and(|old| old != new) {
+            bail!("{}: the run directory holds a run with a different config; use another --out (or delete it)", dir.display());
         }
         let pred_path = dir.join(PREDICTIONS_FILE);
         let mut done = HashSet::new();
@@ -282,32 +276,18 @@ pub fn write_metrics(dir: &Path, summary: &Summary) -> Result<()> {
     std::fs::write(&p, serde_json::to_string_pretty(summary)? + "\n").with_context(|| format!("{}: cannot write", p.display()))
 }
 
-/// Reads predictions.jsonl: the records, and `Some(byte length to keep)` when the last line is truncated (no
-/// final newline and not valid JSON). Any other malformed line is an error naming file:line.
+/// Reads predictions.jsonl: the records, and `Some(byte length to keep)` when the last line is torn (see
+/// [`crate::io::read_jsonl`]). A malformed line or a repeated id is an error naming file:line.
 fn read_predictions_inner(path: &Path) -> Result<(Vec<PredictionRecord>, Option<u64>)> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("{}: cannot read", path.display()))?;
-    let mut records = Vec::new();
+    let lines = crate::io::read_jsonl::<PredictionRecord>(path, "prediction")?;
     let mut seen = HashSet::new();
-    let mut offset = 0usize;
-    let mut truncated = None;
-    for (i, line) in text.split_inclusive('\n').enumerate() {
-        let complete = line.ends_with('\n');
-        let body = line.trim();
-        if !body.is_empty() {
-            match serde_json::from_str::<PredictionRecord>(body) {
-                Ok(r) => {
-                    if !seen.insert(r.id.clone()) {
-                        bail!("{}:{}: duplicate prediction for id '{}'", path.display(), i + 1, r.id);
-                    }
-                    records.push(r);
-                }
-                Err(_) if !complete => truncated = Some(offset as u64),
-                Err(e) => bail!("{}:{}: malformed prediction: {e}", path.display(), i + 1),
-            }
+    for (line, r) in &lines.rows {
+        if !seen.insert(r.id.clone()) {
+            bail!("{}:{}: duplicate prediction for id '{}'", path.display(), line, r.id);
         }
-        offset += line.len();
     }
-    Ok((records, truncated))
+    let truncated = lines.torn.as_ref().map(|t| t.offset);
+    Ok((lines.records(), truncated))
 }
 
 /// Every prediction of a run, in file order (a truncated last line is ignored).

@@ -83,7 +83,7 @@ impl WeightSource for SafetensorsDir {
     }
 }
 
-/// Writes f32 tensors as a safetensors file (Hugging Face names), atomically (temporary file + rename).
+/// Writes f32 tensors as a safetensors file (Hugging Face names), atomically ([`crate::io::write_atomic_with`]).
 pub fn write_safetensors(path: &Path, tensors: &[(String, HostTensor)], metadata: Option<HashMap<String, String>>) -> Result<()> {
     let bytes: Vec<(String, Vec<u8>, Vec<usize>)> = tensors
         .iter()
@@ -94,8 +94,7 @@ pub fn write_safetensors(path: &Path, tensors: &[(String, HostTensor)], metadata
         .map(|(n, b, s)| Ok((n.clone(), safetensors::tensor::TensorView::new(Dtype::F32, s.clone(), b)?)))
         .collect::<Result<_, safetensors::SafeTensorError>>()
         .map_err(|e| anyhow::anyhow!("{e}"))?;
-    let tmp = path.with_extension("safetensors.tmp");
-    safetensors::serialize_to_file(views, metadata, &tmp).map_err(|e| anyhow::anyhow!("{}: {e}", tmp.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("{}: cannot rename into place", path.display()))?;
-    Ok(())
+    crate::io::write_atomic_with(path, |tmp| {
+        safetensors::serialize_to_file(views, metadata, tmp).map_err(|e| anyhow::anyhow!("{}: {e}", tmp.display()))
+    })
 }

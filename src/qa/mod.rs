@@ -277,17 +277,7 @@ pub(crate) fn read_json(path: &Path) -> Result<Value> {
 
 /// Parses a JSON-lines file: `(1-based line number, value)` for every non-blank line.
 pub(crate) fn read_jsonl(path: &Path) -> Result<Vec<(usize, Value)>> {
-    let text = read_text(path)?;
-    let mut out = Vec::new();
-    for (i, line) in text.lines().enumerate() {
-        if line.trim().is_empty() {
-            continue;
-        }
-        let v: Value = serde_json::from_str(line)
-            .map_err(|e| anyhow::anyhow!("{}:{}: malformed JSON line: {e}", path.display(), i + 1))?;
-        out.push((i + 1, v));
-    }
-    Ok(out)
+    crate::io::read_jsonl(path, "JSON line")?.strict()
 }
 
 /// Where a record came from, for error messages: "file:line" or "file: record N".

@@ -11,22 +11,22 @@
 //! best_fields over title and text, tie_breaker 0.5. FlashRAG indexes title + text as one field for
 //! bm25s, which is [`FieldMode::Combined`](super::index::FieldMode::Combined), the default: it measured
 //! closest to bm25s and is the fastest (see docs/retrieval.md).
+//!
+//! Files: `query` turns text into terms and the tantivy query; `exhaustive` scores term at a time.
 
-use std::cell::RefCell;
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+mod exhaustive;
+mod query;
+
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use anyhow::{bail, Context, Result};
 use rayon::prelude::*;
 use tantivy::collector::TopDocs;
-use tantivy::fieldnorm::FieldNormReader;
-use tantivy::query::{Bm25StatisticsProvider, BooleanQuery, DisjunctionMaxQuery, Occur, Query, TermQuery};
 use tantivy::schema::document::{DeserializeError, DocumentDeserialize, DocumentDeserializer};
-use tantivy::schema::{Field, IndexRecordOption};
+use tantivy::schema::Field;
 use tantivy::tokenizer::TextAnalyzer;
-use tantivy::{DocAddress, DocId, Index, IndexReader, ReloadPolicy, Score, Searcher, Term};
+use tantivy::{DocAddress, Index, IndexReader, ReloadPolicy, Score, Searcher};
 
 use super::index::{fields_of, register_analyzer, Fields, Manifest, MANIFEST};
 use super::{Passage, Retriever};
@@ -65,48 +65,6 @@ pub const AUTO_EXHAUSTIVE_MAX_DOCS: u64 = 1_000_000;
 /// Decompressed 4 KiB doc-store blocks kept in an LRU cache (4 MiB; tantivy's default is 100).
 pub const DOC_STORE_CACHE_BLOCKS: usize = 1024;
 
-/// tantivy's BM25 constants (Elasticsearch's defaults).
-const K1: Score = 1.2;
-const B: Score = 0.75;
-
-thread_local! {
-    /// Term-at-a-time accumulator (one score per document, all zero between queries) and the
-    /// documents it touched.
-    static SCRATCH: RefCell<(Vec<Score>, Vec<DocId>)> = const { RefCell::new((Vec::new(), Vec::new())) };
-}
-
-/// The best k (score, address) pairs seen; ties go to the lower address.
-struct TopKHeap {
-    k: usize,
-    heap: BinaryHeap<Reverse<(OrdScore, Reverse<DocAddress>)>>,
-}
-
-impl TopKHeap {
-    fn new(k: usize) -> Self {
-        Self { k, heap: BinaryHeap::with_capacity(k + 1) }
-    }
-
-    #[inline]
-    fn offer(&mut self, score: Score, addr: DocAddress) {
-        // Fast rejection with a plain float compare (most candidates fall below the k-th best).
-        if self.heap.len() == self.k && self.heap.peek().is_some_and(|Reverse((min, _))| score < min.0) {
-            return;
-        }
-        let key = (OrdScore(score), Reverse(addr));
-        if self.heap.len() < self.k {
-            self.heap.push(Reverse(key));
-        } else if self.heap.peek().is_some_and(|Reverse(min)| key > *min) {
-            self.heap.pop();
-            self.heap.push(Reverse(key));
-        }
-    }
-
-    /// Best first.
-    fn into_sorted(self) -> Vec<(Score, DocAddress)> {
-        self.heap.into_sorted_vec().into_iter().map(|Reverse((s, Reverse(a)))| (s.0, a)).collect()
-    }
-}
-
 /// The stored fields of a passage, deserialized straight into strings (no intermediate
 /// `TantivyDocument`). Relies on `id`, `title`, `text` being fields 0, 1, 2, which
 /// [`Bm25Index::open`] checks.
@@ -125,20 +83,6 @@ impl DocumentDeserialize for StoredPassage {
     }
 }
 
-/// f32 score with a total order.
-#[derive(Debug, Clone, Copy, PartialEq)]
-struct OrdScore(Score);
-impl Eq for OrdScore {}
-impl PartialOrd for OrdScore {
-    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(o))
-    }
-}
-impl Ord for OrdScore {
-    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
-        self.0.total_cmp(&o.0)
-    }
-}
 
 /// A BM25 index opened for search. Cheap to share across threads.
 pub struct Bm25Index {
@@ -221,44 +165,6 @@ impl Bm25Index {
         self.manifest.passages == 0
     }
 
-    /// The query's terms after analysis (lowercase, stopwords removed, stemmed), in order, repeats kept.
-    pub fn analyze(&self, query: &str) -> Vec<String> {
-        let mut analyzer = self.analyzer.clone();
-        let mut stream = analyzer.token_stream(query);
-        let mut out = Vec::new();
-        while stream.advance() {
-            out.push(stream.token().text.clone());
-        }
-        out
-    }
-
-    /// The tantivy query for `query`, or `None` if no term survives analysis.
-    fn build_query(&self, terms: &[String]) -> Option<Box<dyn Query>> {
-        if terms.is_empty() {
-            return None;
-        }
-        let disjunction = |field| -> Box<dyn Query> {
-            let clauses = terms
-                .iter()
-                .map(|t| {
-                    let q: Box<dyn Query> = Box::new(TermQuery::new(Term::from_field_text(field, t), IndexRecordOption::WithFreqs));
-                    (Occur::Should, q)
-                })
-                .collect();
-            Box::new(BooleanQuery::new(clauses))
-        };
-        Some(match self.fields.contents {
-            Some(c) => disjunction(c),
-            None => {
-                let per_field = vec![disjunction(self.fields.title), disjunction(self.fields.text)];
-                match self.multi_field {
-                    MultiField::Best => Box::new(DisjunctionMaxQuery::with_tie_breaker(per_field, self.tie_breaker)),
-                    MultiField::Most => Box::new(BooleanQuery::new(per_field.into_iter().map(|q| (Occur::Should, q)).collect())),
-                }
-            }
-        })
-    }
-
     /// Choose how the top k are found (see [`TopK`]).
     pub fn with_top_k(mut self, t: TopK) -> Self {
         self.top_k = t;
@@ -283,142 +189,6 @@ impl Bm25Index {
                 self.term_at_a_time(searcher, &[self.fields.title, self.fields.text], terms, k, tie)
             }
         }
-    }
-
-    /// Exhaustive top k, term at a time: every posting of every query term adds its BM25 score into a
-    /// per-thread accumulator, one per (document, field), the sum over terms as a BooleanQuery of
-    /// TermQuery Should clauses gives; then the best k are picked from the touched documents. Field
-    /// scores combine by sum (`best_tie` None: most_fields, or the one combined field) or as tantivy's
-    /// DisjunctionMaxQuery does (`max + (sum - max) * tie`). Term scores are computed exactly as
-    /// tantivy's `Bm25Weight` computes them (same statistics, same f32 operations).
-    fn term_at_a_time(
-        &self,
-        searcher: &Searcher,
-        fields: &[Field],
-        terms: &[String],
-        k: usize,
-        best_tie: Option<Score>,
-    ) -> tantivy::Result<Vec<(Score, DocAddress)>> {
-        let nf = fields.len();
-        let segments = searcher.segment_readers();
-        let n_docs = searcher.total_num_docs()?;
-        // (field, term, per-segment term info, global doc freq)
-        let mut lookups = Vec::with_capacity(fields.len() * terms.len());
-        for (fi, &field) in fields.iter().enumerate() {
-            let tf_cache = self.tf_cache(searcher, field)?;
-            for t in terms {
-                let term = Term::from_field_text(field, t);
-                let mut infos = Vec::with_capacity(segments.len());
-                let mut df = 0u64;
-                for seg in segments {
-                    let info = seg.inverted_index(field)?.get_term_info(&term)?;
-                    df += info.as_ref().map_or(0, |i| i.doc_freq as u64);
-                    infos.push(info);
-                }
-                if df > 0 {
-                    let x = ((n_docs - df) as Score + 0.5) / (df as Score + 0.5);
-                    let weight = (1.0 + x).ln() * (1.0 + K1);
-                    lookups.push((fi, field, infos, weight, tf_cache.clone()));
-                }
-            }
-        }
-        let mut top = TopKHeap::new(k);
-        let mut block_buf = [0.0 as Score; 128];
-        SCRATCH.with(|scratch| -> tantivy::Result<()> {
-            let (scores, touched) = &mut *scratch.borrow_mut();
-            for (ord, seg) in segments.iter().enumerate() {
-                if scores.len() < nf * seg.max_doc() as usize {
-                    scores.resize(nf * seg.max_doc() as usize, 0.0);
-                }
-                for &(fi, field, ref infos, weight, ref tf_cache) in &lookups {
-                    let Some(info) = &infos[ord] else { continue };
-                    let norms = seg.get_fieldnorms_reader(field)?;
-                    let mut postings = seg.inverted_index(field)?.read_block_postings_from_terminfo(info, IndexRecordOption::WithFreqs)?;
-                    loop {
-                        let docs = postings.docs();
-                        if docs.is_empty() {
-                            break;
-                        }
-                        // Two passes over the block (<= 128 postings): the scores first, in a loop
-                        // the compiler vectorizes (the divisions dominate), then the scatter-add.
-                        let freqs = &postings.freqs()[..docs.len()];
-                        let block = &mut block_buf[..docs.len()];
-                        for (b, &doc) in block.iter_mut().zip(docs) {
-                            *b = tf_cache[norms.fieldnorm_id(doc) as usize];
-                        }
-                        for (b, &tf) in block.iter_mut().zip(freqs) {
-                            let tf = tf as Score;
-                            *b = weight * (tf / (tf + *b));
-                        }
-                        if nf == 1 {
-                            for (&doc, &s) in docs.iter().zip(block.iter()) {
-                                let acc = &mut scores[doc as usize];
-                                if *acc == 0.0 {
-                                    touched.push(doc);
-                                }
-                                *acc += s;
-                            }
-                        } else {
-                            for (&doc, &s) in docs.iter().zip(block.iter()) {
-                                let base = doc as usize * nf;
-                                if scores[base..base + nf].iter().all(|&v| v == 0.0) {
-                                    touched.push(doc);
-                                }
-                                scores[base + fi] += s;
-                            }
-                        }
-                        postings.advance();
-                    }
-                }
-                let alive = seg.alive_bitset();
-                if nf == 1 {
-                    for &doc in touched.iter() {
-                        let acc = &mut scores[doc as usize];
-                        if alive.is_none_or(|a| a.is_alive(doc)) {
-                            top.offer(*acc, DocAddress::new(ord as u32, doc));
-                        }
-                        *acc = 0.0;
-                    }
-                    touched.clear();
-                    continue;
-                }
-                for &doc in touched.iter() {
-                    let per_field = &mut scores[doc as usize * nf..(doc as usize + 1) * nf];
-                    if alive.is_none_or(|a| a.is_alive(doc)) {
-                        let sum: Score = per_field.iter().sum();
-                        let score = match best_tie {
-                            None => sum,
-                            Some(tie) => {
-                                let max = per_field.iter().copied().fold(Score::MIN, Score::max);
-                                max + (sum - max) * tie
-                            }
-                        };
-                        top.offer(score, DocAddress::new(ord as u32, doc));
-                    }
-                    per_field.fill(0.0);
-                }
-                touched.clear();
-            }
-            Ok(())
-        })?;
-        Ok(top.into_sorted())
-    }
-
-    /// tantivy's BM25 length-normalisation table for `field`: K1 * (1 - B + B * len / avg_len) for
-    /// each of the 256 quantized field lengths.
-    fn tf_cache(&self, searcher: &Searcher, field: Field) -> tantivy::Result<Arc<[Score; 256]>> {
-        let mut cache = self.tf_caches.lock().unwrap();
-        if let Some((_, c)) = cache.iter().find(|(f, _)| *f == field) {
-            return Ok(c.clone());
-        }
-        let avg = searcher.total_num_tokens(field)? as Score / searcher.total_num_docs()? as Score;
-        let mut table = [0.0; 256];
-        for (id, v) in table.iter_mut().enumerate() {
-            *v = K1 * (1.0 - B + B * FieldNormReader::id_to_fieldnorm(id as u8) as Score / avg);
-        }
-        let table = Arc::new(table);
-        cache.push((field, table.clone()));
-        Ok(table)
     }
 
     fn search_inner(&self, query: &str, k: usize) -> Result<Vec<Passage>> {

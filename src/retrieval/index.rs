@@ -287,15 +287,9 @@ pub fn build_index(corpus: &Path, out: &Path, opts: &IndexOptions) -> Result<Man
     Ok(manifest)
 }
 
-/// Write the manifest atomically: temp file, fsync, rename.
+/// Writes the manifest atomically: it is the commit point of a finished index.
 fn write_manifest(out: &Path, m: &Manifest) -> Result<()> {
-    use std::io::Write;
-    let tmp = out.join(format!("{MANIFEST}.tmp"));
-    let mut f = std::fs::File::create(&tmp).with_context(|| format!("cannot write {}", tmp.display()))?;
-    f.write_all(serde_json::to_string_pretty(m)?.as_bytes())?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, out.join(MANIFEST)).with_context(|| format!("cannot write {}", out.join(MANIFEST).display()))?;
-    Ok(())
+    crate::io::write_atomic(&out.join(MANIFEST), serde_json::to_string_pretty(m)?.as_bytes())
 }
 
 /// `Some(passages_done)` if `out` holds a partial index committed with the same settings.

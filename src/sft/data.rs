@@ -8,10 +8,9 @@
 //! tokens at inference are therefore exactly the tokens it is trained on, and the mask needs no offset
 //! arithmetic. The concatenated segments are checked to equal the full rendered conversation.
 
-use std::io::BufRead;
 use std::path::Path;
 
-use anyhow::{bail, ensure, Context, Result};
+use anyhow::{bail, ensure, Result};
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
@@ -49,16 +48,11 @@ impl Example {
 
 /// Reads `dialogues.jsonl` (one [`Dialogue`] per line; blank lines skipped). Errors name the file and line.
 pub fn read_dialogues(path: &Path) -> Result<Vec<Dialogue>> {
-    let f = std::fs::File::open(path).with_context(|| format!("{}: cannot open (expected one Dialogue JSON object per line)", path.display()))?;
+    let rows = crate::io::read_jsonl::<Dialogue>(path, "Dialogue")?.strict()?;
     let mut out = Vec::new();
-    for (i, line) in std::io::BufReader::new(f).lines().enumerate() {
-        let line = line.with_context(|| format!("{}:{}: cannot read", path.display(), i + 1))?;
-        if line.trim().is_empty() {
-            continue;
-        }
-        let d: Dialogue = serde_json::from_str(&line).with_context(|| format!("{}:{}: not a valid Dialogue", path.display(), i + 1))?;
+    for (line, d) in rows {
         if d.turns.is_empty() {
-            bail!("{}:{}: dialogue '{}' has no turns", path.display(), i + 1, d.id);
+            bail!("{}:{}: dialogue '{}' has no turns", path.display(), line, d.id);
         }
         out.push(d);
     }

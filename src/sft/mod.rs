@@ -22,7 +22,10 @@
 //!   merging, PEFT-named adapter tensors.
 //! - [`optim`]: AdamW (PyTorch's formula, decay on matrices only), warm-up + cosine, global-norm clipping,
 //!   gradient accumulation; its state is plain tensors so checkpoints restore it exactly.
-//! - [`train`]: the loop, periodic validation loss, checkpoints every N updates written atomically, resume.
+//! - [`config`]: the hyper-parameters. [`plan`]: the train/valid split and every update's micro-batches and
+//!   learning rate. [`loss`]: the masked NLL.
+//! - [`train`]: the loop, periodic validation loss, resume; [`checkpoint`]: checkpoints every N updates,
+//!   written atomically.
 //! - [`export`]: the Hugging Face folder (safetensors + config.json + tokenizer files).
 //!
 //! **Deviations and choices**
@@ -37,12 +40,80 @@
 //! - The paper fine-tunes Llama-3-8B-Instruct with full fine-tuning; its learning rate and batch size are not
 //!   restated here (see `configs/autorag-train.toml`, marked where unverified).
 
+pub mod checkpoint;
+pub mod config;
 pub mod data;
 pub mod export;
 pub mod lora;
+pub mod loss;
 pub mod optim;
+pub mod plan;
 pub mod train;
 
 pub use data::{read_dialogues, render, Example};
 pub use lora::LoraConfig;
-pub use train::{train, SftConfig, SftData, Trained};
+pub use config::SftConfig;
+pub use plan::SftData;
+pub use train::{train, Trained};
+
+#[cfg(test)]
+pub(crate) mod fixtures {
+    //! A tiny model, toy dialogues and small settings for the tests of the training modules.
+
+    use super::{LoraConfig, SftConfig, SftData};
+    use crate::autorag::dialogue::{Dialogue, Turn};
+    use crate::model::{random_weights, Arch, MemoryWeights, ModelConfig, Tokenizer};
+    use burn::backend::{Autodiff, Flex};
+
+    pub(crate) type AB = Autodiff<Flex>;
+
+    pub(crate) fn tok() -> Option<Tokenizer> {
+        Some(Tokenizer::from_file(&crate::testing::require("models/smollm2-135m-instruct/tokenizer.json")?).unwrap())
+    }
+
+    /// Toy dialogues with a learnable pattern: the model must echo a query built from the question.
+    pub(crate) fn toy_dialogues(n: usize) -> Vec<Dialogue> {
+        let colors = ["red", "blue", "green", "black", "white", "pink"];
+        (0..n)
+            .map(|i| {
+                let c = colors[i % colors.len()];
+                Dialogue {
+                    id: format!("toy{i}"),
+                    dataset: "toy".into(),
+                    question: format!("What is the {c} thing number {i}?"),
+                    answers: vec![format!("{c} {i}")],
+                    turns: vec![
+                        Turn { input: format!("What is the {c} thing number {i}?"), output: format!("Retrieval Query: {c} thing {i}") },
+                        Turn { input: format!("Retrieved Document_1: The {c} thing {i} is a ball."), output: "Final Answer: a ball".into() },
+                    ],
+                    iterations: 1,
+                    final_answer: "a ball".into(),
+                }
+            })
+            .collect()
+    }
+
+    pub(crate) fn setup() -> Option<(ModelConfig, MemoryWeights, SftData)> {
+        let mcfg = ModelConfig::tiny(Arch::Llama, 49152);
+        let w = MemoryWeights(random_weights(&mcfg, 11).into_iter().collect());
+        let data = SftData::prepare(&toy_dialogues(24), &tok()?, 128, 0.2).unwrap();
+        Some((mcfg, w, data))
+    }
+
+    pub(crate) fn small_cfg(lora: bool) -> SftConfig {
+        SftConfig {
+            epochs: 2,
+            lr: if lora { 5e-3 } else { 2e-3 },
+            batch_size: 2,
+            grad_accum: 2,
+            max_len: 128,
+            eval_every: 0,
+            save_every: 0,
+            log_every: 1,
+            valid_fraction: 0.2,
+            warmup_ratio: 0.1,
+            lora: lora.then(|| LoraConfig { rank: 4, alpha: 8.0, targets: vec!["q_proj".into(), "v_proj".into(), "up_proj".into()] }),
+            ..Default::default()
+        }
+    }
+}

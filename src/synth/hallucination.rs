@@ -321,9 +321,9 @@ pub fn record_config(dir: &Path, cfg: &SynthConfig, extra: &serde_json::Value) -
     if let (Some(m), Some(e)) = (v.as_object_mut(), extra.as_object()) {
         m.extend(e.clone());
     }
-    if path.exists() {
-        let old: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path)?)
-            .with_context(|| format!("{}: malformed", path.display()))?;
+    std::fs::create_dir_all(dir)?;
+    let text = serde_json::to_string_pretty(&v)?;
+    if let Some(old) = crate::io::pin_settings(&path, &text, |t| Ok(serde_json::from_str::<serde_json::Value>(t)?))? {
         let same = |k: &str| old.get(k) == v.get(k);
         for k in ["templates", "sentences", "max_entities", "extra_tokens", "seed"] {
             if !same(k) {
@@ -335,10 +335,8 @@ pub fn record_config(dir: &Path, cfg: &SynthConfig, extra: &serde_json::Value) -
                 );
             }
         }
-        return Ok(());
     }
-    std::fs::create_dir_all(dir)?;
-    std::fs::write(&path, serde_json::to_string_pretty(&v)?).with_context(|| format!("{}: cannot write", path.display()))
+    Ok(())
 }
 
 /// The whole pipeline over already-read articles: skips finished ones, writes shards as it goes, prints

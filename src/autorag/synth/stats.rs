@@ -1,0 +1,99 @@
+//! Yield statistics of a synthesis run (stats.json, and the progress line).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::Attempt;
+
+/// Yield statistics (stats.json).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct Stats {
+    pub tried: usize,
+    pub kept: usize,
+    /// Attempts whose final answer matched the gold (kept, or dropped by a quality filter).
+    #[serde(default)]
+    pub correct: usize,
+    /// kept / tried (0 when nothing was tried).
+    pub yield_rate: f64,
+    /// Attempts per reason (`kept`, `wrong_answer`, ...).
+    pub reasons: BTreeMap<String, usize>,
+    /// Iterations (queries) of kept dialogues: count per number of iterations.
+    pub iterations_kept: BTreeMap<usize, usize>,
+    /// Iterations of all attempts.
+    pub iterations_tried: BTreeMap<usize, usize>,
+    /// Share of issued queries whose chosen candidate held a sub-answer (0 when no query).
+    pub sub_answer_rate: f64,
+    /// Share of attempts whose answer was forced.
+    pub forced_rate: f64,
+    pub seconds_per_question: f64,
+}
+
+impl Stats {
+    /// Statistics of a set of attempts.
+    pub fn of(attempts: &[Attempt]) -> Stats {
+        let mut s = Stats { tried: attempts.len(), ..Default::default() };
+        let (mut queries, mut hits, mut forced, mut secs) = (0usize, 0usize, 0usize, 0f64);
+        for a in attempts {
+            *s.reasons.entry(a.reason.clone()).or_default() += 1;
+            *s.iterations_tried.entry(a.iterations).or_default() += 1;
+            if a.kept {
+                s.kept += 1;
+                *s.iterations_kept.entry(a.iterations).or_default() += 1;
+            }
+            queries += a.sub_answers.len();
+            hits += a.sub_answers.iter().filter(|x| x.is_some()).count();
+            forced += a.forced_answer as usize;
+            s.correct += a.answer_correct as usize;
+            secs += a.seconds;
+        }
+        let div = |a: f64, b: usize| if b == 0 { 0.0 } else { a / b as f64 };
+        s.yield_rate = div(s.kept as f64, s.tried);
+        s.sub_answer_rate = div(hits as f64, queries);
+        s.forced_rate = div(forced as f64, s.tried);
+        s.seconds_per_question = div(secs, s.tried);
+        s
+    }
+
+    /// One progress line: `[12/250] kept 3 (25.0%), correct 4 | iterations of kept {1: 2, 2: 1} | ...`.
+    pub fn line(&self, total: usize) -> String {
+        format!(
+            "[{}/{}] kept {} ({:.1}%), correct {} | iterations of kept {:?} | sub-answer {:.1}% | {:.1} s/q",
+            self.tried,
+            total,
+            self.kept,
+            100.0 * self.yield_rate,
+            self.correct,
+            self.iterations_kept,
+            100.0 * self.sub_answer_rate,
+            self.seconds_per_question
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::autorag::synth::fixtures::attempt;
+    use super::*;
+    use crate::autorag::filter::SubAnswer;
+
+    #[test]
+    fn stats_yield_and_histograms() {
+        let a = vec![
+            attempt("1", true, 1, vec![Some(SubAnswer::Supporting)]),
+            attempt("2", false, 2, vec![None, Some(SubAnswer::Answer)]),
+            attempt("3", true, 2, vec![None, None]),
+            attempt("4", false, 0, vec![]),
+        ];
+        let s = Stats::of(&a);
+        assert_eq!((s.tried, s.kept, s.correct), (4, 2, 3));
+        assert!((s.yield_rate - 0.5).abs() < 1e-12);
+        // 2 of 5 queries had a sub-answer
+        assert!((s.sub_answer_rate - 0.4).abs() < 1e-12);
+        assert_eq!(s.iterations_kept, BTreeMap::from([(1, 1), (2, 1)]));
+        assert_eq!(s.iterations_tried, BTreeMap::from([(0, 1), (1, 1), (2, 2)]));
+        assert_eq!(s.reasons, BTreeMap::from([("kept".to_string(), 2), ("wrong_answer".to_string(), 2)]));
+        assert!((s.forced_rate - 0.5).abs() < 1e-12);
+        assert_eq!(Stats::of(&[]).yield_rate, 0.0);
+    }
+}

@@ -1,0 +1,230 @@
+//! Algorithm 1 on one question (see the [`super`] doc): the teacher's reasoning turns, candidate queries and
+//! the sub-answer filter, the stop rule, and the checks that decide whether the dialogue is kept.
+
+use std::collections::HashSet;
+
+use anyhow::Result;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use crate::autorag::dialogue::{Dialogue, Turn};
+use crate::autorag::filter::{self, SubAnswer};
+use crate::autorag::infer::{line_end, ChatGen};
+use crate::autorag::prompts::{self, AutoRagPrompts, Next};
+use crate::autorag::stop::{self, StopDecision};
+use super::{Attempt, SynthConfig};
+use crate::eval::metrics::normalize_answer;
+use crate::model::tokenizer::Message;
+use crate::model::Sampler;
+use crate::qa::Example;
+use crate::retrieval::{Passage, Retriever};
+
+/// Synthesizes dialogues with Algorithm 1.
+pub struct Synthesizer<'a> {
+    pub retriever: &'a dyn Retriever,
+    pub prompts: &'a AutoRagPrompts,
+    pub cfg: SynthConfig,
+    /// Dataset name recorded in each dialogue.
+    pub dataset: String,
+}
+
+/// FNV-1a of a question id: mixes the question into the seed.
+fn id_hash(id: &str) -> u64 {
+    id.bytes().fold(0xcbf29ce484222325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100000001b3))
+}
+
+fn clean_query(text: &str) -> String {
+    let line = text.trim().lines().next().unwrap_or("").trim();
+    let re = regex::Regex::new(r"(?i)^(?:(?:initial |refined )?query:)\s*").unwrap();
+    re.replace(line, "").trim().trim_matches('"').trim().to_string()
+}
+
+/// Whether the reasoning says nothing beyond its label.
+fn empty_reasoning(r: &str) -> bool {
+    let re = regex::Regex::new(r"^(?:Analysis:|Intermediate Answer_\d+:)").unwrap();
+    re.replace(r.trim(), "").trim().is_empty()
+}
+
+impl<'a> Synthesizer<'a> {
+    fn messages(&self, turns: &[Turn]) -> Vec<Message> {
+        prompts::dialogue_messages(Some(prompts::SYSTEM_PROMPT), &self.prompts.fewshot_messages(), turns)
+    }
+
+    /// Candidate queries for iteration t: the teacher's own, then sampled rewrites.
+    fn candidates(&self, qgen: &mut ChatGen<'_>, rng: &mut StdRng, ex: &Example, analysis: &str, own: Option<&str>) -> Result<Vec<String>> {
+        let n = self.cfg.candidates.max(1);
+        let mut out: Vec<String> = Vec::new();
+        let mut seen: HashSet<String> = HashSet::new();
+        if let Some(q) = own.filter(|_| self.cfg.include_model_query) {
+            let q = clean_query(q);
+            if !q.is_empty() && seen.insert(normalize_answer(&q)) {
+                out.push(q);
+            }
+        }
+        let few = self.cfg.rewrite == "fewshot";
+        let prompt = [Message::new("user", self.prompts.rewrite_prompt(ex.question.trim(), analysis, few))];
+        let mut draws = 0;
+        while out.len() < n && draws < 2 * n {
+            draws += 1;
+            let mut s = Sampler::new(self.cfg.query_temperature, self.cfg.query_top_p, rng.random::<u64>());
+            let Some(text) = qgen.complete(&prompt, "", self.cfg.query_tokens, &mut s, &line_end)? else { break };
+            let q = clean_query(&text);
+            if !q.is_empty() && seen.insert(normalize_answer(&q)) {
+                out.push(q);
+            }
+        }
+        if out.is_empty() {
+            out.push(ex.question.trim().to_string());
+        }
+        Ok(out)
+    }
+
+    /// Runs Algorithm 1 on one question: `tgen` is the teacher's session, `qgen` the query model's.
+    pub fn synthesize(&self, tgen: &mut ChatGen<'_>, qgen: &mut ChatGen<'_>, ex: &Example) -> Result<(Attempt, Option<Dialogue>)> {
+        let t0 = std::time::Instant::now();
+        let gen0 = tgen.generated + qgen.generated;
+        let cfg = &self.cfg;
+        let mut rng = StdRng::seed_from_u64(cfg.seed ^ id_hash(&ex.id));
+        let mut reasoner = Sampler::new(cfg.reasoning_temperature, 1.0, rng.random::<u64>());
+        let mut turns = vec![Turn { input: prompts::question_input(&ex.question), output: String::new() }];
+        let mut queries: Vec<String> = Vec::new();
+        let mut subs: Vec<Option<SubAnswer>> = Vec::new();
+        let mut shown: HashSet<String> = HashSet::new();
+        let mut context_full = false;
+        let mut empty = false;
+        let mut forced = false;
+        let mut answer: Option<String> = None;
+
+        // R_0
+        let msgs = self.messages(&turns);
+        let mut parsed = match tgen.complete(&msgs, "", cfg.max_new_tokens, &mut reasoner, &prompts::turn_end)? {
+            Some(t) => prompts::parse_turn(&t),
+            None => {
+                context_full = true;
+                prompts::ParsedTurn::default()
+            }
+        };
+        let mut t = 0usize;
+        if !context_full {
+            loop {
+                if empty_reasoning(&parsed.reasoning) {
+                    empty = true;
+                }
+                let decision = if t == 0 {
+                    // R_0 plans: continue unless it answered outright
+                    match &parsed.answer {
+                        Some(a) => StopDecision::Answer(a.clone()),
+                        None => StopDecision::Continue,
+                    }
+                } else {
+                    stop::decide(&parsed.reasoning, parsed.query.as_deref(), parsed.answer.as_deref())
+                };
+                let r = parsed.reasoning.clone();
+                match decision {
+                    StopDecision::Answer(a) => {
+                        turns.last_mut().unwrap().output = prompts::model_output(t, &r, Next::Answer(&a));
+                        answer = Some(a);
+                        break;
+                    }
+                    StopDecision::Continue if t < cfg.max_iter => {}
+                    _ => {
+                        // no information need, or T reached: force the answer
+                        forced = true;
+                        let open = prompts::model_output(t, &r, Next::Answer("")).trim_end().to_string();
+                        let msgs = self.messages(&turns); // ends with x_t: y_t is not set yet
+                        match tgen.complete(&msgs, &open, cfg.answer_tokens, &mut reasoner, &line_end)? {
+                            Some(a) => {
+                                let a = a.trim().trim_end_matches('.').trim().to_string();
+                                turns.last_mut().unwrap().output = prompts::model_output(t, &r, Next::Answer(&a));
+                                answer = Some(a);
+                            }
+                            None => context_full = true,
+                        }
+                        break;
+                    }
+                }
+                // iteration t + 1: candidates, sub-answer filter, documents, R_{t+1}
+                let cands = self.candidates(qgen, &mut rng, ex, &r, parsed.query.as_deref())?;
+                let docs: Vec<Vec<Passage>> =
+                    cands.iter().map(|q| self.retriever.search_excluding(q, cfg.top_k, &shown)).collect::<Result<_>>()?;
+                let (pick, sub) = match filter::first_with_sub_answer(ex, &docs) {
+                    Some((i, s)) => (i, Some(s)),
+                    None => (rng.random_range(0..cands.len()), None),
+                };
+                let q = cands[pick].clone();
+                turns.last_mut().unwrap().output = prompts::model_output(t, &r, Next::Query(&q));
+                shown.extend(docs[pick].iter().map(|p| p.id.clone()));
+                queries.push(q);
+                subs.push(sub);
+                t += 1;
+                turns.push(Turn { input: prompts::documents_input(t, &docs[pick]), output: String::new() });
+                let msgs = self.messages(&turns);
+                match tgen.complete(&msgs, "", cfg.max_new_tokens, &mut reasoner, &prompts::turn_end)? {
+                    Some(text) => parsed = prompts::parse_turn(&text),
+                    None => {
+                        context_full = true;
+                        break;
+                    }
+                }
+            }
+        }
+        let final_answer = answer.clone().unwrap_or_default();
+        let repeated = {
+            let mut seen = HashSet::new();
+            !queries.iter().all(|q| seen.insert(normalize_answer(q)))
+        };
+        let correct = !final_answer.is_empty() && filter::answer_matches(&final_answer, &ex.answers, cfg.max_answer_words);
+        // correctness first, then the quality filters, so stats tell correct-but-filtered dialogues apart
+        let reason = if context_full {
+            "context_full"
+        } else if final_answer.is_empty() {
+            "no_answer"
+        } else if !correct {
+            "wrong_answer"
+        } else if empty {
+            "empty_reasoning"
+        } else if cfg.drop_repeated_queries && repeated {
+            "repeated_query"
+        } else {
+            "kept"
+        };
+        let kept = reason == "kept";
+        let attempt = Attempt {
+            id: ex.id.clone(),
+            kept,
+            reason: reason.to_string(),
+            iterations: queries.len(),
+            queries,
+            sub_answers: subs,
+            forced_answer: forced,
+            final_answer: final_answer.clone(),
+            answer_correct: correct,
+            generated_tokens: tgen.generated + qgen.generated - gen0,
+            seconds: t0.elapsed().as_secs_f64(),
+        };
+        let dialogue = kept.then(|| Dialogue {
+            id: ex.id.clone(),
+            dataset: self.dataset.clone(),
+            question: ex.question.clone(),
+            answers: ex.answers.clone(),
+            iterations: attempt.iterations,
+            turns,
+            final_answer,
+        });
+        Ok((attempt, dialogue))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn query_cleaning() {
+        assert_eq!(clean_query(" Query: \"Karl Freund\"\nmore"), "Karl Freund");
+        assert_eq!(clean_query("Refined Query: X y"), "X y");
+        assert_eq!(clean_query("\n"), "");
+        assert!(empty_reasoning("Intermediate Answer_2: "));
+        assert!(!empty_reasoning("Analysis: need X"));
+    }
+}

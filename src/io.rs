@@ -1,0 +1,224 @@
+//! File handling the resumable stores share: replacing a file atomically, reading JSON lines, and pinning an
+//! output directory to the settings it was made with.
+//!
+//! The stores (`ragtime eval` runs, synthesized dialogues, hallucination shards, the BM25 manifest, model
+//! exports) survive a kill at any point because of three rules, kept here once:
+//!
+//! - a file that is rewritten as a whole goes to a hidden temporary file beside it (`.NAME.tmp`, which directory
+//!   readers such as pyarrow skip), is synced, and is renamed over the old one, so a reader sees the old or the
+//!   new file, never half of one ([`write_atomic`], [`write_atomic_with`]);
+//! - an append-only JSON-lines file may end in a torn line (a writer killed mid-line): [`read_jsonl`] reports
+//!   it apart from the records so the caller can drop it, while any other bad line is an error naming
+//!   `file:line`;
+//! - a directory records the settings of the run that made it, and a later run with other settings is refused
+//!   rather than mixed in ([`pin_settings`] keeps and returns them; the caller decides what must match).
+
+use std::fs::File;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use arrow_array::RecordBatch;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+/// The temporary file beside `path`: `dir/.NAME.tmp`, hidden so that directory readers skip it.
+pub fn tmp_path(path: &Path) -> PathBuf {
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    path.with_file_name(format!(".{name}.tmp"))
+}
+
+/// Replaces `path` with `bytes` atomically: temporary file in the same directory, fsync, rename.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    write_atomic_with(path, |tmp| {
+        let mut f = File::create(tmp).with_context(|| format!("{}: cannot create", tmp.display()))?;
+        f.write_all(bytes).with_context(|| format!("{}: cannot write", tmp.display()))
+    })
+}
+
+/// Replaces `path` atomically with what `write` puts at the temporary path it is given (for writers that
+/// create their own file, such as Parquet and safetensors); the file is then synced and renamed into place.
+pub fn write_atomic_with(path: &Path, write: impl FnOnce(&Path) -> Result<()>) -> Result<()> {
+    let tmp = tmp_path(path);
+    write(&tmp)?;
+    File::open(&tmp)
+        .and_then(|f| f.sync_all())
+        .with_context(|| format!("{}: cannot sync", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("cannot rename {} to {}", tmp.display(), path.display()))
+}
+
+/// Replaces `path` atomically with `batch` as one snappy-compressed Parquet file.
+pub fn write_parquet_batch(path: &Path, batch: &RecordBatch) -> Result<()> {
+    use parquet::arrow::ArrowWriter;
+    use parquet::basic::Compression;
+    use parquet::file::properties::WriterProperties;
+    write_atomic_with(path, |tmp| {
+        let f = File::create(tmp).with_context(|| format!("{}: cannot create", tmp.display()))?;
+        let props = WriterProperties::builder().set_compression(Compression::SNAPPY).build();
+        let mut w = ArrowWriter::try_new(f, batch.schema(), Some(props))
+            .with_context(|| format!("{}: cannot start parquet writer", tmp.display()))?;
+        w.write(batch).with_context(|| format!("{}: cannot write rows", tmp.display()))?;
+        w.close().with_context(|| format!("{}: cannot finish parquet file", tmp.display()))?;
+        Ok(())
+    })
+}
+
+/// `rows` as JSON lines, each ending in a newline.
+pub fn jsonl_bytes<T: Serialize>(rows: &[T]) -> Result<Vec<u8>> {
+    let mut out = Vec::new();
+    for r in rows {
+        out.extend(serde_json::to_string(r)?.into_bytes());
+        out.push(b'\n');
+    }
+    Ok(out)
+}
+
+/// A torn last line of a JSON-lines file: no final newline and not valid JSON.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Torn {
+    /// Byte length of the file without it (what to truncate the file to).
+    pub offset: u64,
+    /// Its 1-based line number.
+    pub line: usize,
+    /// Why it does not parse.
+    pub error: String,
+}
+
+/// A JSON-lines file as read by [`read_jsonl`].
+#[derive(Debug)]
+pub struct JsonLines<T> {
+    pub path: PathBuf,
+    /// What a line holds, for error messages (`prediction`, `JSON line`, ...).
+    pub what: String,
+    /// The records with their 1-based line numbers; blank lines are skipped.
+    pub rows: Vec<(usize, T)>,
+    /// The torn last line, if any (a writer killed mid-line); not in `rows`.
+    pub torn: Option<Torn>,
+}
+
+impl<T> JsonLines<T> {
+    /// The records without line numbers (a torn last line dropped).
+    pub fn records(self) -> Vec<T> {
+        self.rows.into_iter().map(|(_, r)| r).collect()
+    }
+
+    /// The records of a file no writer appends to: a torn last line is malformed like any other.
+    pub fn strict(self) -> Result<Vec<(usize, T)>> {
+        if let Some(t) = &self.torn {
+            bail!("{}:{}: malformed {}: {}", self.path.display(), t.line, self.what, t.error);
+        }
+        Ok(self.rows)
+    }
+}
+
+/// Reads a JSON-lines file of `T` (`what` names a line's record in errors). A bad line is an error naming
+/// `file:line`, except a torn last line, which is reported in [`JsonLines::torn`].
+pub fn read_jsonl<T: DeserializeOwned>(path: &Path, what: &str) -> Result<JsonLines<T>> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("{}: cannot read", path.display()))?;
+    let mut rows = Vec::new();
+    let mut torn = None;
+    let mut offset = 0usize;
+    for (i, line) in text.split_inclusive('\n').enumerate() {
+        let body = line.trim();
+        if !body.is_empty() {
+            match serde_json::from_str::<T>(body) {
+                Ok(r) => rows.push((i + 1, r)),
+                Err(e) if !line.ends_with('\n') => torn = Some(Torn { offset: offset as u64, line: i + 1, error: e.to_string() }),
+                Err(e) => bail!("{}:{}: malformed {what}: {e}", path.display(), i + 1),
+            }
+        }
+        offset += line.len();
+    }
+    Ok(JsonLines { path: path.to_path_buf(), what: what.to_string(), rows, torn })
+}
+
+/// Pins an output directory to the settings a run was made with, kept in the file `path`: when `path` does
+/// not exist, writes `text` there (atomically) and returns `None`; otherwise returns the stored settings, parsed
+/// with `parse`, for the caller to compare with its own (and refuse the directory when they differ).
+pub fn pin_settings<V>(path: &Path, text: &str, parse: impl Fn(&str) -> Result<V>) -> Result<Option<V>> {
+    if !path.exists() {
+        write_atomic(path, text.as_bytes())?;
+        return Ok(None);
+    }
+    let old = std::fs::read_to_string(path).with_context(|| format!("{}: cannot read", path.display()))?;
+    Ok(Some(parse(&old).with_context(|| format!("{}: malformed settings", path.display()))?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde::Deserialize;
+
+    #[derive(Debug, PartialEq, Serialize, Deserialize)]
+    struct Row {
+        id: String,
+    }
+
+    fn row(id: &str) -> Row {
+        Row { id: id.into() }
+    }
+
+    #[test]
+    fn atomic_write_replaces_and_leaves_no_temp_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("stats.json");
+        write_atomic(&p, b"old").unwrap();
+        write_atomic(&p, b"new").unwrap();
+        assert_eq!(std::fs::read(&p).unwrap(), b"new");
+        assert_eq!(tmp_path(&p), dir.path().join(".stats.json.tmp"));
+        let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(names, ["stats.json"]);
+        // a writer that fails leaves the old file in place
+        assert!(write_atomic_with(&p, |_| bail!("disk full")).is_err());
+        assert_eq!(std::fs::read(&p).unwrap(), b"new");
+        write_atomic_with(&p, |tmp| Ok(std::fs::write(tmp, "via path")?)).unwrap();
+        assert_eq!(std::fs::read_to_string(&p).unwrap(), "via path");
+        assert!(!tmp_path(&p).exists());
+    }
+
+    #[test]
+    fn jsonl_errors_name_file_and_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("rows.jsonl");
+        std::fs::write(&p, "{\"id\": \"a\"}\n\n{\"id\": 2}\n{\"id\": \"c\"}\n").unwrap();
+        let e = read_jsonl::<Row>(&p, "row").unwrap_err();
+        assert!(format!("{e:#}").contains("rows.jsonl:3: malformed row"), "{e:#}");
+        let e = read_jsonl::<Row>(&dir.path().join("missing.jsonl"), "row").unwrap_err();
+        assert!(format!("{e:#}").contains("missing.jsonl: cannot read"), "{e:#}");
+    }
+
+    #[test]
+    fn torn_last_line_is_reported_apart() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("rows.jsonl");
+        let mut text = String::from_utf8(jsonl_bytes(&[row("a"), row("b")]).unwrap()).unwrap();
+        let whole = text.len() as u64;
+        text.push_str("{\"id\": \"c");
+        std::fs::write(&p, &text).unwrap();
+        let j = read_jsonl::<Row>(&p, "row").unwrap();
+        let torn = j.torn.clone().unwrap();
+        assert_eq!((torn.offset, torn.line), (whole, 3));
+        assert_eq!(j.rows, vec![(1, row("a")), (2, row("b"))]);
+        let e = read_jsonl::<Row>(&p, "row").unwrap().strict().unwrap_err();
+        assert!(e.to_string().starts_with(&format!("{}:3: malformed row", p.display())), "{e}");
+        assert_eq!(j.records(), vec![row("a"), row("b")]);
+        // a complete last line without a newline is a record, not a torn line
+        std::fs::write(&p, "{\"id\": \"a\"}").unwrap();
+        let j = read_jsonl::<Row>(&p, "row").unwrap();
+        assert!(j.torn.is_none());
+        assert_eq!(j.strict().unwrap(), vec![(1, row("a"))]);
+    }
+
+    #[test]
+    fn settings_are_pinned() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("config.json");
+        let parse = |t: &str| Ok(serde_json::from_str::<serde_json::Value>(t)?);
+        let a = serde_json::json!({"seed": 1});
+        assert_eq!(pin_settings(&p, &a.to_string(), parse).unwrap(), None);
+        assert_eq!(pin_settings(&p, "ignored", parse).unwrap(), Some(a));
+        std::fs::write(&p, "{ half").unwrap();
+        let e = pin_settings(&p, "", parse).unwrap_err();
+        assert!(format!("{e:#}").contains("config.json: malformed settings"), "{e:#}");
+    }
+}

@@ -1,0 +1,204 @@
+//! `y = W x` from the integer copy: rows split over the rayon pool for large matrices, vectors paired where a
+//! two-vector kernel exists, and the kernel picked by what the CPU offers (`super::x86`, else the portable one).
+
+use super::{Layout, QMatrix, ROWS};
+#[cfg(target_arch = "x86_64")]
+use super::x86;
+
+impl QMatrix {
+    /// `y[r] = sum_c W[r, c] x[c]` for each of the `x.len() / cols` row vectors in `x` (row-major), written to
+    /// `y` (`[n, rows]`). Splits the rows over the rayon pool for large matrices. Vectors go two at a time
+    /// through one pass over the weights where a two-vector kernel exists (AVX2): the integer blocks are read and
+    /// de-quantized once for both, and each result is bit for bit the one-vector product (several questions
+    /// decoded together, `Lm::feed_many`, give the same tokens as one at a time).
+    pub fn matvec(&self, x: &[f32], y: &mut [f32]) {
+        assert_eq!(x.len() % self.cols, 0, "matvec: input length {} is not a multiple of {}", x.len(), self.cols);
+        let n = x.len() / self.cols;
+        assert_eq!(y.len(), n * self.rows, "matvec: output length");
+        let threads = rayon::current_num_threads();
+        let parallel = threads > 1 && self.rows * self.cols >= PARALLEL_MIN;
+        let chunk = self.rows.div_ceil(threads * 2).next_multiple_of(ROWS);
+        let pairs = if self.has_pair_kernel() { n / 2 } else { 0 };
+        let mut pair_out = vec![0f32; if pairs > 0 { 2 * self.rows } else { 0 }];
+        for p in 0..pairs {
+            // two vectors, results interleaved [rows][2]
+            let xs = &x[2 * p * self.cols..(2 * p + 2) * self.cols];
+            if parallel {
+                use rayon::prelude::*;
+                pair_out.par_chunks_mut(2 * chunk).enumerate().for_each(|(c, out)| self.rows_into_x2(c * chunk, xs, out));
+            } else {
+                self.rows_into_x2(0, xs, &mut pair_out);
+            }
+            let (ya, yb) = y[2 * p * self.rows..(2 * p + 2) * self.rows].split_at_mut(self.rows);
+            for r in 0..self.rows {
+                ya[r] = pair_out[2 * r];
+                yb[r] = pair_out[2 * r + 1];
+            }
+        }
+        let done = 2 * pairs;
+        for (xi, yi) in x[done * self.cols..].chunks_exact(self.cols).zip(y[done * self.rows..].chunks_exact_mut(self.rows)) {
+            if parallel {
+                use rayon::prelude::*;
+                yi.par_chunks_mut(chunk).enumerate().for_each(|(c, out)| self.rows_into(c * chunk, xi, out));
+            } else {
+                self.rows_into(0, xi, yi);
+            }
+        }
+    }
+
+    /// Whether [`QMatrix::rows_into_x2`] has a kernel on this CPU (AVX2 + FMA without AVX-512; an AVX-512 CPU
+    /// keeps its one-vector kernels, which have no two-vector twin yet).
+    fn has_pair_kernel(&self) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        {
+            !std::arch::is_x86_feature_detected!("avx512f") && std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            false
+        }
+    }
+
+    /// Rows `row0..row0 + out.len() / 2` of `W x_0` and `W x_1` (`x` = `[2, cols]`), interleaved in `out`.
+    fn rows_into_x2(&self, row0: usize, x: &[f32], out: &mut [f32]) {
+        assert!(row0 + out.len() / 2 <= self.rows && x.len() == 2 * self.cols && out.len() % 2 == 0);
+        #[cfg(target_arch = "x86_64")]
+        {
+            if self.has_pair_kernel() {
+                // SAFETY: the CPU has AVX2 and FMA; the bounds were checked above.
+                return unsafe {
+                    match self.layout {
+                        Layout::I8 => x86::rows_avx2::<2>(self, row0, x, out),
+                        Layout::U4 => x86::rows_u4_avx2::<2>(self, row0, x, out),
+                    }
+                };
+            }
+        }
+        unreachable!("rows_into_x2 without a two-vector kernel")
+    }
+
+    /// Rows `row0..row0 + out.len()` of `W x`.
+    fn rows_into(&self, row0: usize, x: &[f32], out: &mut [f32]) {
+        assert!(row0 + out.len() <= self.rows && x.len() == self.cols);
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::arch::is_x86_feature_detected!("avx512f") {
+                // SAFETY: the CPU has AVX-512F; the bounds were checked above.
+                return unsafe {
+                    match self.layout {
+                        Layout::I8 => x86::rows_avx512(self, row0, x, out),
+                        Layout::U4 => x86::rows_u4_avx512(self, row0, x, out),
+                    }
+                };
+            }
+            if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+                // SAFETY: as above, with AVX2 and FMA.
+                return unsafe {
+                    match self.layout {
+                        Layout::I8 => x86::rows_avx2::<1>(self, row0, x, out),
+                        Layout::U4 => x86::rows_u4_avx2::<1>(self, row0, x, out),
+                    }
+                };
+            }
+        }
+        rows_scalar(self, row0, x, out)
+    }
+}
+
+/// Weights at or above which a matrix-vector product is split over threads (the tied lm_head; the per-layer
+/// matrices stay on one thread: waking the pool 200 times per token costs more than it gains).
+const PARALLEL_MIN: usize = 4 << 20;
+
+/// Portable kernel (and the reference for the SIMD ones): `w = q * scale + offset`, then `sum w x`.
+fn rows_scalar(m: &QMatrix, row0: usize, x: &[f32], out: &mut [f32]) {
+    let n = m.layout.group();
+    let groups = m.cols / n;
+    let mut ints = [0f32; 32];
+    for (r, o) in out.iter_mut().enumerate() {
+        let row = row0 + r;
+        let mut acc = [0f32; 32];
+        for g in 0..groups {
+            m.group_ints(row, g, &mut ints);
+            let (s, off) = (m.scale[row * groups + g], m.offset[row * groups + g]);
+            for i in 0..n {
+                acc[i] += (ints[i] * s + off) * x[g * n + i];
+            }
+        }
+        *o = acc.iter().sum();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::fixtures::random;
+    use super::*;
+    use candle_core::quantized::{GgmlDType, QTensor};
+    use candle_core::{Device, Tensor};
+
+    #[test]
+    fn matvec_equals_the_dequantized_product() {
+        // 37 rows: the 4-row blocks and the remainder; two input vectors
+        let (rows, cols) = (37, 256);
+        let t = Tensor::from_vec(random(rows * cols, 2), (rows, cols), &Device::Cpu).unwrap();
+        let x = random(2 * cols, 3);
+        for dtype in [GgmlDType::Q4_1, GgmlDType::Q8_0, GgmlDType::Q6K, GgmlDType::Q4K] {
+            let qt = QTensor::quantize(&t, dtype).unwrap();
+            let m = QMatrix::from_ggml(dtype, &qt.data().unwrap(), rows, cols).unwrap();
+            let w = m.dequantize();
+            let mut y = vec![0f32; 2 * rows];
+            m.matvec(&x, &mut y);
+            for n in 0..2 {
+                for r in 0..rows {
+                    let want: f64 = (0..cols).map(|c| w[r * cols + c] as f64 * x[n * cols + c] as f64).sum();
+                    let got = y[n * rows + r] as f64;
+                    assert!((got - want).abs() < 1e-4 * (1.0 + want.abs()), "{dtype:?} row {r}: {got} vs {want}");
+                }
+            }
+            // the portable kernel gives the same numbers up to rounding
+            let mut y0 = vec![0f32; rows];
+            rows_scalar(&m, 0, &x[..cols], &mut y0);
+            for r in 0..rows {
+                assert!((y0[r] - y[r]).abs() < 1e-4 * (1.0 + y[r].abs()));
+            }
+        }
+    }
+
+    /// A matrix large enough to be split over the rayon pool gives the same result as one thread.
+    #[test]
+    fn parallel_rows_equal_one_thread() {
+        let (rows, cols) = (1030, 4096);
+        let t = Tensor::from_vec(random(rows * cols, 5), (rows, cols), &Device::Cpu).unwrap();
+        let qt = QTensor::quantize(&t, GgmlDType::Q8_0).unwrap();
+        let m = QMatrix::from_ggml(GgmlDType::Q8_0, &qt.data().unwrap(), rows, cols).unwrap();
+        assert!(rows * cols >= PARALLEL_MIN);
+        let x = random(cols, 6);
+        let mut y = vec![0f32; rows];
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(3).build().unwrap();
+        pool.install(|| m.matvec(&x, &mut y));
+        let mut y1 = vec![0f32; rows];
+        m.rows_into(0, &x, &mut y1);
+        assert_eq!(y, y1);
+    }
+
+    /// Vectors that go through the two-vector kernels (pairs, with a leftover third) give exactly the
+    /// one-vector results, on one thread and split over a pool.
+    #[test]
+    fn several_vectors_equal_one_at_a_time_bit_for_bit() {
+        for (dtype, rows, cols) in [(GgmlDType::Q4_1, 37, 256), (GgmlDType::Q8_0, 37, 256), (GgmlDType::Q4_1, 1030, 4096), (GgmlDType::Q8_0, 1030, 4096)] {
+            let t = Tensor::from_vec(random(rows * cols, 7), (rows, cols), &Device::Cpu).unwrap();
+            let qt = QTensor::quantize(&t, dtype).unwrap();
+            let m = QMatrix::from_ggml(dtype, &qt.data().unwrap(), rows, cols).unwrap();
+            let x = random(3 * cols, 8);
+            let mut one = vec![0f32; 3 * rows];
+            for j in 0..3 {
+                m.rows_into(0, &x[j * cols..(j + 1) * cols], &mut one[j * rows..(j + 1) * rows]);
+            }
+            for threads in [1, 3] {
+                let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+                let mut y = vec![0f32; 3 * rows];
+                pool.install(|| m.matvec(&x, &mut y));
+                assert_eq!(y, one, "{dtype:?} {rows}x{cols}, {threads} threads");
+            }
+        }
+    }
+}

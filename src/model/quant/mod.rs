@@ -1,0 +1,234 @@
+//! Matrix-vector products on the GGUF file's own quantized weights, for CPU decoding.
+//!
+//! A decode step multiplies one row vector by every weight matrix. In f32 that reads ~540 MB per token for
+//! SmolLM2-135M and is bound by memory bandwidth, so the step cannot go faster than the memory allows. This
+//! module keeps a second copy of each quantized GGUF weight with one f32 `(scale, offset)` pair per group and
+//! computes `y = W x` from it, de-quantizing on the fly in registers. Two layouts:
+//! - [`Layout::U4`] for the 4-bit formats (Q4_0, Q4_1, Q4_K): groups of 32 as 16 bytes of nibble pairs, ggml's
+//!   own order (byte `i` holds weight `i` in its low nibble and weight `i + 16` in its high one): 0.75 bytes per
+//!   weight;
+//! - [`Layout::I8`] for the others: one signed byte per weight, groups of 16: 1.5 bytes per weight.
+//!
+//! The copy is lossless: every ggml block format we accept (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K)
+//! stores a weight as `scale * q + offset` with an integer `q` in -32..=31 (or 0..=31) and one scale/offset per
+//! 16 or 32 columns, so `w = q as f32 * scale + offset` rebuilds exactly the f32 value candle's de-quantization
+//! gives (tested below for each format). Only the order of the f32 additions in the dot product differs from a
+//! gemm on the de-quantized matrix.
+//!
+//! Prefill (many rows at once) and training keep using burn's matmul on the f32 weights; this path is used only
+//! for the few-row products of decoding on the CPU.
+//!
+//! Files: `blocks` reads the ggml block formats into the integer copy; `matvec` computes products from it,
+//! with the SIMD kernels in `x86` (AVX-512, AVX2).
+
+mod blocks;
+mod matvec;
+#[cfg(target_arch = "x86_64")]
+mod x86;
+
+use anyhow::{bail, Result};
+use candle_core::quantized::GgmlDType;
+
+use blocks::{block_layout, decode_block, Decoded};
+pub use blocks::supported;
+
+/// Rows computed together by the kernels: they share each load of `x` and give the CPU independent
+/// accumulator chains.
+const ROWS: usize = 4;
+
+/// How the integer weights are stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    /// One `i8` per weight; a scale/offset pair per 16 weights.
+    I8,
+    /// Two unsigned 4-bit weights per byte (ggml's order within a group of 32); a scale/offset pair per 32.
+    U4,
+}
+
+impl Layout {
+    /// Weights per `(scale, offset)` group.
+    pub fn group(self) -> usize {
+        match self {
+            Layout::I8 => 16,
+            Layout::U4 => 32,
+        }
+    }
+
+    /// Bytes per row of `cols` weights.
+    fn row_bytes(self, cols: usize) -> usize {
+        match self {
+            Layout::I8 => cols,
+            Layout::U4 => cols / 2,
+        }
+    }
+}
+
+/// A `[rows, cols]` matrix (Hugging Face `[out, in]` layout) as small integers with per-group scale and offset.
+#[derive(Clone)]
+pub struct QMatrix {
+    pub rows: usize,
+    pub cols: usize,
+    pub layout: Layout,
+    /// `[rows, row_bytes]`
+    q: Vec<u8>,
+    /// `[rows, cols / group]`
+    scale: Vec<f32>,
+    /// `[rows, cols / group]` (zeros for the symmetric formats)
+    offset: Vec<f32>,
+}
+
+impl std::fmt::Debug for QMatrix {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "QMatrix[{}x{}, {:?}]", self.rows, self.cols, self.layout)
+    }
+}
+
+impl QMatrix {
+    /// From the raw ggml blocks of a `[rows, cols]` tensor (candle's `QTensor::data()`).
+    pub fn from_ggml(dtype: GgmlDType, bytes: &[u8], rows: usize, cols: usize) -> Result<QMatrix> {
+        let Some((bs, size)) = block_layout(dtype) else { bail!("no integer form for {dtype:?} blocks") };
+        if cols % bs != 0 {
+            bail!("{cols} columns is not a multiple of the {dtype:?} block size {bs}");
+        }
+        let blocks = rows * cols / bs;
+        if bytes.len() != blocks * size {
+            bail!("{dtype:?} data has {} bytes, {rows}x{cols} needs {}", bytes.len(), blocks * size);
+        }
+        let layout = match dtype {
+            GgmlDType::Q4_0 | GgmlDType::Q4_1 | GgmlDType::Q4K => Layout::U4,
+            _ => Layout::I8,
+        };
+        let groups = rows * cols / layout.group();
+        let mut d = Decoded {
+            q: Vec::with_capacity(rows * layout.row_bytes(cols)),
+            scale: Vec::with_capacity(groups),
+            offset: Vec::with_capacity(groups),
+        };
+        for blk in bytes.chunks_exact(size) {
+            decode_block(dtype, blk, &mut d);
+        }
+        debug_assert_eq!((d.q.len(), d.scale.len()), (rows * layout.row_bytes(cols), groups));
+        Ok(QMatrix { rows, cols, layout, q: d.q, scale: d.scale, offset: d.offset })
+    }
+
+    /// The integer weights of group `g` of `row` (16 or 32 of them, in column order).
+    fn group_ints(&self, row: usize, g: usize, out: &mut [f32; 32]) {
+        let n = self.layout.group();
+        let start = row * self.layout.row_bytes(self.cols) + g * self.layout.row_bytes(n);
+        match self.layout {
+            Layout::I8 => {
+                for (o, &b) in out.iter_mut().zip(&self.q[start..start + n]) {
+                    *o = b as i8 as f32;
+                }
+            }
+            Layout::U4 => {
+                for (i, &b) in self.q[start..start + 16].iter().enumerate() {
+                    out[i] = (b & 0x0F) as f32;
+                    out[i + 16] = (b >> 4) as f32;
+                }
+            }
+        }
+    }
+
+    /// The f32 matrix this holds, row-major `[rows, cols]` (`q * scale + offset`, as candle de-quantizes).
+    pub fn dequantize(&self) -> Vec<f32> {
+        let n = self.layout.group();
+        let groups = self.cols / n;
+        let mut out = Vec::with_capacity(self.rows * self.cols);
+        let mut ints = [0f32; 32];
+        for row in 0..self.rows {
+            for g in 0..groups {
+                self.group_ints(row, g, &mut ints);
+                let gi = row * groups + g;
+                out.extend(ints[..n].iter().map(|&q| q * self.scale[gi] + self.offset[gi]));
+            }
+        }
+        out
+    }
+
+    /// Row `dst` of the result is row `src_of[dst]` of `self` (for undoing llama.cpp's Q/K permutation).
+    pub fn permute_rows(&self, src_of: &[usize]) -> QMatrix {
+        let g = self.cols / self.layout.group();
+        let rb = self.layout.row_bytes(self.cols);
+        let mut q = Vec::with_capacity(self.q.len());
+        let mut scale = Vec::with_capacity(self.scale.len());
+        let mut offset = Vec::with_capacity(self.offset.len());
+        for &s in src_of {
+            q.extend_from_slice(&self.q[s * rb..(s + 1) * rb]);
+            scale.extend_from_slice(&self.scale[s * g..(s + 1) * g]);
+            offset.extend_from_slice(&self.offset[s * g..(s + 1) * g]);
+        }
+        QMatrix { rows: self.rows, cols: self.cols, layout: self.layout, q, scale, offset }
+    }
+
+    /// Bytes held.
+    pub fn bytes(&self) -> usize {
+        self.q.len() + 4 * (self.scale.len() + self.offset.len())
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod fixtures {
+    //! Random weights for the tests of the quantized matrices.
+
+    pub(crate) fn random(n: usize, seed: u64) -> Vec<f32> {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        (0..n).map(|_| rng.random::<f32>() * 2.0 - 1.0).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fixtures::random;
+    use super::*;
+    use candle_core::quantized::QTensor;
+    use candle_core::{Device, Tensor};
+
+    const FORMATS: [GgmlDType; 8] = [
+        GgmlDType::Q4_0,
+        GgmlDType::Q4_1,
+        GgmlDType::Q5_0,
+        GgmlDType::Q5_1,
+        GgmlDType::Q8_0,
+        GgmlDType::Q4K,
+        GgmlDType::Q5K,
+        GgmlDType::Q6K,
+    ];
+
+    /// candle quantizes random weights; our integer copy must de-quantize to exactly candle's f32 values.
+    #[test]
+    fn int8_copy_is_lossless_for_every_format() {
+        let (rows, cols) = (6, 512);
+        let w = random(rows * cols, 1);
+        let t = Tensor::from_vec(w, (rows, cols), &Device::Cpu).unwrap();
+        for dtype in FORMATS {
+            let qt = QTensor::quantize(&t, dtype).unwrap();
+            let want: Vec<f32> = qt.dequantize(&Device::Cpu).unwrap().flatten_all().unwrap().to_vec1().unwrap();
+            let m = QMatrix::from_ggml(dtype, &qt.data().unwrap(), rows, cols).unwrap();
+            let got = m.dequantize();
+            // bit for bit, except that 0 * (negative scale) + 0 offset gives +0.0 where candle gives -0.0
+            let bad = got.iter().zip(&want).position(|(a, b)| a.to_bits() != b.to_bits() && !(*a == 0.0 && *b == 0.0));
+            assert_eq!(bad, None, "{dtype:?}: weight {bad:?} differs: {:?} vs {:?}", bad.map(|i| got[i]), bad.map(|i| want[i]));
+        }
+    }
+
+    #[test]
+    fn permute_rows_moves_whole_rows() {
+        let (rows, cols) = (4, 32);
+        let t = Tensor::from_vec(random(rows * cols, 4), (rows, cols), &Device::Cpu).unwrap();
+        let qt = QTensor::quantize(&t, GgmlDType::Q4_1).unwrap();
+        let m = QMatrix::from_ggml(GgmlDType::Q4_1, &qt.data().unwrap(), rows, cols).unwrap();
+        let p = m.permute_rows(&[2, 0, 3, 1]);
+        let (a, b) = (m.dequantize(), p.dequantize());
+        assert_eq!(&b[0..cols], &a[2 * cols..3 * cols]);
+        assert_eq!(&b[3 * cols..4 * cols], &a[cols..2 * cols]);
+    }
+
+    #[test]
+    fn wrong_sizes_are_errors() {
+        assert!(QMatrix::from_ggml(GgmlDType::Q4_1, &[0u8; 19], 1, 32).is_err());
+        assert!(QMatrix::from_ggml(GgmlDType::Q4_1, &[0u8; 20], 1, 16).is_err());
+        assert!(QMatrix::from_ggml(GgmlDType::F16, &[0u8; 64], 1, 32).is_err());
+    }
+}

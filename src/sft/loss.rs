@@ -1,0 +1,74 @@
+//! The objective: the summed negative log-likelihood of the model tokens of a batch (Eq. 3), and the mean per
+//! target token over a set of examples for validation.
+
+use burn::prelude::Backend;
+use burn::tensor::activation::log_softmax;
+use burn::tensor::{Int, Tensor, TensorData};
+
+use super::data::{eval_batches, make_batch, Batch, Example};
+use crate::model::llama::{Capture, Llama, Rope};
+
+/// Sum over the batch's targets of `-log p(target | prefix)`: `[1]`.
+pub fn nll_sum<B: Backend>(model: &Llama<B>, rope: &Rope<B>, batch: &Batch, device: &B::Device) -> Tensor<B, 1> {
+    let (b, t, n) = (batch.b, batch.t, batch.positions.len());
+    let ids = Tensor::<B, 2, Int>::from_data(TensorData::new(batch.ids.clone(), [b, t]), device);
+    let hidden = model.forward(ids, rope, 0, None, Capture::default()).hidden; // [b, t, d]
+    let d = hidden.dims()[2];
+    let pos = Tensor::<B, 1, Int>::from_data(TensorData::new(batch.positions.clone(), [n]), device);
+    // Only the positions that predict a model token go through the LM head: [1, n, d] -> [1, n, vocab]
+    let h = hidden.reshape([b * t, d]).select(0, pos).unsqueeze::<3>();
+    let logp = log_softmax(model.logits(h), 2);
+    let tgt = Tensor::<B, 3, Int>::from_data(TensorData::new(batch.targets.clone(), [1, n, 1]), device);
+    logp.gather(2, tgt).sum().neg()
+}
+
+pub(super) fn scalar<B: Backend>(t: Tensor<B, 1>) -> f64 {
+    t.into_data().convert::<f64>().to_vec::<f64>().unwrap()[0]
+}
+
+/// Mean NLL per target token over `examples` (no gradients).
+pub fn evaluate<B: Backend>(model: &Llama<B>, rope: &Rope<B>, examples: &[Example], batch: usize, pad_id: u32, device: &B::Device) -> f64 {
+    let lengths: Vec<usize> = examples.iter().map(|e| e.len()).collect();
+    let (mut sum, mut n) = (0.0, 0usize);
+    for idx in eval_batches(&lengths, batch) {
+        let exs: Vec<&Example> = idx.iter().map(|&i| &examples[i]).collect();
+        let b = make_batch(&exs, pad_id);
+        n += b.targets.len();
+        sum += scalar(nll_sum(model, rope, &b, device));
+    }
+    if n == 0 { f64::NAN } else { sum / n as f64 }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::fixtures::setup;
+    use super::*;
+    use crate::model::build_llama;
+    use burn::backend::Flex;
+
+    #[test]
+    fn nll_counts_only_targets_and_ignores_padding() {
+        let Some((mcfg, w, data)) = setup() else { return };
+        let dev: burn::backend::flex::FlexDevice = Default::default();
+        let m = build_llama::<Flex>(&w, &mcfg, &dev).unwrap();
+        let rope = Rope::<Flex>::new(&mcfg, 256, &dev);
+        let (a, b) = (&data.train[0], &data.train[1]);
+        let alone = scalar(nll_sum(&m, &rope, &make_batch(&[a], data.pad_id), &dev)) + scalar(nll_sum(&m, &rope, &make_batch(&[b], data.pad_id), &dev));
+        let together = scalar(nll_sum(&m, &rope, &make_batch(&[a, b], data.pad_id), &dev));
+        assert!((alone - together).abs() < 1e-3 * alone.abs(), "{alone} vs {together}");
+        // Changing a prompt token changes the loss only through context; changing a target changes it.
+        let mut c = a.clone();
+        let j = c.loss.iter().rposition(|&l| l).unwrap();
+        c.ids[j] = (c.ids[j] + 1) % 49152;
+        let changed = scalar(nll_sum(&m, &rope, &make_batch(&[&c], data.pad_id), &dev));
+        let orig = scalar(nll_sum(&m, &rope, &make_batch(&[a], data.pad_id), &dev));
+        assert!((changed - orig).abs() > 1e-6);
+        // All-false mask except one token: the loss is that token's NLL alone.
+        let mut one = a.clone();
+        one.loss = vec![false; one.len()];
+        one.loss[5] = true;
+        let b1 = make_batch(&[&one], data.pad_id);
+        assert_eq!(b1.targets.len(), 1);
+        assert!(scalar(nll_sum(&m, &rope, &b1, &dev)) > 0.0);
+    }
+}

@@ -1,0 +1,239 @@
+//! Reader side of a dataset directory: every example, or only the feature columns a detector trains on, from
+//! the shards the manifest lists.
+
+use std::fs;
+use std::path::Path;
+
+use anyhow::{bail, ensure, Context, Result};
+use arrow_array::cast::AsArray;
+use arrow_array::types::{UInt32Type, UInt8Type};
+use arrow_array::RecordBatch;
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use parquet::arrow::ProjectionMask;
+
+use super::manifest::load_manifest;
+use super::schema::{column, f32_col, list_col, str_col};
+use super::{HalluExample, FEATURE_COLUMNS};
+
+fn read_shard(path: &Path, columns: Option<&[&str]>) -> Result<Vec<RecordBatch>> {
+    let f = fs::File::open(path).with_context(|| format!("{}: cannot open shard", path.display()))?;
+    let mut builder = ParquetRecordBatchReaderBuilder::try_new(f)
+        .with_context(|| format!("{}: not a readable parquet file", path.display()))?;
+    if let Some(cols) = columns {
+        let arrow = builder.schema().clone();
+        let mut roots = Vec::new();
+        for c in cols {
+            roots.push(arrow.index_of(c).with_context(|| format!("{}: no column {c:?}", path.display()))?);
+        }
+        let mask = ProjectionMask::roots(builder.parquet_schema(), roots);
+        builder = builder.with_projection(mask);
+    }
+    let reader = builder.build().with_context(|| format!("{}: cannot read", path.display()))?;
+    reader.map(|b| b.with_context(|| format!("{}: corrupt row group", path.display()))).collect()
+}
+
+/// Every example of the dataset in `dir`, shard by shard in manifest order (only committed shards).
+pub fn read_all(dir: impl AsRef<Path>) -> Result<Vec<HalluExample>> {
+    let dir = dir.as_ref();
+    let m = load_manifest(dir)?;
+    let mut out = Vec::with_capacity(m.examples);
+    for shard in &m.shards {
+        let path = dir.join(&shard.file);
+        for b in read_shard(&path, None)? {
+            let n = b.num_rows();
+            let s = |name| str_col(&b, name, &path);
+            let (article_id, title, template) = (s("article_id")?, s("title")?, s("template")?);
+            let (entity_label, original_entity) = (s("entity_label")?, s("original_entity")?);
+            let (generated_entity, continuation, rule) = (s("generated_entity")?, s("continuation")?, s("rule")?);
+            let offsets = column(&b, "trunc_offset", &path)?
+                .as_primitive_opt::<UInt32Type>()
+                .with_context(|| format!("{}: trunc_offset is not uint32", path.display()))?
+                .values()
+                .to_vec();
+            let labels = column(&b, "label", &path)?
+                .as_primitive_opt::<UInt8Type>()
+                .with_context(|| format!("{}: label is not uint8", path.display()))?
+                .values()
+                .to_vec();
+            let (el, em) = (f32_col(&b, "entropy_last", &path)?, f32_col(&b, "entropy_entity_mean", &path)?);
+            let mut fl = list_col(&b, "hidden_final_last", &path)?.into_iter();
+            let mut ml = list_col(&b, "hidden_mean_last", &path)?.into_iter();
+            let mut fe = list_col(&b, "hidden_final_entity", &path)?.into_iter();
+            let mut me = list_col(&b, "hidden_mean_entity", &path)?.into_iter();
+            for i in 0..n {
+                out.push(HalluExample {
+                    article_id: article_id[i].clone(),
+                    title: title[i].clone(),
+                    template: template[i].clone(),
+                    trunc_offset: offsets[i],
+                    entity_label: entity_label[i].clone(),
+                    original_entity: original_entity[i].clone(),
+                    generated_entity: generated_entity[i].clone(),
+                    continuation: continuation[i].clone(),
+                    label: labels[i],
+                    rule: rule[i].clone(),
+                    entropy_last: el[i],
+                    entropy_entity_mean: em[i],
+                    hidden_final_last: fl.next().unwrap_or_default(),
+                    hidden_mean_last: ml.next().unwrap_or_default(),
+                    hidden_final_entity: fe.next().unwrap_or_default(),
+                    hidden_mean_entity: me.next().unwrap_or_default(),
+                });
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Feature columns of a dataset, concatenated per row in the order asked: what the detector trains on.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FeatureTable {
+    pub model_id: String,
+    pub hidden: usize,
+    /// `(column, width)` in concatenation order.
+    pub columns: Vec<(String, usize)>,
+    /// Width of a row: the sum of the column widths.
+    pub dim: usize,
+    pub article_ids: Vec<String>,
+    pub labels: Vec<u8>,
+    /// Row-major `labels.len() x dim`.
+    pub x: Vec<f32>,
+}
+
+impl FeatureTable {
+    pub fn len(&self) -> usize {
+        self.labels.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.labels.is_empty()
+    }
+    pub fn row(&self, i: usize) -> &[f32] {
+        &self.x[i * self.dim..(i + 1) * self.dim]
+    }
+}
+
+/// [`read_features`] over several dataset directories (e.g. the shards of a `--shard i/n` synthesis), rows
+/// concatenated in the order given. All must come from the same model.
+pub fn read_features_many<P: AsRef<Path>>(dirs: &[P], features: &[&str]) -> Result<FeatureTable> {
+    ensure!(!dirs.is_empty(), "no dataset directory given");
+    let mut t = read_features(dirs[0].as_ref(), features)?;
+    for d in &dirs[1..] {
+        let u = read_features(d.as_ref(), features)?;
+        ensure!(
+            u.model_id == t.model_id && u.hidden == t.hidden,
+            "{}: made with model {:?} (hidden {}), but {} with {:?} (hidden {})",
+            d.as_ref().display(),
+            u.model_id,
+            u.hidden,
+            dirs[0].as_ref().display(),
+            t.model_id,
+            t.hidden
+        );
+        t.article_ids.extend(u.article_ids);
+        t.labels.extend(u.labels);
+        t.x.extend(u.x);
+    }
+    Ok(t)
+}
+
+/// Reads only `article_id`, `label` and the given feature columns (names from [`FEATURE_COLUMNS`]).
+pub fn read_features(dir: impl AsRef<Path>, features: &[&str]) -> Result<FeatureTable> {
+    let dir = dir.as_ref();
+    let m = load_manifest(dir)?;
+    ensure!(!features.is_empty(), "no feature columns asked");
+    let mut columns = Vec::new();
+    for f in features {
+        let Some(&(name, is_vec)) = FEATURE_COLUMNS.iter().find(|(n, _)| n == f) else {
+            let known: Vec<&str> = FEATURE_COLUMNS.iter().map(|(n, _)| *n).collect();
+            bail!("unknown feature {f:?}; known: {}", known.join(", "));
+        };
+        ensure!(!columns.iter().any(|(n, _): &(String, usize)| n == name), "feature {name:?} asked twice");
+        columns.push((name.to_string(), if is_vec { m.hidden } else { 1 }));
+    }
+    let dim = columns.iter().map(|c| c.1).sum();
+    let mut owned: Vec<String> = vec!["article_id".into(), "label".into()];
+    owned.extend(columns.iter().map(|c| c.0.clone()));
+    let cols: Vec<&str> = owned.iter().map(|s| s.as_str()).collect();
+    let mut t = FeatureTable {
+        model_id: m.model_id.clone(),
+        hidden: m.hidden,
+        columns,
+        dim,
+        article_ids: Vec::with_capacity(m.examples),
+        labels: Vec::with_capacity(m.examples),
+        x: Vec::with_capacity(m.examples * dim),
+    };
+    for shard in &m.shards {
+        let path = dir.join(&shard.file);
+        for b in read_shard(&path, Some(&cols))? {
+            let n = b.num_rows();
+            t.article_ids.extend(str_col(&b, "article_id", &path)?);
+            let labels = column(&b, "label", &path)?
+                .as_primitive_opt::<UInt8Type>()
+                .with_context(|| format!("{}: label is not uint8", path.display()))?;
+            t.labels.extend(labels.values().iter());
+            let mut parts: Vec<Vec<Vec<f32>>> = Vec::new();
+            for (name, width) in &t.columns {
+                if *width == 1 && !FEATURE_COLUMNS.iter().any(|(n, v)| n == name && *v) {
+                    parts.push(f32_col(&b, name, &path)?.into_iter().map(|v| vec![v]).collect());
+                } else {
+                    let l = list_col(&b, name, &path)?;
+                    for (i, v) in l.iter().enumerate() {
+                        ensure!(
+                            v.len() == *width,
+                            "{}: row {i} of {name:?} has {} values, manifest says hidden size {width}",
+                            path.display(),
+                            v.len()
+                        );
+                    }
+                    parts.push(l);
+                }
+            }
+            for i in 0..n {
+                for p in &parts {
+                    t.x.extend_from_slice(&p[i]);
+                }
+            }
+        }
+    }
+    Ok(t)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::fixtures::corpus;
+    use super::super::{load_manifest, HalluStore};
+    use super::*;
+
+    #[test]
+    fn roundtrip_manifest_and_features() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = corpus(5, 4);
+        let mut s = HalluStore::open(dir.path(), "m", 4).unwrap().with_flush_every(2);
+        for (id, ex) in &data {
+            s.add_article(id, ex.clone()).unwrap();
+        }
+        let m = s.finish().unwrap();
+        let expected: Vec<HalluExample> = data.iter().flat_map(|(_, e)| e.clone()).collect();
+        assert_eq!(read_all(dir.path()).unwrap(), expected);
+        // a0:0, a1:1 (label 0), a2:2 (labels 0,1), a3:0, a4:1 (label 0) -> 4 examples, 1 hallucinated
+        assert_eq!((m.articles, m.examples, m.hallucinated, m.faithful), (5, 4, 1, 3));
+        assert_eq!(m.hallucinated_rate, 0.25);
+        assert_eq!(m.shards.len(), 3);
+        assert_eq!(m.shards[0].articles, vec!["a0", "a1"]);
+        assert_eq!(m.rules.get("exact"), Some(&3));
+        assert_eq!(m.templates, vec!["Continue: {text}".to_string()]);
+        assert_eq!(load_manifest(dir.path()).unwrap(), m);
+
+        let t = read_features(dir.path(), &["entropy_last", "hidden_mean_entity"]).unwrap();
+        assert_eq!(t.dim, 5);
+        assert_eq!(t.len(), 4);
+        assert_eq!(t.labels, vec![0, 0, 1, 0]);
+        assert_eq!(t.article_ids, vec!["a1", "a2", "a2", "a4"]);
+        let e = &expected[2];
+        let mut row = vec![e.entropy_last];
+        row.extend(&e.hidden_mean_entity);
+        assert_eq!(t.row(2), row.as_slice());
+        assert!(read_features(dir.path(), &["nope"]).is_err());
+    }
+}
