@@ -8,7 +8,6 @@ use std::sync::Mutex;
 
 mod common;
 
-use anyhow::Result;
 use ragtime::autorag::infer::{AutoRag, ChatGen, InferConfig};
 use ragtime::autorag::prompts::AutoRagPrompts;
 use ragtime::autorag::synth::{DialogueStore, SynthConfig, Synthesizer};
@@ -17,7 +16,7 @@ use ragtime::device::DeviceKind;
 use ragtime::model::{random_weights, Arch, Lm, MemoryWeights, ModelConfig, Tokenizer};
 use ragtime::qa::{AnswerKind, Example};
 use common::Tiny;
-use ragtime::retrieval::{Passage, Retriever};
+use ragtime::retrieval::Passage;
 
 fn tiny_lm(max_pos: usize) -> Option<Lm> {
     let mut cfg = ModelConfig::tiny(Arch::Llama, 49152);

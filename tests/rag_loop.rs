@@ -7,13 +7,12 @@ use std::sync::Mutex;
 
 mod common;
 
-use anyhow::Result;
 use ragtime::device::DeviceKind;
 use ragtime::model::{random_weights, Arch, Lm, MemoryWeights, ModelConfig, Tokenizer};
 use ragtime::prompt::PromptBuilder;
 use ragtime::rag::{LoopConfig, RagLoop};
 use common::Tiny;
-use ragtime::retrieval::{Passage, Retriever};
+use ragtime::retrieval::Passage;
 
 impl Tiny {
     fn new(texts: &[&str]) -> Tiny {

@@ -33,6 +33,7 @@ pub use config::{Arch, ModelConfig};
 use llama::{Attention, Block, Capture, KvCache, Linear, Llama, Mlp, RmsNorm, Rope, Segment};
 pub use sampling::Sampler;
 pub use tokenizer::{Message, Tokenizer};
+pub use weights::{random_weights, MemoryWeights};
 use weights::{HostTensor, WeightSource};
 
 fn tensor1<B: Backend>(t: HostTensor, device: &B::Device) -> Tensor<B, 1> {
@@ -130,57 +131,6 @@ pub fn detach_quantized<B: Backend>(m: &mut Llama<B>) {
         }
     }
     m.lm_head_quant = None;
-}
-
-/// Random weights in Hugging Face layout (normal(0, 0.02), norms at 1) for tests and tiny demos.
-pub fn random_weights(cfg: &ModelConfig, seed: u64) -> Vec<(String, HostTensor)> {
-    use rand::{Rng, SeedableRng};
-    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-    let mut normal = |shape: Vec<usize>, std: f32| -> HostTensor {
-        let n: usize = shape.iter().product();
-        // Box-Muller
-        let data = (0..n)
-            .map(|_| {
-                let u1: f32 = rng.random::<f32>().max(1e-7);
-                let u2: f32 = rng.random::<f32>();
-                std * (-2.0 * u1.ln()).sqrt() * (2.0 * std::f32::consts::PI * u2).cos()
-            })
-            .collect();
-        HostTensor { data, shape }
-    };
-    let ones = |n: usize| HostTensor { data: vec![1.0; n], shape: vec![n] };
-    let d = cfg.hidden_size;
-    let mut w = vec![(params::EMBED.to_string(), normal(vec![cfg.vocab_size, d], 0.5))];
-    for l in 0..cfg.num_layers {
-        let p = params::block_prefix(l);
-        for (n, _) in params::BLOCK_NORMS {
-            w.push((format!("{p}.{n}.weight"), ones(d)));
-        }
-        for spec in &params::BLOCK_LINEARS {
-            let [o, i] = (spec.shape)(cfg);
-            w.push((format!("{p}.{}.weight", spec.path), normal(vec![o, i], 0.2)));
-            if spec.has_bias(cfg) {
-                w.push((format!("{p}.{}.bias", spec.path), normal(vec![o], 0.1)));
-            }
-        }
-    }
-    w.push((params::FINAL_NORM.into(), ones(d)));
-    if !cfg.tie_word_embeddings {
-        w.push((params::LM_HEAD.into(), normal(vec![cfg.vocab_size, d], 0.2)));
-    }
-    w
-}
-
-/// In-memory weights as a [`WeightSource`].
-pub struct MemoryWeights(pub std::collections::HashMap<String, HostTensor>);
-
-impl WeightSource for MemoryWeights {
-    fn describe(&self) -> String {
-        "<in-memory weights>".into()
-    }
-    fn tensor(&self, name: &str) -> Result<Option<HostTensor>> {
-        Ok(self.0.get(name).cloned())
-    }
 }
 
 /// The decoder's weights back in Hugging Face names and layout (for saving safetensors).
