@@ -11,10 +11,10 @@ use ragtime::eval::run::{PredictionRecord, Progress, RetrievalRecord, RunWriter,
 use ragtime::eval::DatasetSpec;
 use ragtime::qa::Example;
 use ragtime::rag::{Batch, LoopConfig, Outcome, RagLoop};
-use ragtime::retrieval::bm25::Bm25Index;
 use ragtime::retrieval::Retriever;
 
 use super::model_args::ModelArgs;
+use super::retriever_args::RetrieverArgs;
 
 #[derive(ClapArgs, Debug)]
 pub struct Args {
@@ -28,9 +28,11 @@ pub struct Args {
     pub trigger: String,
     #[arg(long)]
     pub config: Option<PathBuf>,
-    /// BM25 index from `ragtime index` (default: the dataset's).
+    /// Index from `ragtime index` (default: the dataset's).
     #[arg(long)]
     pub index: Option<PathBuf>,
+    #[command(flatten)]
+    pub retr: RetrieverArgs,
     /// Passages per retrieval (default: the config's [retrieval] top_k, else 3).
     #[arg(short = 'k', long)]
     pub top_k: Option<usize>,
@@ -84,6 +86,10 @@ fn run_header(args: &Args, dataset: &str, index: String) -> (PathBuf, toml::map:
     }
     c.insert("model".into(), toml::Value::String(args.model.model.display().to_string()));
     c.insert("index".into(), toml::Value::String(index));
+    // Recorded only when not BM25, so runs made before `--retriever` existed still resume.
+    if args.retr.retriever != ragtime::retrieval::RetrieverKind::Bm25 {
+        c.insert("retriever".into(), toml::Value::String(args.retr.describe()));
+    }
     (out_dir, c)
 }
 
@@ -119,9 +125,9 @@ pub fn run(args: Args) -> Result<()> {
         .or_else(|| root.get("generation").and_then(|r| r.get("max_new_tokens")).and_then(|v| v.as_integer()).map(|v| v as usize))
         .unwrap_or(spec.max_new_tokens);
     let index = args.index.clone().or_else(|| spec.index.clone());
-    let retriever: Option<Bm25Index> = match (&index, trigger.name()) {
+    let retriever: Option<Box<dyn Retriever>> = match (&index, trigger.name()) {
         (_, "none") => None,
-        (Some(dir), _) => Some(Bm25Index::open(dir)?),
+        (Some(dir), _) => Some(args.retr.open(dir)?),
         (None, name) => anyhow::bail!("--trigger {name} retrieves: give --index DIR (dataset '{}' names no default index)", spec.name),
     };
     let lm = args.model.load()?;
@@ -139,7 +145,7 @@ pub fn run(args: Args) -> Result<()> {
     run_config.insert("method_config".into(), root.clone());
     let mut writer = RunWriter::create(&out_dir, &toml::Value::Table(run_config))?;
     let mut progress = Progress::new(examples.len(), writer.len());
-    let rag = RagLoop { lm: &lm, prompt: &prompt, retriever: retriever.as_ref().map(|r| r as &dyn Retriever), cfg };
+    let rag = RagLoop { lm: &lm, prompt: &prompt, retriever: retriever.as_deref(), cfg };
 
     // transform + write, one record per question as it finishes (flushed per line, so a kill loses at most the
     // questions in flight)
@@ -226,14 +232,14 @@ fn run_autorag(args: Args) -> Result<()> {
     let prompts = AutoRagPrompts::load(&prompt_dir, &cfg.reasoning)?;
     let index = args.index.clone().or_else(|| spec.index.clone());
     let Some(index) = index else { anyhow::bail!("--trigger autorag retrieves: give --index DIR (dataset '{}' names no default index)", spec.name) };
-    let retriever = Bm25Index::open(&index)?;
+    let retriever = args.retr.open(&index)?;
     let lm = args.model.load()?;
     let (out_dir, mut run_config) = run_header(&args, &spec.name, index.display().to_string());
     run_config.insert("autorag".into(), toml::Value::try_from(&cfg)?);
     run_config.insert("method_config".into(), root.clone());
     let mut writer = RunWriter::create(&out_dir, &toml::Value::Table(run_config))?;
     let mut progress = Progress::new(examples.len(), writer.len());
-    let rag = AutoRag { lm: &lm, retriever: &retriever, prompts: &prompts, cfg };
+    let rag = AutoRag { lm: &lm, retriever: retriever.as_ref(), prompts: &prompts, cfg };
     let mut main = ChatGen::new(&lm);
     let mut aux = ChatGen::new(&lm);
     for ex in &examples {
