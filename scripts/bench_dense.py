@@ -4,11 +4,11 @@ Markdown table.
 1. Encoding: the first --passages HotpotQA paragraphs ("title\\ntext"), all-MiniLM-L6-v2, batch --batch, --threads
    threads for both (ragtime: RAYON_NUM_THREADS; torch: set_num_threads). ragtime's rate is over encoding only
    (model load excluded), like sentence-transformers' encode() call.
-2. Vectors: --n random unit vectors x --dim (the same bytes for both, written by examples/bench_hnsw.rs), HNSW with
+2. Vectors: --n synthetic unit vectors x --dim (clustered by default, --clusters 0 for uniform) (the same bytes for both, written by examples/bench_hnsw.rs), HNSW with
    the same M / efConstruction / efSearch: build time, peak resident memory of the process (data included), query
    latency p50/p99 one query at a time, recall@10 against exact search.
 """
-import argparse, json, os, resource, subprocess, sys, time
+import argparse, json, os, re, resource, subprocess, sys, time
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--ragtime", required=True)
@@ -22,6 +22,8 @@ ap.add_argument("--threads", type=int, default=os.cpu_count())
 ap.add_argument("--n", type=int, default=1_000_000)
 ap.add_argument("--dim", type=int, default=384)
 ap.add_argument("--queries", type=int, default=1000)
+ap.add_argument("--clusters", type=int, default=1000, help="0: uniform random unit vectors")
+ap.add_argument("--spread", type=float, default=1.0)
 ap.add_argument("--m", type=int, default=32)
 ap.add_argument("--ef-construction", type=int, default=200)
 ap.add_argument("--ef-search", type=int, default=128)
@@ -86,7 +88,7 @@ if args.part in ("all", "encode"):
     out = os.path.join(args.work, "passages.emb.jsonl")
     r = subprocess.run([args.ragtime, "embed", "--model", args.model, "--input", inp, "--out", out, "--batch", str(args.batch),
                         "--passage", "--force", "-q"], check=True, capture_output=True, text=True, env=env).stdout
-    rag_rate = float(r.split("(")[1].split(" texts/s")[0])
+    rag_rate = float(re.search(r"\(([0-9.]+) texts/s", r).group(1))
     rag_vecs = [json.loads(l)["embedding"] for l in open(out, encoding="utf-8")]
 
     import numpy as np
@@ -108,13 +110,15 @@ if args.part in ("all", "encode"):
 # --- 2. vectors --------------------------------------------------------------------------------------------
 if args.part in ("all", "vectors"):
     cmd = [args.bench_hnsw, "--n", str(args.n), "--dim", str(args.dim), "--queries", str(args.queries), "--m", str(args.m),
-           "--ef-construction", str(args.ef_construction), "--ef-search", str(args.ef_search), "--dump", args.work]
+           "--ef-construction", str(args.ef_construction), "--ef-search", str(args.ef_search), "--dump", args.work,
+           "--clusters", str(args.clusters), "--spread", str(args.spread)]
     rag = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout.strip().splitlines()[-1])
     fa = json.loads(subprocess.run([sys.executable, __file__, "--part", "faiss"] + [a for a in sys.argv[1:] if not a.startswith("--part")],
                                    check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1])
-    what = "%d x %d random unit vectors, M %d, efConstruction %d, efSearch %d, %d threads" % (
-        args.n, args.dim, args.m, args.ef_construction, args.ef_search, args.threads)
-    rows.append(("HNSW build time, s (%s)" % what, "%.1f" % rag["build_s"], "%.1f" % fa["build_s"], "faiss: " + fa["system"]))
+    data = ("%d clusters, spread %g" % (args.clusters, args.spread)) if args.clusters else "uniform"
+    what = "%d x %d synthetic unit vectors (%s), M %d, efConstruction %d, efSearch %d, %d threads" % (
+        args.n, args.dim, data, args.m, args.ef_construction, args.ef_search, args.threads)
+    rows.append(("HNSW build time, s (%s)" % what, "%.1f" % rag["build_s"], "%.1f" % fa["build_s"], "faiss: %s; usearch SIMD: %s" % (fa["system"], rag["simd"])))
     rows.append(("Peak memory of the process, MiB (vectors alone: ragtime %.0f, faiss %.0f)" % (rag["data_rss_mib"], fa["data_rss_mib"]),
                  "%.0f" % rag["peak_rss_mib"], "%.0f" % fa["peak_rss_mib"], "ragtime holds the vectors twice while building (its matrix + usearch's copy)"))
     rows.append(("Query latency p50 / p99, ms (%d queries, one at a time, k 10)" % args.queries,

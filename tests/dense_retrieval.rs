@@ -263,6 +263,11 @@ fn dense_index_and_retrievers_on_a_tiny_corpus() {
     assert_eq!(std::fs::metadata(dense_dir.join("chunks/000000.bin")).unwrap().modified().unwrap(), t0, "chunk 0 kept");
     assert_eq!(std::fs::read(dense_dir.join("chunks/000000.bin")).unwrap(), first);
     assert!(build_dense(&corpus, &out, &enc, &opts).unwrap_err().to_string().contains("already there"));
+    // Every chunk complete (the last one short) but no manifest: nothing is embedded again, the graph is rebuilt.
+    std::fs::remove_file(dense_dir.join(DENSE_MANIFEST)).unwrap();
+    let m3 = build_dense(&corpus, &out, &enc, &opts).unwrap();
+    assert_eq!((m3.passages, m3.chunks), (5, 3));
+    assert_eq!(std::fs::metadata(dense_dir.join("chunks/000002.bin")).unwrap().len(), 16 * 4, "one f32 vector in the last chunk");
 
     for kind in [DenseKind::Flat, DenseKind::Hnsw] {
         let dense = DenseRetriever::open(&out, &DenseOpen { kind: Some(kind), ..DenseOpen::default() }).unwrap();

@@ -102,6 +102,11 @@ impl HnswIndex {
         self.len() == 0
     }
 
+    /// The SIMD kernels usearch's distance runs on (e.g. "haswell", "skylake"; "serial" without SIMD).
+    pub fn acceleration(&self) -> String {
+        self.index.hardware_acceleration()
+    }
+
     /// Bytes usearch holds for graph and vectors.
     pub fn memory_usage(&self) -> usize {
         self.index.memory_usage()

@@ -293,9 +293,14 @@ pub fn build_dense(corpus: &Path, index_dir: &Path, encoder: &SentenceEncoder, o
         std::fs::create_dir_all(dir.join("chunks")).with_context(|| format!("cannot create {}", dir.display()))?;
         write_atomic(&dir.join(PROGRESS), serde_json::to_string_pretty(&want)?.as_bytes())?;
     } else if opts.progress {
-        eprintln!("dense: resuming {} after {done_chunks} complete chunks ({} passages)", dir.display(), done_chunks * want.chunk_rows);
+        eprintln!("dense: resuming {} after {done_chunks} complete chunks", dir.display());
     }
-    let skip = (done_chunks * want.chunk_rows) as u64;
+    // Rows already embedded: the ids of the complete chunks (the last one may be short).
+    let mut skip = 0u64;
+    for i in 0..done_chunks {
+        let p = chunk_path(&dir, i, "ids");
+        skip += std::fs::read_to_string(&p).with_context(|| format!("{}: cannot read", p.display()))?.lines().count() as u64;
+    }
 
     let t_enc = Instant::now();
     let mut seen: u64 = 0;
@@ -344,7 +349,7 @@ pub fn build_dense(corpus: &Path, index_dir: &Path, encoder: &SentenceEncoder, o
     flush(&mut ids, &mut texts, &mut done_chunks)?;
     let encode_seconds = t_enc.elapsed().as_secs_f64();
     if opts.progress {
-        eprintln!("\rdense: embedded {seen} passages ({} this run) in {encode_seconds:.1} s            ", seen - skip);
+        eprintln!("\rdense: embedded {seen} passages ({} this run) in {encode_seconds:.1} s            ", seen.saturating_sub(skip));
     }
 
     let (_, matrix) = read_chunks(&dir, want.dim, want.dtype, done_chunks)?;
