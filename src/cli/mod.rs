@@ -4,10 +4,12 @@ use anyhow::Result;
 use clap::{Parser, Subcommand};
 
 mod data;
+mod embed;
 mod eval;
 mod generate;
 mod inspect;
 pub mod model_args;
+pub mod retriever_args;
 mod report;
 pub mod entities;
 pub mod train;
@@ -40,10 +42,13 @@ pub enum Command {
     Entities(entities::Args),
     /// Train a learned controller (`detector`: MIND's hallucination detector).
     Train(train::TrainArgs),
-    /// Build a BM25 index of a passage corpus (DPR tsv, WikiExtractor dump, JSON lines).
+    /// Build a BM25 index of a passage corpus (DPR tsv, WikiExtractor dump, JSON lines); with --encoder also a
+    /// dense (sentence-embedding) index beside it.
     Index(index::IndexArgs),
-    /// Search a BM25 index.
+    /// Search an index: --retriever bm25 (default), dense or hybrid.
     Search(search::SearchArgs),
+    /// Sentence embeddings of JSON lines {id, text} with a sentence-transformers model folder.
+    Embed(embed::EmbedArgs),
     /// Synthesize training data for a learned controller (`hallucination`: MIND/RaDIO labels; `autorag`:
     /// Auto-RAG's iterative-retrieval dialogues).
     Synth(synth::SynthArgs),
@@ -61,6 +66,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Train(args) => train::run(args),
         Command::Index(a) => index::run(a),
         Command::Search(a) => search::run(a),
+        Command::Embed(a) => embed::run(a),
         Command::Synth(a) => synth::run(a),
         Command::Data(a) => data::run(a),
     }

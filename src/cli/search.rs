@@ -1,4 +1,4 @@
-//! `ragtime search`: query a BM25 index built by `ragtime index`.
+//! `ragtime search`: query an index built by `ragtime index`, with BM25, dense or hybrid retrieval.
 
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
@@ -9,7 +9,9 @@ use clap::Args;
 
 use ragtime::retrieval::bm25::{Bm25Index, MultiField, TopK};
 use ragtime::retrieval::truncate::truncate_to_last_tokens;
-use ragtime::retrieval::Retriever;
+use ragtime::retrieval::{Retriever, RetrieverKind};
+
+use super::retriever_args::RetrieverArgs;
 
 #[derive(Args, Debug)]
 pub struct SearchArgs {
@@ -46,6 +48,8 @@ pub struct SearchArgs {
     /// tokenizer.json of the LLM whose tokens --last-tokens counts.
     #[arg(long)]
     tokenizer: Option<PathBuf>,
+    #[command(flatten)]
+    retr: RetrieverArgs,
 }
 
 pub fn run(a: SearchArgs) -> Result<()> {
@@ -60,7 +64,10 @@ pub fn run(a: SearchArgs) -> Result<()> {
         "wand" => TopK::BlockWand,
         other => bail!("--strategy {other:?}: expected auto, exhaustive or wand"),
     };
-    let index = Bm25Index::open(&a.index)?.with_multi_field(mf).with_tie_breaker(a.tie_breaker).with_top_k(strategy);
+    let index: Box<dyn Retriever> = match a.retr.retriever {
+        RetrieverKind::Bm25 => Box::new(Bm25Index::open(&a.index)?.with_multi_field(mf).with_tie_breaker(a.tie_breaker).with_top_k(strategy)),
+        _ => a.retr.open(&a.index)?,
+    };
     let tok = match &a.tokenizer {
         Some(p) => Some(tokenizers::Tokenizer::from_file(p).map_err(|e| anyhow::anyhow!("{}: cannot load tokenizer: {e}", p.display()))?),
         None => None,

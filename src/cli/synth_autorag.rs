@@ -11,9 +11,9 @@ use ragtime::config::{self, MethodConfig};
 use ragtime::autorag::synth::{DialogueStore, SynthConfig, Synthesizer};
 use ragtime::eval::DatasetSpec;
 use ragtime::model::Lm;
-use ragtime::retrieval::bm25::Bm25Index;
 
 use super::model_args::ModelArgs;
+use super::retriever_args::RetrieverArgs;
 
 #[derive(ClapArgs, Debug)]
 pub struct Args {
@@ -23,9 +23,11 @@ pub struct Args {
     /// Dataset name (datasets/NAME.toml) or a data file.
     #[arg(long)]
     pub dataset: String,
-    /// BM25 index from `ragtime index` (default: the dataset's).
+    /// Index from `ragtime index` (default: the dataset's).
     #[arg(long)]
     pub index: Option<PathBuf>,
+    #[command(flatten)]
+    pub retr: RetrieverArgs,
     /// Model that writes the reasoning turns (default: --model).
     #[arg(long)]
     pub teacher: Option<PathBuf>,
@@ -80,7 +82,7 @@ pub fn run(args: Args) -> Result<()> {
     let prompt_dir = args.prompts.clone().unwrap_or_else(AutoRagPrompts::default_dir);
     let prompts = AutoRagPrompts::load(&prompt_dir, &cfg.reasoning)?;
     let index = args.index.clone().or_else(|| spec.index.clone()).with_context(|| format!("give --index DIR (dataset '{}' names no default index)", spec.name))?;
-    let retriever = Bm25Index::open(&index)?;
+    let retriever = args.retr.open(&index)?;
 
     // models: load each distinct file once
     let model_path = args.model.model.clone();
@@ -90,7 +92,7 @@ pub fn run(args: Args) -> Result<()> {
     let query_own = if query_path == teacher_path { None } else { Some(load_model(&query_path, &args.model)?) };
     let query_lm = query_own.as_ref().unwrap_or(&teacher);
 
-    let config = serde_json::json!({
+    let mut config = serde_json::json!({
         "dataset": spec.name,
         "index": index.display().to_string(),
         "teacher": teacher_path.display().to_string(),
@@ -98,8 +100,12 @@ pub fn run(args: Args) -> Result<()> {
         "prompts": prompt_dir.display().to_string(),
         "synth": cfg,
     });
+    // Recorded only when not BM25, so dialogue folders made before `--retriever` existed still resume.
+    if args.retr.retriever != ragtime::retrieval::RetrieverKind::Bm25 {
+        config["retriever"] = serde_json::Value::String(args.retr.describe());
+    }
     let mut store = DialogueStore::open(&args.out, &config)?;
-    let synth = Synthesizer { retriever: &retriever, prompts: &prompts, cfg, dataset: spec.name.clone() };
+    let synth = Synthesizer { retriever: retriever.as_ref(), prompts: &prompts, cfg, dataset: spec.name.clone() };
     let mut tgen = ChatGen::new(&teacher);
     let mut qgen = ChatGen::new(query_lm);
     let total = examples.len();

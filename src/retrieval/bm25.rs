@@ -208,6 +208,19 @@ impl Bm25Index {
     }
 }
 
+impl Bm25Index {
+    /// The stored passage whose id is `id` (score 0), or `None`: how the dense and hybrid retrievers, whose
+    /// vectors carry only ids, get titles and texts.
+    pub fn passage(&self, id: &str) -> Result<Option<Passage>> {
+        let searcher = self.reader.searcher();
+        let q = TermQuery::new(Term::from_field_text(self.fields.id, id), IndexRecordOption::Basic);
+        let top = searcher.search(&q, &TopDocs::with_limit(1).order_by_score()).with_context(|| format!("{}: id lookup failed", self.dir.display()))?;
+        let Some((_, addr)) = top.into_iter().next() else { return Ok(None) };
+        let StoredPassage([id, title, text]) = searcher.doc(addr).with_context(|| format!("{}: cannot read a stored passage", self.dir.display()))?;
+        Ok(Some(Passage { id, title, text, score: 0.0 }))
+    }
+}
+
 impl Retriever for Bm25Index {
     fn search(&self, query: &str, k: usize) -> Result<Vec<Passage>> {
         self.search_inner(query, k)

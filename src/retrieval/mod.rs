@@ -1,8 +1,15 @@
-//! Retrieval: the [`Retriever`] trait the decode loop knows, and its BM25 implementation over tantivy.
+//! Retrieval: the [`Retriever`] trait the decode loop knows, and its implementations: BM25 over tantivy
+//! ([`bm25`]), dense over sentence embeddings ([`dense`]: exact [`flat`] or [`hnsw`] search over the vectors of
+//! [`vectors`]) and their reciprocal-rank fusion ([`hybrid`]).
 
 pub mod bm25;
+pub mod dense;
+pub mod flat;
+pub mod hnsw;
+pub mod hybrid;
 pub mod index;
 pub mod truncate;
+pub mod vectors;
 
 use std::collections::HashSet;
 
@@ -34,4 +41,53 @@ pub trait Retriever: Send + Sync {
     fn search_batch(&self, queries: &[String], k: usize) -> Result<Vec<Vec<Passage>>> {
         queries.iter().map(|q| self.search(q, k)).collect()
     }
+}
+
+/// Which retriever a command uses (`--retriever`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RetrieverKind {
+    /// BM25 over the tantivy index.
+    #[default]
+    Bm25,
+    /// Sentence-embedding nearest neighbours (the index's `dense/` part).
+    Dense,
+    /// BM25 and dense fused by reciprocal rank.
+    Hybrid,
+}
+
+impl std::str::FromStr for RetrieverKind {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "bm25" => Ok(Self::Bm25),
+            "dense" => Ok(Self::Dense),
+            "hybrid" => Ok(Self::Hybrid),
+            _ => Err(format!("unknown retriever {s:?} (expected bm25, dense or hybrid)")),
+        }
+    }
+}
+
+impl std::fmt::Display for RetrieverKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Bm25 => "bm25",
+            Self::Dense => "dense",
+            Self::Hybrid => "hybrid",
+        })
+    }
+}
+
+/// Opens the retriever of kind `kind` over the index directory `dir` (built by `ragtime index`; dense and hybrid
+/// need it built with `--encoder`). `depth`: passages per ranking before hybrid fusion.
+pub fn open_retriever(kind: RetrieverKind, dir: &std::path::Path, dense: &dense::DenseOpen, depth: usize) -> Result<Box<dyn Retriever>> {
+    Ok(match kind {
+        RetrieverKind::Bm25 => Box::new(bm25::Bm25Index::open(dir)?),
+        RetrieverKind::Dense => Box::new(dense::DenseRetriever::open(dir, dense)?),
+        RetrieverKind::Hybrid => {
+            let mut h = hybrid::HybridRetriever::new(dense::DenseRetriever::open(dir, dense)?);
+            h.depth = depth.max(1);
+            Box::new(h)
+        }
+    })
 }

@@ -1,0 +1,143 @@
+//! `ragtime embed`: sentence embeddings of JSON lines `{id, text}` -> JSON lines `{id, embedding}`, with a
+//! sentence-transformers model folder. Written to `OUT.partial` as it goes (a re-run continues after the lines
+//! already there), renamed to `OUT` at the end.
+
+use std::io::{BufRead, BufWriter, Write};
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+
+use ragtime::device::DeviceKind;
+use ragtime::encoder::{Prefixes, SentenceEncoder, TextKind};
+
+#[derive(Args, Debug)]
+pub struct EmbedArgs {
+    /// sentence-transformers model folder (modules.json, config.json, model.safetensors, tokenizer.json,
+    /// 1_Pooling/config.json), e.g. checkpoints/all-MiniLM-L6-v2 from `scripts/setup.sh --minilm`.
+    #[arg(long)]
+    model: PathBuf,
+    /// JSON lines, each {"id": ..., "text": "..."}.
+    #[arg(long)]
+    input: PathBuf,
+    /// Output JSON lines, each {"id": ..., "embedding": [...]}, in input order.
+    #[arg(long)]
+    out: PathBuf,
+    /// Texts per forward pass.
+    #[arg(long, default_value_t = 32)]
+    batch: usize,
+    /// The texts are queries: put the query prefix before them.
+    #[arg(long, conflicts_with = "passage")]
+    query: bool,
+    /// The texts are passages: put the passage prefix before them.
+    #[arg(long)]
+    passage: bool,
+    /// Prefixes: folder (the folder's config_sentence_transformers.json prompts, else none), none, e5
+    /// ("query: " / "passage: ") or bge (its query instruction, passages bare).
+    #[arg(long, default_value = "folder")]
+    prefixes: String,
+    /// cpu, cuda or cuda:N.
+    #[arg(long, default_value = "cpu")]
+    device: DeviceKind,
+    /// Replace an existing --out file.
+    #[arg(long)]
+    force: bool,
+    /// No progress on stderr.
+    #[arg(long, short)]
+    quiet: bool,
+}
+
+/// Input lines read and embedded at a time (each group sorted by length inside the encoder).
+const GROUP: usize = 1024;
+
+#[derive(serde::Deserialize)]
+struct InLine {
+    id: serde_json::Value,
+    text: String,
+}
+
+pub fn run(a: EmbedArgs) -> Result<()> {
+    if a.out.exists() && !a.force {
+        bail!("--out {}: exists (pass --force to replace it)", a.out.display());
+    }
+    let kind = if a.query {
+        TextKind::Query
+    } else if a.passage {
+        TextKind::Passage
+    } else {
+        TextKind::Plain
+    };
+    let enc = SentenceEncoder::load(&a.model, a.device, Prefixes::preset(&a.prefixes)?)?;
+    let partial = PathBuf::from(format!("{}.partial", a.out.display()));
+    let done = if partial.exists() {
+        let f = std::fs::File::open(&partial).with_context(|| format!("{}: cannot read", partial.display()))?;
+        std::io::BufReader::new(f).lines().map_while(|l| l.ok()).filter(|l| l.ends_with('}')).count()
+    } else {
+        0
+    };
+    // A kill mid-line leaves a torn last line: rewrite the partial file with the complete lines only.
+    if done > 0 {
+        let text = std::fs::read_to_string(&partial)?;
+        let keep: String = text.lines().take(done).map(|l| format!("{l}\n")).collect();
+        std::fs::write(&partial, keep).with_context(|| format!("{}: cannot write", partial.display()))?;
+        if !a.quiet {
+            eprintln!("embed: resuming after {done} lines already in {}", partial.display());
+        }
+    }
+    let file = std::fs::OpenOptions::new().create(true).append(true).open(&partial).with_context(|| format!("{}: cannot write", partial.display()))?;
+    let mut out = BufWriter::new(file);
+    let reader = ragtime::corpus::open_text(&a.input)?;
+    let start = Instant::now();
+    let mut group: Vec<InLine> = Vec::with_capacity(GROUP);
+    let mut n = 0usize;
+    let mut embedded = 0usize;
+    let flush = |group: &mut Vec<InLine>, out: &mut BufWriter<std::fs::File>, embedded: &mut usize| -> Result<()> {
+        if group.is_empty() {
+            return Ok(());
+        }
+        let texts: Vec<&str> = group.iter().map(|l| l.text.as_str()).collect();
+        let vecs = enc.encode(&texts, kind, a.batch)?;
+        for (l, v) in group.iter().zip(vecs) {
+            writeln!(out, "{}", serde_json::json!({ "id": l.id, "embedding": v }))?;
+        }
+        out.flush()?;
+        *embedded += group.len();
+        group.clear();
+        if !a.quiet {
+            eprint!("\rembed: {} texts ({:.1}/s)   ", done + *embedded, *embedded as f64 / start.elapsed().as_secs_f64());
+        }
+        Ok(())
+    };
+    for (i, line) in reader.lines().enumerate() {
+        let line = line.with_context(|| format!("{}:{}: cannot read", a.input.display(), i + 1))?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        n += 1;
+        if n <= done {
+            continue;
+        }
+        let l: InLine = serde_json::from_str(&line).with_context(|| format!("{}:{}: expected {{\"id\": ..., \"text\": \"...\"}}", a.input.display(), i + 1))?;
+        group.push(l);
+        if group.len() == GROUP {
+            flush(&mut group, &mut out, &mut embedded)?;
+        }
+    }
+    flush(&mut group, &mut out, &mut embedded)?;
+    drop(out);
+    std::fs::rename(&partial, &a.out).with_context(|| format!("{}: cannot rename into place", a.out.display()))?;
+    let secs = start.elapsed().as_secs_f64();
+    if !a.quiet {
+        eprintln!();
+    }
+    println!(
+        "embedded {embedded} texts ({} in all) with {} into {} in {secs:.1} s ({:.1} texts/s, {} dims)",
+        n,
+        a.model.display(),
+        a.out.display(),
+        embedded as f64 / secs.max(1e-9),
+        enc.dim()
+    );
+    Ok(())
+}
