@@ -22,7 +22,12 @@ fn arg(args: &[String], name: &str, default: usize) -> usize {
 /// Peak resident memory of this process, in MiB (VmHWM).
 fn peak_rss_mib() -> f64 {
     let s = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    s.lines().find(|l| l.starts_with("VmHWM:")).and_then(|l| l.split_whitespace().nth(1)).and_then(|k| k.parse::<f64>().ok()).unwrap_or(0.0) / 1024.0
+    s.lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|k| k.parse::<f64>().ok())
+        .unwrap_or(0.0)
+        / 1024.0
 }
 
 /// Unit vectors around `c` random centres (see the module docs).
@@ -52,12 +57,25 @@ fn write_f32(path: &std::path::Path, data: &[f32]) {
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().collect();
     let (n, dim, nq) = (arg(&args, "--n", 1_000_000), arg(&args, "--dim", 384), arg(&args, "--queries", 1000));
-    let p = HnswParams { m: arg(&args, "--m", 32), ef_construction: arg(&args, "--ef-construction", 200), ef_search: arg(&args, "--ef-search", 128) };
+    let p = HnswParams {
+        m: arg(&args, "--m", 32),
+        ef_construction: arg(&args, "--ef-construction", 200),
+        ef_search: arg(&args, "--ef-search", 128),
+    };
     let dump = args.iter().position(|a| a == "--dump").and_then(|i| args.get(i + 1)).map(std::path::PathBuf::from);
 
     let clusters = arg(&args, "--clusters", 0);
-    let spread = args.iter().position(|a| a == "--spread").and_then(|i| args.get(i + 1)).map(|v| v.parse::<f32>().expect("--spread")).unwrap_or(1.0);
-    let data = if clusters == 0 { random_unit_vectors(n + nq, dim, 1234) } else { clustered(n + nq, dim, clusters, spread, 1234) };
+    let spread = args
+        .iter()
+        .position(|a| a == "--spread")
+        .and_then(|i| args.get(i + 1))
+        .map(|v| v.parse::<f32>().expect("--spread"))
+        .unwrap_or(1.0);
+    let data = if clusters == 0 {
+        random_unit_vectors(n + nq, dim, 1234)
+    } else {
+        clustered(n + nq, dim, clusters, spread, 1234)
+    };
     let (base, qs) = data.split_at(n * dim);
     let queries: Vec<Vec<f32>> = qs.chunks(dim).map(|c| c.to_vec()).collect();
     let m = Matrix::F32 { data: base.to_vec(), dim };
@@ -79,18 +97,29 @@ fn main() -> anyhow::Result<()> {
     }
     let flat = FlatIndex::new(m);
     let t = Instant::now();
-    let exact: Vec<Vec<u64>> = queries.iter().map(|q| flat.search(q, 10).map(|v| v.into_iter().map(|x| x.0).collect())).collect::<anyhow::Result<_>>()?;
+    let exact: Vec<Vec<u64>> = queries
+        .iter()
+        .map(|q| flat.search(q, 10).map(|v| v.into_iter().map(|x| x.0).collect()))
+        .collect::<anyhow::Result<_>>()?;
     let exact_ms = t.elapsed().as_secs_f64() * 1e3 / nq as f64;
-    let recall = exact.iter().zip(&approx).map(|(e, a)| a.iter().filter(|x| e.contains(x)).count() as f64 / e.len() as f64).sum::<f64>() / nq as f64;
+    let recall = exact
+        .iter()
+        .zip(&approx)
+        .map(|(e, a)| a.iter().filter(|x| e.contains(x)).count() as f64 / e.len() as f64)
+        .sum::<f64>()
+        / nq as f64;
     lat.sort_by(f64::total_cmp);
     let pct = |q: f64| lat[((lat.len() - 1) as f64 * q).round() as usize];
 
     if let Some(d) = dump {
         std::fs::create_dir_all(&d)?;
-        write_f32(&d.join("base.f32"), match &flat.vectors {
-            Matrix::F32 { data, .. } => data,
-            _ => unreachable!(),
-        });
+        write_f32(
+            &d.join("base.f32"),
+            match &flat.vectors {
+                Matrix::F32 { data, .. } => data,
+                _ => unreachable!(),
+            },
+        );
         write_f32(&d.join("queries.f32"), &queries.concat());
         let gt: Vec<u8> = exact.iter().flatten().flat_map(|x| (*x as i64).to_le_bytes()).collect();
         std::fs::write(d.join("gt.i64"), gt)?;

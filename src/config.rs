@@ -57,13 +57,20 @@ impl MethodConfig {
     /// Reads `path`, merges `[datasets.<dataset>]`, applies `overrides` (`section.key=value`) and checks that
     /// every top-level table is one of `sections` (`datasets` is always allowed in the file).
     pub fn load(path: &Path, dataset: Option<&str>, overrides: &[String], sections: &[&str]) -> Result<Self> {
-        let text = std::fs::read_to_string(path).with_context(|| format!("{}: cannot read method config", path.display()))?;
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("{}: cannot read method config", path.display()))?;
         let root: Value = toml::from_str(&text).with_context(|| format!("{}: not valid TOML", path.display()))?;
         Self::from_value(path, root, dataset, overrides, sections)
     }
 
     /// As [`MethodConfig::load`], with the file's contents already parsed (or built in code).
-    pub fn from_value(path: &Path, root: Value, dataset: Option<&str>, overrides: &[String], sections: &[&str]) -> Result<Self> {
+    pub fn from_value(
+        path: &Path,
+        root: Value,
+        dataset: Option<&str>,
+        overrides: &[String],
+        sections: &[&str],
+    ) -> Result<Self> {
         let mut root = resolve_dataset(&root, dataset).with_context(|| format!("{}", path.display()))?;
         check_sections(&root, sections).with_context(|| format!("{}", path.display()))?;
         for o in overrides {
@@ -79,7 +86,9 @@ impl MethodConfig {
     pub fn section<T: DeserializeOwned + Default>(&self, name: &str) -> Result<T> {
         match self.root.get(name) {
             None => Ok(T::default()),
-            Some(v) => v.clone().try_into::<T>().with_context(|| format!("{}: bad [{name}] table", self.path.display())),
+            Some(v) => {
+                v.clone().try_into::<T>().with_context(|| format!("{}: bad [{name}] table", self.path.display()))
+            }
         }
     }
 
@@ -126,7 +135,9 @@ fn merge(base: &mut toml::value::Table, over: &toml::value::Table) {
 /// `trigger.truncate="sentence"`) to a method config. The value is read as TOML (number, bool, quoted string,
 /// array); anything that does not parse as TOML is taken as a bare string. Missing tables are created.
 pub fn apply_override(root: &mut Value, spec: &str) -> Result<()> {
-    let Some((path, raw)) = spec.split_once('=') else { bail!("--set '{spec}': expected KEY=VALUE, e.g. trigger.theta=0.35") };
+    let Some((path, raw)) = spec.split_once('=') else {
+        bail!("--set '{spec}': expected KEY=VALUE, e.g. trigger.theta=0.35")
+    };
     let keys: Vec<&str> = path.trim().split('.').collect();
     if keys.iter().any(|k| k.is_empty()) {
         bail!("--set '{spec}': empty key in '{path}'");
@@ -143,7 +154,9 @@ pub fn apply_override(root: &mut Value, spec: &str) -> Result<()> {
         let Some(t) = cur.as_table_mut() else { bail!("--set '{spec}': '{k}' is inside a value that is not a table") };
         cur = t.entry(k.to_string()).or_insert_with(|| Value::Table(Default::default()));
     }
-    let Some(t) = cur.as_table_mut() else { bail!("--set '{spec}': the parent of '{}' is not a table", keys[keys.len() - 1]) };
+    let Some(t) = cur.as_table_mut() else {
+        bail!("--set '{spec}': the parent of '{}' is not a table", keys[keys.len() - 1])
+    };
     t.insert(keys[keys.len() - 1].to_string(), value);
     Ok(())
 }
@@ -166,7 +179,9 @@ fn check_sections(root: &Value, sections: &[&str]) -> Result<()> {
 fn check_finite(v: &Value, at: &str) -> Result<()> {
     match v {
         Value::Float(f) if !f.is_finite() => bail!("'{at}' = {f}: must be a finite number"),
-        Value::Table(t) => t.iter().try_for_each(|(k, v)| check_finite(v, &if at.is_empty() { k.clone() } else { format!("{at}.{k}") })),
+        Value::Table(t) => t
+            .iter()
+            .try_for_each(|(k, v)| check_finite(v, &if at.is_empty() { k.clone() } else { format!("{at}.{k}") })),
         Value::Array(a) => a.iter().enumerate().try_for_each(|(i, v)| check_finite(v, &format!("{at}[{i}]"))),
         _ => Ok(()),
     }
@@ -174,7 +189,8 @@ fn check_finite(v: &Value, at: &str) -> Result<()> {
 
 /// `names` ordered by edit distance to `word` (ties keep their order), for "did you mean" lists.
 pub fn closest_first<'a>(word: &str, names: &[&'a str]) -> Vec<&'a str> {
-    let mut v: Vec<(usize, usize, &str)> = names.iter().enumerate().map(|(i, n)| (levenshtein(word, n), i, *n)).collect();
+    let mut v: Vec<(usize, usize, &str)> =
+        names.iter().enumerate().map(|(i, n)| (levenshtein(word, n), i, *n)).collect();
     v.sort();
     v.into_iter().map(|(_, _, n)| n).collect()
 }
@@ -232,7 +248,9 @@ mod tests {
     /// The layers in order: file < [datasets.NAME] < --set.
     #[test]
     fn layers_apply_in_order() {
-        let v: Value = toml::from_str("[trigger]\nname = \"rind\"\ntheta = 1.2\n[datasets.hotpotqa.trigger]\ntheta = 1.4\n").unwrap();
+        let v: Value =
+            toml::from_str("[trigger]\nname = \"rind\"\ntheta = 1.2\n[datasets.hotpotqa.trigger]\ntheta = 1.4\n")
+                .unwrap();
         let p = Path::new("configs/rind.toml");
         let c = MethodConfig::from_value(p, v.clone(), Some("hotpotqa"), &[], SECTIONS).unwrap();
         assert_eq!(c.root["trigger"]["theta"].as_float(), Some(1.4));
@@ -261,9 +279,15 @@ mod tests {
     fn nan_and_infinity_are_refused_with_the_key() {
         let p = Path::new("configs/rind.toml");
         let v: Value = toml::from_str("[trigger]\nname = \"rind\"\n").unwrap();
-        let e = format!("{:#}", MethodConfig::from_value(p, v.clone(), None, &["trigger.theta=nan".into()], SECTIONS).unwrap_err());
+        let e = format!(
+            "{:#}",
+            MethodConfig::from_value(p, v.clone(), None, &["trigger.theta=nan".into()], SECTIONS).unwrap_err()
+        );
         assert!(e.contains("'trigger.theta' = NaN: must be a finite number"), "{e}");
-        let e = format!("{:#}", MethodConfig::from_value(p, v, None, &["query.w=[1.0, inf]".into()], SECTIONS).unwrap_err());
+        let e = format!(
+            "{:#}",
+            MethodConfig::from_value(p, v, None, &["query.w=[1.0, inf]".into()], SECTIONS).unwrap_err()
+        );
         assert!(e.contains("'query.w[1]' = inf"), "{e}");
     }
 

@@ -49,8 +49,17 @@ fn driver_dirs() -> Vec<String> {
         .map(String::from)
         .collect();
     dirs.extend(
-        ["/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib", "/usr/local/cuda/lib64", "/usr/local/cuda/compat", "/usr/lib/wsl/lib", "/usr/local/nvidia/lib64", "/usr/lib/aarch64-linux-gnu"]
-            .map(String::from),
+        [
+            "/usr/lib/x86_64-linux-gnu",
+            "/usr/lib64",
+            "/usr/lib",
+            "/usr/local/cuda/lib64",
+            "/usr/local/cuda/compat",
+            "/usr/lib/wsl/lib",
+            "/usr/local/nvidia/lib64",
+            "/usr/lib/aarch64-linux-gnu",
+        ]
+        .map(String::from),
     );
     dirs
 }
@@ -61,7 +70,9 @@ pub fn check_cuda(n: usize) -> Result<()> {
     if !cfg!(feature = "cuda") {
         bail!("this ragtime binary was built without the `cuda` feature; rebuild with default features or use --device cpu");
     }
-    let has_driver = driver_dirs().iter().any(|d| Path::new(d).join("libcuda.so.1").exists() || Path::new(d).join("libcuda.so").exists());
+    let has_driver = driver_dirs()
+        .iter()
+        .any(|d| Path::new(d).join("libcuda.so.1").exists() || Path::new(d).join("libcuda.so").exists());
     if !has_driver {
         bail!("--device cuda: no CUDA driver (libcuda.so.1) found on this machine; use --device cpu");
     }

@@ -41,9 +41,7 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
 pub fn write_atomic_with(path: &Path, write: impl FnOnce(&Path) -> Result<()>) -> Result<()> {
     let tmp = tmp_path(path);
     write(&tmp)?;
-    File::open(&tmp)
-        .and_then(|f| f.sync_all())
-        .with_context(|| format!("{}: cannot sync", tmp.display()))?;
+    File::open(&tmp).and_then(|f| f.sync_all()).with_context(|| format!("{}: cannot sync", tmp.display()))?;
     std::fs::rename(&tmp, path).with_context(|| format!("cannot rename {} to {}", tmp.display(), path.display()))
 }
 
@@ -123,7 +121,9 @@ pub fn read_jsonl<T: DeserializeOwned>(path: &Path, what: &str) -> Result<JsonLi
         if !body.is_empty() {
             match serde_json::from_str::<T>(body) {
                 Ok(r) => rows.push((i + 1, r)),
-                Err(e) if !line.ends_with('\n') => torn = Some(Torn { offset: offset as u64, line: i + 1, error: e.to_string() }),
+                Err(e) if !line.ends_with('\n') => {
+                    torn = Some(Torn { offset: offset as u64, line: i + 1, error: e.to_string() })
+                }
                 Err(e) => bail!("{}:{}: malformed {what}: {e}", path.display(), i + 1),
             }
         }

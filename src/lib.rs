@@ -8,27 +8,27 @@
 //! - [`step`]: what the decoder hands a controller for every generated token.
 //! - [`trigger`] (when to retrieve), [`query`] (what to ask), [`retrieval`] (where from).
 
+pub mod autorag;
 pub mod config;
 pub mod corpus;
 pub mod data;
+pub mod detector;
 pub mod device;
 pub mod encoder;
-pub mod model;
+pub mod entities;
 pub mod eval;
 pub mod io;
+pub mod model;
 pub mod prompt;
 pub mod qa;
-pub mod entities;
 pub mod query;
 pub mod rag;
 pub mod retrieval;
-pub mod step;
-pub mod text;
-pub mod autorag;
-pub mod detector;
 pub mod sft;
+pub mod step;
 pub mod synth;
 pub mod testing;
+pub mod text;
 pub mod trigger;
 
 /// Path of the shared data folder (`../shared/data` beside the repository, or `$RAGTIME_DATA`). Data-relative

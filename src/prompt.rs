@@ -47,7 +47,8 @@ pub struct Exemplar {
 
 /// Reads an exemplar file (DRAGIN's or IRCoT's layout, see the module doc).
 pub fn read_exemplars(path: &Path) -> Result<Vec<Exemplar>> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("{}: cannot read exemplar file", path.display()))?;
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("{}: cannot read exemplar file", path.display()))?;
     parse_exemplars(&text).with_context(|| format!("{}: malformed exemplar file", path.display()))
 }
 
@@ -128,7 +129,13 @@ pub struct PromptBuilder {
 impl PromptBuilder {
     /// A builder over `exemplars` (all of them; truncate the vector first to use fewer).
     pub fn new(exemplars: Vec<Exemplar>) -> Self {
-        let mut b = PromptBuilder { exemplars, with_titles: true, exemplar_contexts: false, question_prefix: String::new(), prefix: String::new() };
+        let mut b = PromptBuilder {
+            exemplars,
+            with_titles: true,
+            exemplar_contexts: false,
+            question_prefix: String::new(),
+            prefix: String::new(),
+        };
         b.refresh();
         b
     }
@@ -343,7 +350,10 @@ mod tests {
 
     #[test]
     fn reads_ircot_exemplars_with_contexts() {
-        let ex = read_exemplars(&crate::require_data!("fewshot/ircot/iirc_gold_with_2_distractors_context_cot_qa_codex.txt")).unwrap();
+        let ex = read_exemplars(&crate::require_data!(
+            "fewshot/ircot/iirc_gold_with_2_distractors_context_cot_qa_codex.txt"
+        ))
+        .unwrap();
         assert_eq!(ex.len(), 20);
         assert_eq!(ex[0].question, "When was the town Scott was born in founded?");
         assert_eq!(ex[0].contexts.len(), 4);
@@ -357,7 +367,10 @@ mod tests {
 
     #[test]
     fn prompt_layout_matches_dragin() {
-        let ex = parse_exemplars("Question: Q1?\nAnswer: R1. So the answer is A1.\n\nQuestion: Q2?\nAnswer: So the answer is A2.\n").unwrap();
+        let ex = parse_exemplars(
+            "Question: Q1?\nAnswer: R1. So the answer is A1.\n\nQuestion: Q2?\nAnswer: So the answer is A2.\n",
+        )
+        .unwrap();
         let b = PromptBuilder::new(ex);
         let prefix = "Question: Q1?\nAnswer: R1. So the answer is A1.\nQuestion: Q2?\nAnswer: So the answer is A2.\n";
         assert_eq!(b.shared_prefix(), prefix);
@@ -369,8 +382,12 @@ mod tests {
         assert_eq!(b.build("Who?", &docs, " She was"), want);
         let bare = b.clone().with_titles(false).build("Who?", &docs[..1], "");
         assert!(bare.contains("Context:\n[1] An actress.\nAnswer in the same format"));
-        let sq = PromptBuilder::new(vec![]).question_prefix("Following the examples above, answer the question by reasoning step-by-step.\n\n");
-        assert_eq!(sq.build("Q?", &[], ""), "Following the examples above, answer the question by reasoning step-by-step.\n\nQuestion: Q?\nAnswer:");
+        let sq = PromptBuilder::new(vec![])
+            .question_prefix("Following the examples above, answer the question by reasoning step-by-step.\n\n");
+        assert_eq!(
+            sq.build("Q?", &[], ""),
+            "Following the examples above, answer the question by reasoning step-by-step.\n\nQuestion: Q?\nAnswer:"
+        );
     }
 
     #[test]
@@ -385,9 +402,15 @@ mod tests {
 
     #[test]
     fn exemplar_contexts_rendered_when_asked() {
-        let ex = parse_exemplars("# METADATA: {}\nWikipedia Title: T1\nline one\nline two\n\nQ: Q1?\nA: So the answer is: A1.\n").unwrap();
+        let ex = parse_exemplars(
+            "# METADATA: {}\nWikipedia Title: T1\nline one\nline two\n\nQ: Q1?\nA: So the answer is: A1.\n",
+        )
+        .unwrap();
         let b = PromptBuilder::new(ex).exemplar_contexts(true);
-        assert_eq!(b.shared_prefix(), "Context:\n[1] T1: line one line two\nQuestion: Q1?\nAnswer: So the answer is: A1.\n");
+        assert_eq!(
+            b.shared_prefix(),
+            "Context:\n[1] T1: line one line two\nQuestion: Q1?\nAnswer: So the answer is: A1.\n"
+        );
     }
 
     #[test]

@@ -30,10 +30,12 @@ pub fn require(rel: &str) -> Option<PathBuf> {
         return Some(p);
     }
     let how = match rel.strip_prefix("qa/").and_then(|r| r.split('/').next()) {
-        Some(name) => format!(
-            "run `ragtime data fetch {name}` or place the shared data beside the repository (../shared/data)"
-        ),
-        None => "place the shared data beside the repository (../shared/data) or point RAGTIME_DATA at a copy".to_string(),
+        Some(name) => {
+            format!("run `ragtime data fetch {name}` or place the shared data beside the repository (../shared/data)")
+        }
+        None => {
+            "place the shared data beside the repository (../shared/data) or point RAGTIME_DATA at a copy".to_string()
+        }
     };
     missing(&data::shared_dir().join(rel), &how)
 }
@@ -86,7 +88,9 @@ mod tests {
 
     #[test]
     fn missing_data_skips_or_fails_as_configured() {
-        let r = std::panic::catch_unwind(|| (require("qa/no-such-dataset/none.json"), require_checkpoint("no-such-model.gguf")));
+        let r = std::panic::catch_unwind(|| {
+            (require("qa/no-such-dataset/none.json"), require_checkpoint("no-such-model.gguf"))
+        });
         if data_required() {
             assert!(r.is_err());
         } else {

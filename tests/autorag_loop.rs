@@ -8,14 +8,14 @@ use std::sync::Mutex;
 
 mod common;
 
+use common::Tiny;
+use ragtime::autorag::filter::SubAnswer;
 use ragtime::autorag::infer::{AutoRag, ChatGen, InferConfig};
 use ragtime::autorag::prompts::AutoRagPrompts;
 use ragtime::autorag::synth::{DialogueStore, SynthConfig, Synthesizer};
-use ragtime::autorag::filter::SubAnswer;
 use ragtime::device::DeviceKind;
 use ragtime::model::{random_weights, Arch, Lm, MemoryWeights, ModelConfig, Tokenizer};
 use ragtime::qa::{AnswerKind, Example};
-use common::Tiny;
 use ragtime::retrieval::Passage;
 
 fn tiny_lm(max_pos: usize) -> Option<Lm> {
@@ -28,11 +28,16 @@ fn tiny_lm(max_pos: usize) -> Option<Lm> {
 
 fn corpus() -> Tiny {
     Tiny(
-        ["Paris is the capital of France.", "Berlin is the capital of Germany.", "The Seine flows through Paris.", "Rome is in Italy."]
-            .iter()
-            .enumerate()
-            .map(|(i, t)| Passage { id: i.to_string(), title: format!("doc {i}"), text: t.to_string(), score: 0.0 })
-            .collect(),
+        [
+            "Paris is the capital of France.",
+            "Berlin is the capital of Germany.",
+            "The Seine flows through Paris.",
+            "Rome is in Italy.",
+        ]
+        .iter()
+        .enumerate()
+        .map(|(i, t)| Passage { id: i.to_string(), title: format!("doc {i}"), text: t.to_string(), score: 0.0 })
+        .collect(),
         Mutex::new(vec![]),
     )
 }
@@ -42,7 +47,15 @@ fn algorithm2_retrieves_new_passages_and_forces_an_answer() {
     let Some(lm) = tiny_lm(2048) else { return };
     let corpus = corpus();
     let prompts = AutoRagPrompts::load(&AutoRagPrompts::default_dir(), "nq").unwrap();
-    let cfg = InferConfig { max_iter: 2, max_pk: 2, top_k: 1, max_new_tokens: 6, answer_tokens: 4, fewshot: true, ..InferConfig::default() };
+    let cfg = InferConfig {
+        max_iter: 2,
+        max_pk: 2,
+        top_k: 1,
+        max_new_tokens: 6,
+        answer_tokens: 4,
+        fewshot: true,
+        ..InferConfig::default()
+    };
     let rag = AutoRag { lm: &lm, retriever: &corpus, prompts: &prompts, cfg };
     let mut main = ChatGen::new(&lm);
     let mut aux = ChatGen::new(&lm);
@@ -53,7 +66,10 @@ fn algorithm2_retrieves_new_passages_and_forces_an_answer() {
     assert!(a.forced);
     // it writes no query either, so the question is the query (as the authors' code), and each retrieval brings
     // one passage not shown before
-    assert!(a.retrievals.iter().all(|r| r.query == "What is the capital of France?" && !r.pseudo && r.passages.len() == 1));
+    assert!(a
+        .retrievals
+        .iter()
+        .all(|r| r.query == "What is the capital of France?" && !r.pseudo && r.passages.len() == 1));
     let ids: HashSet<&str> = a.retrievals.iter().map(|r| r.passages[0].id.as_str()).collect();
     assert_eq!(ids.len(), 2);
     // the tiny retriever saw the query once per retrieval (search_excluding asks for k + shown passages)
@@ -69,11 +85,26 @@ fn algorithm2_retrieves_new_passages_and_forces_an_answer() {
     let b = rag.answer(&mut main, &mut aux, "What is the capital of Germany?").unwrap();
     let prefix = lm
         .tokenizer
-        .encode(&lm.tokenizer.apply_chat_template(&ragtime::autorag::prompts::dialogue_messages(Some(ragtime::autorag::prompts::SYSTEM_PROMPT), &prompts.fewshot_messages(), &[]), false), true)
+        .encode(
+            &lm.tokenizer.apply_chat_template(
+                &ragtime::autorag::prompts::dialogue_messages(
+                    Some(ragtime::autorag::prompts::SYSTEM_PROMPT),
+                    &prompts.fewshot_messages(),
+                    &[],
+                ),
+                false,
+            ),
+            true,
+        )
         .unwrap()
         .len();
     assert!(prefix > 200, "exemplar prefix {prefix} tokens");
-    assert!(b.forward_tokens + prefix <= a.forward_tokens + 50, "second {} first {} prefix {prefix}", b.forward_tokens, a.forward_tokens);
+    assert!(
+        b.forward_tokens + prefix <= a.forward_tokens + 50,
+        "second {} first {} prefix {prefix}",
+        b.forward_tokens,
+        a.forward_tokens
+    );
     // the same question in a fresh session gives the same dialogue (cache reuse changes nothing)
     let mut fresh = ChatGen::new(&lm);
     let mut fresh_aux = ChatGen::new(&lm);
@@ -87,7 +118,12 @@ fn algorithm2_context_full_ends_cleanly() {
     let Some(lm) = tiny_lm(300) else { return }; // the exemplar prefix alone is longer
     let corpus = corpus();
     let prompts = AutoRagPrompts::load(&AutoRagPrompts::default_dir(), "nq").unwrap();
-    let rag = AutoRag { lm: &lm, retriever: &corpus, prompts: &prompts, cfg: InferConfig { max_iter: 2, max_new_tokens: 6, fewshot: true, ..InferConfig::default() } };
+    let rag = AutoRag {
+        lm: &lm,
+        retriever: &corpus,
+        prompts: &prompts,
+        cfg: InferConfig { max_iter: 2, max_new_tokens: 6, fewshot: true, ..InferConfig::default() },
+    };
     let a = rag.answer(&mut ChatGen::new(&lm), &mut ChatGen::new(&lm), "Where is Paris?").unwrap();
     assert!(a.context_full);
     assert_eq!(a.answer, "");
@@ -110,7 +146,16 @@ fn algorithm1_filters_candidates_and_records_attempts() {
     };
     // k = 4: every candidate retrieves the whole corpus at t = 1, which holds "Paris": the first candidate is
     // chosen for its sub-answer
-    let cfg = SynthConfig { max_iter: 2, candidates: 2, top_k: 4, max_new_tokens: 6, query_tokens: 6, answer_tokens: 4, reasoning: "nq".into(), ..SynthConfig::default() };
+    let cfg = SynthConfig {
+        max_iter: 2,
+        candidates: 2,
+        top_k: 4,
+        max_new_tokens: 6,
+        query_tokens: 6,
+        answer_tokens: 4,
+        reasoning: "nq".into(),
+        ..SynthConfig::default()
+    };
     let synth = Synthesizer { retriever: &corpus, prompts: &prompts, cfg, dataset: "tiny".into() };
     let mut tgen = ChatGen::new(&lm);
     let mut qgen = ChatGen::new(&lm);
@@ -119,7 +164,11 @@ fn algorithm1_filters_candidates_and_records_attempts() {
     assert_eq!(a.queries.len(), a.iterations);
     assert_eq!(a.sub_answers[0], Some(SubAnswer::Answer));
     // every passage was shown at t = 1, so a second iteration would find nothing new
-    assert!(["kept", "wrong_answer", "no_answer", "repeated_query", "empty_reasoning"].contains(&a.reason.as_str()), "{}", a.reason);
+    assert!(
+        ["kept", "wrong_answer", "no_answer", "repeated_query", "empty_reasoning"].contains(&a.reason.as_str()),
+        "{}",
+        a.reason
+    );
     assert_eq!(a.kept, d.is_some());
     assert!(a.generated_tokens > 0);
     // synthesis is deterministic per question (seeded by the config seed and the id): a resumed run redoes it

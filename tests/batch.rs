@@ -26,7 +26,8 @@ impl Q4Weights {
         for (name, t) in random_weights(cfg, seed) {
             if t.shape.len() == 2 && t.shape[1] % 32 == 0 {
                 let (rows, cols) = (t.shape[0], t.shape[1]);
-                let ct = candle_core::Tensor::from_vec(t.data.clone(), (rows, cols), &candle_core::Device::Cpu).unwrap();
+                let ct =
+                    candle_core::Tensor::from_vec(t.data.clone(), (rows, cols), &candle_core::Device::Cpu).unwrap();
                 let q = QTensor::quantize(&ct, GgmlDType::Q4_1).unwrap();
                 let m = QMatrix::from_ggml(GgmlDType::Q4_1, &q.data().unwrap(), rows, cols).unwrap();
                 f32s.insert(name.clone(), HostTensor { data: m.dequantize(), shape: t.shape.clone() });
@@ -57,7 +58,8 @@ fn tokenizer() -> Option<Tokenizer> {
 
 fn tiny_q4(seed: u64) -> Option<Lm> {
     let cfg = ModelConfig::tiny(Arch::Llama, 49152);
-    let lm = Lm::from_source(&Q4Weights::new(&cfg, seed), cfg, tokenizer()?, "tiny-q4".into(), DeviceKind::Cpu).unwrap();
+    let lm =
+        Lm::from_source(&Q4Weights::new(&cfg, seed), cfg, tokenizer()?, "tiny-q4".into(), DeviceKind::Cpu).unwrap();
     assert!(lm.int8_decode_bytes > 0, "the tiny model decodes on integer weights");
     Some(lm)
 }
@@ -104,7 +106,10 @@ fn feed_many_equals_feeding_each_alone() {
             let want = s.feed(ids, *f).unwrap();
             same_steps(&got[i], &want, &format!("round {r}, sequence {i}"));
             let (a, b) = (together[i].logits().unwrap(), s.logits().unwrap());
-            assert!(a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits()), "round {r}, sequence {i}: next-token logits");
+            assert!(
+                a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits()),
+                "round {r}, sequence {i}: next-token logits"
+            );
             assert_eq!(together[i].forward_tokens, s.forward_tokens);
         }
         if r == 1 {
@@ -123,7 +128,10 @@ impl Retriever for Tiny {
         let mut hits: Vec<Passage> = self
             .0
             .iter()
-            .map(|p| Passage { score: p.text.split_whitespace().filter(|w| q.contains(&w.to_lowercase())).count() as f32, ..p.clone() })
+            .map(|p| Passage {
+                score: p.text.split_whitespace().filter(|w| q.contains(&w.to_lowercase())).count() as f32,
+                ..p.clone()
+            })
             .collect();
         hits.sort_by(|a, b| b.score.total_cmp(&a.score));
         hits.truncate(k);
@@ -137,13 +145,19 @@ impl Retriever for Tiny {
 fn batched_decode_loop_equals_one_question_at_a_time() {
     let Some(lm) = tiny_q4(5) else { return };
     let corpus = Tiny(
-        ["Paris is the capital of France.", "Berlin is the capital of Germany.", "Madrid is in Spain.", "The Seine flows through Paris."]
-            .iter()
-            .enumerate()
-            .map(|(i, t)| Passage { id: i.to_string(), title: format!("doc {i}"), text: t.to_string(), score: 0.0 })
-            .collect(),
+        [
+            "Paris is the capital of France.",
+            "Berlin is the capital of Germany.",
+            "Madrid is in Spain.",
+            "The Seine flows through Paris.",
+        ]
+        .iter()
+        .enumerate()
+        .map(|(i, t)| Passage { id: i.to_string(), title: format!("doc {i}"), text: t.to_string(), score: 0.0 })
+        .collect(),
     );
-    let exemplars = "Question: What is the capital of Italy?\nAnswer: Rome is the capital of Italy. So the answer is Rome.\n";
+    let exemplars =
+        "Question: What is the capital of Italy?\nAnswer: Rome is the capital of Italy. So the answer is Rome.\n";
     let prompt = PromptBuilder::new(ragtime::prompt::parse_exemplars(exemplars).unwrap());
     let rag = RagLoop {
         lm: &lm,
@@ -153,10 +167,17 @@ fn batched_decode_loop_equals_one_question_at_a_time() {
     };
     let qf = ragtime::query::build("last-tokens", &toml::toml! { n = 8 }.into()).unwrap();
     let trigger = || ragtime::trigger::build("fixed-length", &toml::toml! { n = 5 }.into()).unwrap();
-    let questions = ["What is the capital of France?", "Where is Madrid?", "What river flows through Paris?", "What is the capital of Germany?", "Who wrote Hamlet?"];
+    let questions = [
+        "What is the capital of France?",
+        "Where is Madrid?",
+        "What river flows through Paris?",
+        "What is the capital of Germany?",
+        "Who wrote Hamlet?",
+    ];
 
     let mut session = lm.session();
-    let sequential: Vec<_> = questions.iter().map(|q| rag.answer_in(&mut session, q, trigger().as_mut(), qf.as_ref()).unwrap()).collect();
+    let sequential: Vec<_> =
+        questions.iter().map(|q| rag.answer_in(&mut session, q, trigger().as_mut(), qf.as_ref()).unwrap()).collect();
 
     let batch = Batch::new(&lm, 3);
     let triggers: Vec<_> = (0..3).map(|_| std::cell::RefCell::new(trigger())).collect();
@@ -185,8 +206,14 @@ fn batched_decode_loop_equals_one_question_at_a_time() {
         let b = b.as_ref().unwrap();
         assert!(!a.retrievals.is_empty());
         assert_eq!(a.text, b.text, "question {i}");
-        assert_eq!(a.retrievals.iter().map(|r| (r.token_pos, r.query.clone())).collect::<Vec<_>>(), b.retrievals.iter().map(|r| (r.token_pos, r.query.clone())).collect::<Vec<_>>());
-        assert_eq!(a.scores.iter().map(|s| s.map(f32::to_bits)).collect::<Vec<_>>(), b.scores.iter().map(|s| s.map(f32::to_bits)).collect::<Vec<_>>());
+        assert_eq!(
+            a.retrievals.iter().map(|r| (r.token_pos, r.query.clone())).collect::<Vec<_>>(),
+            b.retrievals.iter().map(|r| (r.token_pos, r.query.clone())).collect::<Vec<_>>()
+        );
+        assert_eq!(
+            a.scores.iter().map(|s| s.map(f32::to_bits)).collect::<Vec<_>>(),
+            b.scores.iter().map(|s| s.map(f32::to_bits)).collect::<Vec<_>>()
+        );
         same_steps(&a.tokens, &b.tokens, &format!("question {i}"));
         assert_eq!(a.generated_tokens, b.generated_tokens);
     }

@@ -29,24 +29,39 @@ fn minilm_matches_sentence_transformers() {
         if std::env::var("RAGTIME_REQUIRE_DATA").is_ok_and(|v| v == "1") {
             panic!("{} is missing and RAGTIME_REQUIRE_DATA=1: run scripts/setup.sh --minilm", model.display());
         }
-        eprintln!("SKIPPED minilm_matches_sentence_transformers: {} is missing; run `scripts/setup.sh --minilm`", model.display());
+        eprintln!(
+            "SKIPPED minilm_matches_sentence_transformers: {} is missing; run `scripts/setup.sh --minilm`",
+            model.display()
+        );
         return;
     }
-    let reference: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(root.join("tests/data/minilm_reference.json")).unwrap()).unwrap();
-    let texts: Vec<String> = reference["texts"].as_array().unwrap().iter().map(|t| t.as_str().unwrap().to_string()).collect();
+    let reference: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(root.join("tests/data/minilm_reference.json")).unwrap()).unwrap();
+    let texts: Vec<String> =
+        reference["texts"].as_array().unwrap().iter().map(|t| t.as_str().unwrap().to_string()).collect();
     let want: Vec<Vec<f32>> = reference["embeddings"]
         .as_array()
         .unwrap()
         .iter()
         .map(|v| v.as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect())
         .collect();
-    let pieces: Vec<usize> = reference["word_pieces"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as usize).collect();
+    let pieces: Vec<usize> =
+        reference["word_pieces"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as usize).collect();
 
     let enc = SentenceEncoder::load(&model, DeviceKind::Cpu, None).unwrap();
-    assert_eq!(enc.max_seq_length, reference["max_seq_length"].as_u64().unwrap() as usize, "max_seq_length from sentence_bert_config.json");
+    assert_eq!(
+        enc.max_seq_length,
+        reference["max_seq_length"].as_u64().unwrap() as usize,
+        "max_seq_length from sentence_bert_config.json"
+    );
     assert!(enc.normalize, "modules.json has a Normalize module");
     for (t, &n) in texts.iter().zip(&pieces) {
-        assert_eq!(enc.token_ids(t, TextKind::Plain).unwrap().len(), n, "word pieces of {:?}", t.chars().take(40).collect::<String>());
+        assert_eq!(
+            enc.token_ids(t, TextKind::Plain).unwrap().len(),
+            n,
+            "word pieces of {:?}",
+            t.chars().take(40).collect::<String>()
+        );
     }
     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
     // All in one padded batch (the longest is truncated at 256, the others padded to it), then one by one.
@@ -64,8 +79,9 @@ fn minilm_matches_sentence_transformers() {
 }
 
 const VOCAB: &[&str] = &[
-    "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "sat", "on", "mat", "a", "dog", "chased", "birds", "sing", "in", "trees",
-    "fish", "swim", "sea", "who", "what", "is", ".", "?", ",", "##s", "##ing", "query", "passage", ":", "bird", "tree", "river", "flows",
+    "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "sat", "on", "mat", "a", "dog", "chased", "birds",
+    "sing", "in", "trees", "fish", "swim", "sea", "who", "what", "is", ".", "?", ",", "##s", "##ing", "query",
+    "passage", ":", "bird", "tree", "river", "flows",
 ];
 
 /// A tiny BERT folder laid out as sentence-transformers saves one: random weights, a WordPiece tokenizer whose
@@ -94,7 +110,8 @@ fn tiny_folder(dir: &Path, pooling: &str, normalize: bool) -> BertConfig {
     });
     std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
     write_safetensors(&dir.join("model.safetensors"), &random_bert_weights(&cfg, 5), None).unwrap();
-    let vocab: serde_json::Map<String, serde_json::Value> = VOCAB.iter().enumerate().map(|(i, w)| (w.to_string(), serde_json::json!(i))).collect();
+    let vocab: serde_json::Map<String, serde_json::Value> =
+        VOCAB.iter().enumerate().map(|(i, w)| (w.to_string(), serde_json::json!(i))).collect();
     let added: Vec<serde_json::Value> = (0..5)
         .map(|i| serde_json::json!({"id": i, "content": VOCAB[i], "single_word": false, "lstrip": false, "rstrip": false, "normalized": false, "special": true}))
         .collect();
@@ -150,9 +167,12 @@ fn broken_model_folders_name_the_file() {
     // config.json and the pooling config say 24 dims, the weights have 16.
     let wrong = tmp.path().join("wrong_hidden");
     tiny_folder(&wrong, "mean", true);
-    let c = std::fs::read_to_string(wrong.join("config.json")).unwrap().replace("\"hidden_size\":16", "\"hidden_size\":24");
+    let c =
+        std::fs::read_to_string(wrong.join("config.json")).unwrap().replace("\"hidden_size\":16", "\"hidden_size\":24");
     std::fs::write(wrong.join("config.json"), c).unwrap();
-    let p = std::fs::read_to_string(wrong.join("1_Pooling/config.json")).unwrap().replace("\"word_embedding_dimension\":16", "\"word_embedding_dimension\":24");
+    let p = std::fs::read_to_string(wrong.join("1_Pooling/config.json"))
+        .unwrap()
+        .replace("\"word_embedding_dimension\":16", "\"word_embedding_dimension\":24");
     std::fs::write(wrong.join("1_Pooling/config.json"), p).unwrap();
     let e = load_err(&wrong);
     assert!(e.contains("model.safetensors") && e.contains("shape"), "{e}");
@@ -160,7 +180,9 @@ fn broken_model_folders_name_the_file() {
     // Pooling width disagreeing with the model is caught before the weights are read.
     let mismatch = tmp.path().join("pool_mismatch");
     tiny_folder(&mismatch, "mean", true);
-    let p = std::fs::read_to_string(mismatch.join("1_Pooling/config.json")).unwrap().replace("\"word_embedding_dimension\":16", "\"word_embedding_dimension\":8");
+    let p = std::fs::read_to_string(mismatch.join("1_Pooling/config.json"))
+        .unwrap()
+        .replace("\"word_embedding_dimension\":16", "\"word_embedding_dimension\":8");
     std::fs::write(mismatch.join("1_Pooling/config.json"), p).unwrap();
     let e = load_err(&mismatch);
     assert!(e.contains("1_Pooling/config.json") && e.contains("word_embedding_dimension 8"), "{e}");
@@ -209,7 +231,10 @@ fn tiny_random_bert_end_to_end() {
     let e5 = SentenceEncoder::load(&dir, DeviceKind::Cpu, Prefixes::preset("e5").unwrap()).unwrap();
     assert_eq!(e5.token_ids("the cat", TextKind::Query).unwrap(), vec![2, 28, 30, 5, 6, 3]);
     assert_eq!(e5.token_ids("the cat", TextKind::Passage).unwrap(), vec![2, 29, 30, 5, 6, 3]);
-    assert_eq!(e5.encode(&["the cat"], TextKind::Plain, 1).unwrap(), enc.encode(&["the cat"], TextKind::Plain, 1).unwrap());
+    assert_eq!(
+        e5.encode(&["the cat"], TextKind::Plain, 1).unwrap(),
+        enc.encode(&["the cat"], TextKind::Plain, 1).unwrap()
+    );
 
     // CLS and max pooling, no Normalize module: CLS differs from mean, vectors are not unit length.
     let cls_dir = tmp.path().join("cls");
@@ -223,10 +248,14 @@ fn tiny_random_bert_end_to_end() {
     let mx = SentenceEncoder::load(&max_dir, DeviceKind::Cpu, None).unwrap();
     let a = mx.encode(&texts, TextKind::Plain, 5).unwrap();
     let b = mx.encode(&texts, TextKind::Plain, 1).unwrap();
-    assert!(a.iter().flatten().zip(b.iter().flatten()).all(|(x, y)| (x - y).abs() < 1e-5), "max pooling ignores padding");
+    assert!(
+        a.iter().flatten().zip(b.iter().flatten()).all(|(x, y)| (x - y).abs() < 1e-5),
+        "max pooling ignores padding"
+    );
 }
 
-const CORPUS: &str = "id\ttext\ttitle\n1\tthe cat sat on the mat\tCat\n2\ta dog chased the cat\tDog\n3\tbirds sing in the trees\tBird\n\
+const CORPUS: &str =
+    "id\ttext\ttitle\n1\tthe cat sat on the mat\tCat\n2\ta dog chased the cat\tDog\n3\tbirds sing in the trees\tBird\n\
 4\tfish swim in the sea\tFish\n5\tthe river flows\tRiver\n";
 
 #[test]
@@ -237,7 +266,8 @@ fn dense_index_and_retrievers_on_a_tiny_corpus() {
     let corpus = tmp.path().join("c.tsv");
     std::fs::write(&corpus, CORPUS).unwrap();
     let out = tmp.path().join("idx");
-    build_index(&corpus, &out, &IndexOptions { threads: 1, memory_bytes: 50 << 20, ..IndexOptions::default() }).unwrap();
+    build_index(&corpus, &out, &IndexOptions { threads: 1, memory_bytes: 50 << 20, ..IndexOptions::default() })
+        .unwrap();
     let enc = SentenceEncoder::load(&model, DeviceKind::Cpu, None).unwrap();
     let opts = DenseOptions {
         corpus: CorpusOptions { format: None, passage_words: 100, on_bad: OnBadLine::Stop },
@@ -267,17 +297,26 @@ fn dense_index_and_retrievers_on_a_tiny_corpus() {
     std::fs::remove_file(dense_dir.join(DENSE_MANIFEST)).unwrap();
     let m3 = build_dense(&corpus, &out, &enc, &opts).unwrap();
     assert_eq!((m3.passages, m3.chunks), (5, 3));
-    assert_eq!(std::fs::metadata(dense_dir.join("chunks/000002.bin")).unwrap().len(), 16 * 4, "one f32 vector in the last chunk");
+    assert_eq!(
+        std::fs::metadata(dense_dir.join("chunks/000002.bin")).unwrap().len(),
+        16 * 4,
+        "one f32 vector in the last chunk"
+    );
 
     for kind in [DenseKind::Flat, DenseKind::Hnsw] {
         let dense = DenseRetriever::open(&out, &DenseOpen { kind: Some(kind), ..DenseOpen::default() }).unwrap();
         // A query equal to a passage's embedded text ("title\ntext") finds it first, at cosine 1.
         let hits = dense.search("Fish\nfish swim in the sea", 3).unwrap();
         assert_eq!(hits.len(), 3);
-        assert_eq!((hits[0].id.as_str(), hits[0].title.as_str(), hits[0].text.as_str()), ("4", "Fish", "fish swim in the sea"));
+        assert_eq!(
+            (hits[0].id.as_str(), hits[0].title.as_str(), hits[0].text.as_str()),
+            ("4", "Fish", "fish swim in the sea")
+        );
         assert!((hits[0].score - 1.0).abs() < 1e-4, "{kind:?}: {hits:?}");
         assert!(hits.windows(2).all(|w| w[0].score >= w[1].score));
-        let batch = dense.search_batch(&["Fish\nfish swim in the sea".to_string(), "Cat\nthe cat sat on the mat".to_string()], 1).unwrap();
+        let batch = dense
+            .search_batch(&["Fish\nfish swim in the sea".to_string(), "Cat\nthe cat sat on the mat".to_string()], 1)
+            .unwrap();
         assert_eq!((batch[0][0].id.as_str(), batch[1][0].id.as_str()), ("4", "1"));
     }
 
@@ -294,12 +333,15 @@ fn dense_index_and_retrievers_on_a_tiny_corpus() {
     // Every fused score is the RRF sum over the two rankings.
     let (b, d) = (bm25.search(q, 100).unwrap(), dense.search(q, 100).unwrap());
     for p in &h {
-        let rr = |list: &[ragtime::retrieval::Passage]| list.iter().position(|x| x.id == p.id).map(|i| 1.0 / (61.0 + i as f32)).unwrap_or(0.0);
+        let rr = |list: &[ragtime::retrieval::Passage]| {
+            list.iter().position(|x| x.id == p.id).map(|i| 1.0 / (61.0 + i as f32)).unwrap_or(0.0)
+        };
         assert!((p.score - rr(&b) - rr(&d)).abs() < 1e-6, "{p:?}");
     }
     // An index without the dense part: a clear error naming what to run.
     let bare = tmp.path().join("bare");
-    build_index(&corpus, &bare, &IndexOptions { threads: 1, memory_bytes: 50 << 20, ..IndexOptions::default() }).unwrap();
+    build_index(&corpus, &bare, &IndexOptions { threads: 1, memory_bytes: 50 << 20, ..IndexOptions::default() })
+        .unwrap();
     let e = match open_retriever(RetrieverKind::Dense, &bare, &no, 100) {
         Ok(_) => panic!("opened a dense retriever without a dense index"),
         Err(e) => e.to_string(),

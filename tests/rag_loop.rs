@@ -7,11 +7,11 @@ use std::sync::Mutex;
 
 mod common;
 
+use common::Tiny;
 use ragtime::device::DeviceKind;
 use ragtime::model::{random_weights, Arch, Lm, MemoryWeights, ModelConfig, Tokenizer};
 use ragtime::prompt::PromptBuilder;
 use ragtime::rag::{LoopConfig, RagLoop};
-use common::Tiny;
 use ragtime::retrieval::Passage;
 
 impl Tiny {
@@ -27,7 +27,8 @@ impl Tiny {
 
 /// One exemplar in DRAGIN's layout.
 fn italy_prompt() -> PromptBuilder {
-    let exemplars = "Question: What is the capital of Italy?\nAnswer: Rome is the capital of Italy. So the answer is Rome.\n";
+    let exemplars =
+        "Question: What is the capital of Italy?\nAnswer: Rome is the capital of Italy. So the answer is Rome.\n";
     PromptBuilder::new(ragtime::prompt::parse_exemplars(exemplars).unwrap())
 }
 
@@ -37,7 +38,11 @@ fn fixed_length_retrieves_and_rewinds() {
     let tok = Tokenizer::from_file(&ragtime::require_data!("models/smollm2-135m-instruct/tokenizer.json")).unwrap();
     let w = MemoryWeights(random_weights(&cfg, 3).into_iter().collect::<HashMap<_, _>>());
     let lm = Lm::from_source(&w, cfg, tok, "tiny".into(), DeviceKind::Cpu).unwrap();
-    let corpus = Tiny::new(&["Paris is the capital of France.", "Berlin is the capital of Germany.", "The Seine flows through Paris."]);
+    let corpus = Tiny::new(&[
+        "Paris is the capital of France.",
+        "Berlin is the capital of Germany.",
+        "The Seine flows through Paris.",
+    ]);
     let prompt = italy_prompt();
     let rag = RagLoop {
         lm: &lm,
@@ -92,7 +97,8 @@ fn session_reuse_across_questions_equals_fresh_sessions() {
         cfg: LoopConfig { max_new_tokens: 12, max_retrievals: 2, suffix_tokens: 0, ..LoopConfig::default() },
     };
     let qf = ragtime::query::build("last-tokens", &toml::toml! { n = 8 }.into()).unwrap();
-    let questions = ["What is the capital of France?", "What is the capital of Germany?", "What is the capital of France?"];
+    let questions =
+        ["What is the capital of France?", "What is the capital of Germany?", "What is the capital of France?"];
     let mut shared = lm.session();
     let mut reused_forward = 0;
     let mut fresh_forward = 0;
@@ -102,16 +108,27 @@ fn session_reuse_across_questions_equals_fresh_sessions() {
         let a = rag.answer_in(&mut shared, q, t1.as_mut(), qf.as_ref()).unwrap();
         let b = rag.answer(q, t2.as_mut(), qf.as_ref()).unwrap();
         assert_eq!(a.text, b.text, "question {q}");
-        assert_eq!(a.tokens.iter().map(|t| t.id).collect::<Vec<_>>(), b.tokens.iter().map(|t| t.id).collect::<Vec<_>>());
+        assert_eq!(
+            a.tokens.iter().map(|t| t.id).collect::<Vec<_>>(),
+            b.tokens.iter().map(|t| t.id).collect::<Vec<_>>()
+        );
         for (x, y) in a.tokens.iter().zip(&b.tokens) {
-            assert!(x.entropy.is_finite() && (x.entropy - y.entropy).abs() < 1e-4, "entropy {} vs {}", x.entropy, y.entropy);
+            assert!(
+                x.entropy.is_finite() && (x.entropy - y.entropy).abs() < 1e-4,
+                "entropy {} vs {}",
+                x.entropy,
+                y.entropy
+            );
         }
         reused_forward += a.forward_tokens;
         fresh_forward += b.forward_tokens;
     }
     let prefix = lm.tokenizer.encode(prompt.shared_prefix(), true).unwrap().len();
     // the second and third question skip at least the shared exemplar prefix
-    assert!(reused_forward + 2 * prefix <= fresh_forward, "reused {reused_forward} fresh {fresh_forward} prefix {prefix}");
+    assert!(
+        reused_forward + 2 * prefix <= fresh_forward,
+        "reused {reused_forward} fresh {fresh_forward} prefix {prefix}"
+    );
 }
 
 /// DRAGIN-style recomputation of the internals (`recompute_internals`) must take the same decisions as the
@@ -126,12 +143,19 @@ fn recomputed_internals_match_captured_when_a_block_ends_at_a_stop_token() {
     let corpus = Tiny::new(&["Paris is the capital of France.", "Berlin is the capital of Germany."]);
     let prompt = italy_prompt();
     let run = |tok: Tokenizer, recompute: bool| {
-        let lm = Lm::from_source(&MemoryWeights(weights.clone()), cfg.clone(), tok, "tiny".into(), DeviceKind::Cpu).unwrap();
+        let lm =
+            Lm::from_source(&MemoryWeights(weights.clone()), cfg.clone(), tok, "tiny".into(), DeviceKind::Cpu).unwrap();
         let rag = RagLoop {
             lm: &lm,
             prompt: &prompt,
             retriever: Some(&corpus),
-            cfg: LoopConfig { max_new_tokens: 24, max_retrievals: 2, suffix_tokens: 0, recompute_internals: recompute, ..LoopConfig::default() },
+            cfg: LoopConfig {
+                max_new_tokens: 24,
+                max_retrievals: 2,
+                suffix_tokens: 0,
+                recompute_internals: recompute,
+                ..LoopConfig::default()
+            },
         };
         let mut trigger = ragtime::trigger::build("fixed-length", &toml::toml! { n = 8 }.into()).unwrap();
         let qf = ragtime::query::build("last-tokens", &toml::toml! { n = 8 }.into()).unwrap();

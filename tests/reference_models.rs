@@ -5,7 +5,6 @@
 //! Needs the model files `scripts/setup.sh` fetches (SmolLM2 always; Qwen with `--model qwen`, test ignored by
 //! default: `cargo test --release --test reference_models -- --ignored`).
 
-
 use ragtime::device::DeviceKind;
 use ragtime::model::{sampling, Lm, Message, Sampler};
 use serde_json::Value;
@@ -45,10 +44,15 @@ fn check_against(model_file: &str, reference: &str) {
         let name = case["name"].as_str().unwrap();
         let prompt_ids = ids(&case["prompt_ids"]);
         if name == "chat_capital" {
-            let chat = lm.tokenizer.apply_chat_template(&[Message::new("user", "What is the capital of France?")], true);
+            let chat =
+                lm.tokenizer.apply_chat_template(&[Message::new("user", "What is the capital of France?")], true);
             assert_eq!(chat, case["prompt"].as_str().unwrap(), "chat template");
         }
-        assert_eq!(lm.tokenizer.encode(case["prompt"].as_str().unwrap(), true).unwrap(), prompt_ids, "{name}: prompt ids");
+        assert_eq!(
+            lm.tokenizer.encode(case["prompt"].as_str().unwrap(), true).unwrap(),
+            prompt_ids,
+            "{name}: prompt ids"
+        );
         let expected = ids(&case["generated_ids"]);
         let mut s = lm.session();
         s.prefill(&prompt_ids).unwrap();

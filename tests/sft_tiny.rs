@@ -25,8 +25,14 @@ fn dialogues(n: usize) -> Vec<Dialogue> {
             question: format!("Where was person {i} born?"),
             answers: vec!["Paris".into()],
             turns: vec![
-                Turn { input: format!("Where was person {i} born?"), output: format!("Retrieval Query: person {i} birthplace") },
-                Turn { input: format!("Retrieved Document_1: Person {i} was born in Paris."), output: "Final Answer: Paris".into() },
+                Turn {
+                    input: format!("Where was person {i} born?"),
+                    output: format!("Retrieval Query: person {i} birthplace"),
+                },
+                Turn {
+                    input: format!("Retrieved Document_1: Person {i} was born in Paris."),
+                    output: "Final Answer: Paris".into(),
+                },
             ],
             iterations: 1,
             final_answer: "Paris".into(),
@@ -64,12 +70,15 @@ fn trained_model_exports_and_loads_back_with_the_same_logits() {
 
         let dir = tempfile::tempdir().unwrap();
         export_hf(&t.model, &mcfg, &tokenizer_path(), &tok, dir.path()).unwrap();
-        for f in ["config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "generation_config.json"] {
+        for f in
+            ["config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "generation_config.json"]
+        {
             assert!(dir.path().join(f).exists(), "{f} missing");
         }
         let back_cfg = ModelConfig::from_hf_config(&dir.path().join("config.json")).unwrap();
         assert_eq!(back_cfg, mcfg);
-        let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.path().join("config.json")).unwrap()).unwrap();
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.path().join("config.json")).unwrap()).unwrap();
         assert_eq!(v["model_type"], if arch == Arch::Llama { "llama" } else { "qwen2" });
         assert_eq!(v["rms_norm_eps"], serde_json::json!(1e-5));
 
@@ -81,7 +90,10 @@ fn trained_model_exports_and_loads_back_with_the_same_logits() {
         let loaded = s.logits().unwrap().to_vec();
 
         let rope = Rope::<Flex>::new(&mcfg, 64, &dev);
-        let x = Tensor::<Flex, 2, Int>::from_data(TensorData::new(ids.iter().map(|&i| i as i32).collect::<Vec<_>>(), [1, ids.len()]), &dev);
+        let x = Tensor::<Flex, 2, Int>::from_data(
+            TensorData::new(ids.iter().map(|&i| i as i32).collect::<Vec<_>>(), [1, ids.len()]),
+            &dev,
+        );
         let h = t.model.forward(x, &rope, 0, None, Capture::default()).hidden;
         let all = t.model.logits(h).into_data().convert::<f32>().to_vec::<f32>().unwrap();
         let direct = &all[(ids.len() - 1) * 49152..];
@@ -89,7 +101,14 @@ fn trained_model_exports_and_loads_back_with_the_same_logits() {
         assert!(diff < 1e-4, "{arch:?} lora={lora}: exported model's logits differ by {diff}");
 
         // The fine-tuned weights differ from the base ones (training did something and export kept it).
-        let base = Lm::from_source(&w, mcfg.clone(), Tokenizer::from_file(&tokenizer_path()).unwrap(), "base".into(), DeviceKind::Cpu).unwrap();
+        let base = Lm::from_source(
+            &w,
+            mcfg.clone(),
+            Tokenizer::from_file(&tokenizer_path()).unwrap(),
+            "base".into(),
+            DeviceKind::Cpu,
+        )
+        .unwrap();
         let mut sb = base.session();
         sb.prefill(&ids).unwrap();
         let bdiff = sb.logits().unwrap().iter().zip(&loaded).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);

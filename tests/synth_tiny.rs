@@ -39,7 +39,8 @@ fn synthesis_rows_resume_and_cache_reuse() {
     let arts = articles();
     let x = CombinedExtractor::from_articles(&arts, None);
     let res = Resources::none();
-    let cfg = SynthConfig { templates: vec![Template::Mind, Template::Radio], extra_tokens: 4, ..SynthConfig::default() };
+    let cfg =
+        SynthConfig { templates: vec![Template::Mind, Template::Radio], extra_tokens: 4, ..SynthConfig::default() };
     let synth = Synthesizer { lm: &lm, extractor: &x, resources: &res, cfg };
     let dir = tempfile::tempdir().unwrap();
 
@@ -69,7 +70,8 @@ fn synthesis_rows_resume_and_cache_reuse() {
         assert!(n > 0 && n % 2 == 0, "article {id}: {n} rows (two templates each)");
     }
     // no truncation point stored twice
-    let mut keys: Vec<(String, String, u32)> = rows.iter().map(|r| (r.article_id.clone(), r.template.clone(), r.trunc_offset)).collect();
+    let mut keys: Vec<(String, String, u32)> =
+        rows.iter().map(|r| (r.article_id.clone(), r.template.clone(), r.trunc_offset)).collect();
     keys.sort();
     keys.dedup();
     assert_eq!(keys.len(), rows.len());
@@ -77,10 +79,14 @@ fn synthesis_rows_resume_and_cache_reuse() {
     let d = lm.config.hidden_size;
     for r in &rows {
         let art = arts.iter().find(|a| a.id == r.article_id).unwrap();
-        let at: String = art.text.chars().skip(r.trunc_offset as usize).take(r.original_entity.chars().count()).collect();
+        let at: String =
+            art.text.chars().skip(r.trunc_offset as usize).take(r.original_entity.chars().count()).collect();
         assert_eq!(at, r.original_entity, "trunc_offset points at the entity");
         assert!(r.label <= 1);
-        assert_eq!(r.label == 1, ragtime::entities::compare_entities(&r.original_entity, &r.generated_entity, &res).hallucinated);
+        assert_eq!(
+            r.label == 1,
+            ragtime::entities::compare_entities(&r.original_entity, &r.generated_entity, &res).hallucinated
+        );
         for v in [&r.hidden_final_last, &r.hidden_mean_last, &r.hidden_final_entity, &r.hidden_mean_entity] {
             assert_eq!(v.len(), d);
             assert!(v.iter().all(|x| x.is_finite()));
@@ -90,9 +96,14 @@ fn synthesis_rows_resume_and_cache_reuse() {
 
     // features do not depend on the cache reuse: one example recomputed in a fresh session
     let r = rows.iter().find(|r| r.article_id == "3" && r.template == "radio").unwrap();
-    let fresh: Vec<_> = Synthesizer { lm: &lm, extractor: &x, resources: &res, cfg: SynthConfig { templates: vec![Template::Radio], extra_tokens: 4, ..SynthConfig::default() } }
-        .article(&mut lm.session(), &arts[2])
-        .unwrap();
+    let fresh: Vec<_> = Synthesizer {
+        lm: &lm,
+        extractor: &x,
+        resources: &res,
+        cfg: SynthConfig { templates: vec![Template::Radio], extra_tokens: 4, ..SynthConfig::default() },
+    }
+    .article(&mut lm.session(), &arts[2])
+    .unwrap();
     let f = fresh.iter().find(|f| f.trunc_offset == r.trunc_offset).unwrap();
     assert_eq!(f.continuation, r.continuation);
     let diff = f.hidden_mean_last.iter().zip(&r.hidden_mean_last).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);

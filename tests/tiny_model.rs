@@ -161,8 +161,18 @@ fn write_tiny_gguf(arch: Arch, dir: &std::path::Path) -> std::path::PathBuf {
                 put(format!("blk.{l}.{gg}.bias"), b.data.clone(), &b.shape, GgmlDType::F32);
             }
         }
-        put(format!("blk.{l}.attn_norm.weight"), w[&format!("{p}.input_layernorm.weight")].data.clone(), &[cfg.hidden_size], GgmlDType::F32);
-        put(format!("blk.{l}.ffn_norm.weight"), w[&format!("{p}.post_attention_layernorm.weight")].data.clone(), &[cfg.hidden_size], GgmlDType::F32);
+        put(
+            format!("blk.{l}.attn_norm.weight"),
+            w[&format!("{p}.input_layernorm.weight")].data.clone(),
+            &[cfg.hidden_size],
+            GgmlDType::F32,
+        );
+        put(
+            format!("blk.{l}.ffn_norm.weight"),
+            w[&format!("{p}.post_attention_layernorm.weight")].data.clone(),
+            &[cfg.hidden_size],
+            GgmlDType::F32,
+        );
     }
     let path = dir.join(format!("tiny-{a}.gguf"));
     let mut f = std::fs::File::create(&path).unwrap();

@@ -86,7 +86,10 @@ mod tests {
     fn supporting_paragraph_or_answer_string() {
         let e = ex(&["Chief of Protocol"], &[("Shirley Temple", "Shirley  Temple was an actress.")]);
         // supporting paragraph (whitespace collapsed) without the answer
-        assert_eq!(sub_answer(&e, &[p("Other", "x"), p("Shirley Temple", "Shirley Temple was an actress.")]), Some(SubAnswer::Supporting));
+        assert_eq!(
+            sub_answer(&e, &[p("Other", "x"), p("Shirley Temple", "Shirley Temple was an actress.")]),
+            Some(SubAnswer::Supporting)
+        );
         // same title, different text: not supporting, and no answer
         assert_eq!(sub_answer(&e, &[p("Shirley Temple", "She was born in 1928.")]), None);
         // answer string, case and punctuation normalised

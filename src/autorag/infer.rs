@@ -198,7 +198,10 @@ impl<'a> AutoRag<'a> {
         let cfg = &self.cfg;
         let prefix = if cfg.fewshot { self.prompts.fewshot_messages() } else { vec![] };
         let (gen0, fwd0) = (main.generated + aux.generated, main.forward_tokens() + aux.forward_tokens());
-        let mut out = InferOutcome { turns: vec![Turn { input: prompts::question_input(question), output: String::new() }], ..Default::default() };
+        let mut out = InferOutcome {
+            turns: vec![Turn { input: prompts::question_input(question), output: String::new() }],
+            ..Default::default()
+        };
         let mut greedy = Sampler::greedy();
         let mut shown: HashSet<String> = HashSet::new();
         let mut last_query = question.trim().to_string();
@@ -207,7 +210,10 @@ impl<'a> AutoRag<'a> {
         let mut last = prompts::ParsedTurn::default();
 
         // one model turn on the current dialogue; false when the context is full
-        let turn = |main: &mut ChatGen<'_>, out: &mut InferOutcome, greedy: &mut Sampler| -> Result<Option<prompts::ParsedTurn>> {
+        let turn = |main: &mut ChatGen<'_>,
+                    out: &mut InferOutcome,
+                    greedy: &mut Sampler|
+         -> Result<Option<prompts::ParsedTurn>> {
             let msgs = self.messages(&prefix, &out.turns);
             let Some(text) = main.complete(&msgs, "", cfg.max_new_tokens, greedy, &prompts::turn_end)? else {
                 out.context_full = true;
@@ -257,7 +263,12 @@ impl<'a> AutoRag<'a> {
             out.retrievals.push(InferRetrieval {
                 token_pos: main.generated + aux.generated - gen0,
                 query: q,
-                passages: vec![Passage { id: format!("parametric-{pk}"), title: String::new(), text: doc.clone(), score: 0.0 }],
+                passages: vec![Passage {
+                    id: format!("parametric-{pk}"),
+                    title: String::new(),
+                    text: doc.clone(),
+                    score: 0.0,
+                }],
                 pseudo: true,
             });
             out.turns.push(Turn { input: prompts::pseudo_document_input(iter, &doc), output: String::new() });
@@ -275,7 +286,11 @@ impl<'a> AutoRag<'a> {
             let mut turns = out.turns.clone();
             turns.last_mut().unwrap().output = String::new();
             let msgs = self.messages(&prefix, &turns);
-            let open = if last_turn.output.is_empty() { "Final Answer:".to_string() } else { format!("{}\n\nFinal Answer:", last_turn.output) };
+            let open = if last_turn.output.is_empty() {
+                "Final Answer:".to_string()
+            } else {
+                format!("{}\n\nFinal Answer:", last_turn.output)
+            };
             let a = main.complete(&msgs, &open, cfg.answer_tokens, &mut greedy, &line_end)?;
             match a {
                 Some(a) => {

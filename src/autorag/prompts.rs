@@ -208,7 +208,14 @@ impl AutoRagPrompts {
         if parametric.matches("{}").count() != 2 {
             bail!("{}: expected two {{}} placeholders (question, query)", ppath.display());
         }
-        Ok(AutoRagPrompts { kind: kind.to_string(), instruction, exemplars, rewrite_fewshot, rewrite_zero_shot, parametric })
+        Ok(AutoRagPrompts {
+            kind: kind.to_string(),
+            instruction,
+            exemplars,
+            rewrite_fewshot,
+            rewrite_zero_shot,
+            parametric,
+        })
     }
 
     /// The exemplar dialogues as chat turns, in order (for the few-shot, "w/o training" setting).
@@ -464,16 +471,28 @@ mod tests {
 
     #[test]
     fn dialogue_formatting() {
-        assert_eq!(model_output(0, "To answer, I need X.", Next::Query("X")), "Analysis: To answer, I need X.\n\nInitial Query: X");
+        assert_eq!(
+            model_output(0, "To answer, I need X.", Next::Query("X")),
+            "Analysis: To answer, I need X.\n\nInitial Query: X"
+        );
         assert_eq!(
             model_output(2, "Intermediate Answer_2: Based on it, Y.", Next::Answer("Y")),
             "Intermediate Answer_2: Based on it, Y.\n\nFinal Answer: Y"
         );
-        assert_eq!(model_output(1, "No info.", Next::Query("Z z")), "Intermediate Answer_1: No info.\n\nRefined Query: Z z");
-        let p = vec![Passage { id: "1".into(), title: "Paris ".into(), text: " Capital.".into(), score: 1.0 }, Passage { id: "2".into(), title: "B".into(), text: "b".into(), score: 0.5 }];
+        assert_eq!(
+            model_output(1, "No info.", Next::Query("Z z")),
+            "Intermediate Answer_1: No info.\n\nRefined Query: Z z"
+        );
+        let p = vec![
+            Passage { id: "1".into(), title: "Paris ".into(), text: " Capital.".into(), score: 1.0 },
+            Passage { id: "2".into(), title: "B".into(), text: "b".into(), score: 0.5 },
+        ];
         assert_eq!(documents_input(3, &p), "Retrieved Document_3: (Title: Paris) Capital. (Title: B) b");
         assert_eq!(documents_input(1, &[]), "Retrieved Document_1: (no document)");
-        let turns = vec![Turn { input: question_input(" Q? "), output: "y0".into() }, Turn { input: "x1".into(), output: String::new() }];
+        let turns = vec![
+            Turn { input: question_input(" Q? "), output: "y0".into() },
+            Turn { input: "x1".into(), output: String::new() },
+        ];
         let m = dialogue_messages(Some("sys"), &[Message::new("user", "ex")], &turns);
         let roles: Vec<&str> = m.iter().map(|m| m.role.as_str()).collect();
         assert_eq!(roles, ["system", "user", "user", "assistant", "user"]);

@@ -88,7 +88,10 @@ fn report(name: &str, placed: &[Placed]) {
     if shared > 0 {
         println!("{name}: using the shared copy, sha256 verified: {first}{more}");
     } else if down > 0 {
-        println!("{name}: fetched, sha256 verified: {first}{more}{}", if kept > 0 { format!(" ({kept} already there)") } else { String::new() });
+        println!(
+            "{name}: fetched, sha256 verified: {first}{more}{}",
+            if kept > 0 { format!(" ({kept} already there)") } else { String::new() }
+        );
     } else {
         println!("{name}: already fetched: {first}{more}");
     }
@@ -103,7 +106,11 @@ fn list() -> Result<()> {
         let found = data::locate(&spec.file, spec.source.as_ref());
         let origins: Vec<Option<Origin>> = found.iter().map(|(_, f)| f.as_ref().map(|(_, o)| *o)).collect();
         let status = if origins.iter().any(Option::is_none) {
-            if origins.iter().all(Option::is_none) { "missing" } else { "partial" }
+            if origins.iter().all(Option::is_none) {
+                "missing"
+            } else {
+                "partial"
+            }
         } else if origins.iter().all(|o| *o == Some(Origin::Fetched)) {
             "fetched"
         } else if origins.iter().all(|o| *o == Some(Origin::Shared)) {

@@ -85,7 +85,11 @@ pub fn run(a: EmbedArgs) -> Result<()> {
             eprintln!("embed: resuming after {done} lines already in {}", partial.display());
         }
     }
-    let file = std::fs::OpenOptions::new().create(true).append(true).open(&partial).with_context(|| format!("{}: cannot write", partial.display()))?;
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&partial)
+        .with_context(|| format!("{}: cannot write", partial.display()))?;
     let mut out = BufWriter::new(file);
     let reader = ragtime::corpus::open_text(&a.input)?;
     let start = Instant::now();
@@ -105,7 +109,11 @@ pub fn run(a: EmbedArgs) -> Result<()> {
         *embedded += group.len();
         group.clear();
         if !a.quiet {
-            eprint!("\rembed: {} texts ({:.1}/s)   ", done + *embedded, *embedded as f64 / start.elapsed().as_secs_f64());
+            eprint!(
+                "\rembed: {} texts ({:.1}/s)   ",
+                done + *embedded,
+                *embedded as f64 / start.elapsed().as_secs_f64()
+            );
         }
         Ok(())
     };
@@ -118,7 +126,8 @@ pub fn run(a: EmbedArgs) -> Result<()> {
         if n <= done {
             continue;
         }
-        let l: InLine = serde_json::from_str(&line).with_context(|| format!("{}:{}: expected {{\"id\": ..., \"text\": \"...\"}}", a.input.display(), i + 1))?;
+        let l: InLine = serde_json::from_str(&line)
+            .with_context(|| format!("{}:{}: expected {{\"id\": ..., \"text\": \"...\"}}", a.input.display(), i + 1))?;
         group.push(l);
         if group.len() == GROUP {
             flush(&mut group, &mut out, &mut embedded)?;

@@ -124,12 +124,18 @@ pub fn run(args: Args) -> Result<()> {
     let mut trigger = build_trigger()?;
     let qf = ragtime::query::build_section(root).with_context(|| format!("{}", config_path.display()))?;
     let top_k = args.top_k.or(mc.section::<RetrievalTable>("retrieval")?.top_k).unwrap_or(3);
-    let max_new = args.max_new_tokens.or(mc.section::<GenerationTable>("generation")?.max_new_tokens).unwrap_or(spec.max_new_tokens);
+    let max_new = args
+        .max_new_tokens
+        .or(mc.section::<GenerationTable>("generation")?.max_new_tokens)
+        .unwrap_or(spec.max_new_tokens);
     let index = args.index.clone().or_else(|| spec.index.clone());
     let retriever: Option<Box<dyn Retriever>> = match (&index, trigger.name()) {
         (_, "none") => None,
         (Some(dir), _) => Some(args.retr.open(dir)?),
-        (None, name) => anyhow::bail!("--trigger {name} retrieves: give --index DIR (dataset '{}' names no default index)", spec.name),
+        (None, name) => anyhow::bail!(
+            "--trigger {name} retrieves: give --index DIR (dataset '{}' names no default index)",
+            spec.name
+        ),
     };
     let lm = args.model.load()?;
     trigger.check_model(&lm.name, lm.config.hidden_size).with_context(|| format!("--trigger {}", args.trigger))?;
@@ -141,7 +147,8 @@ pub fn run(args: Args) -> Result<()> {
         recompute_internals: args.recompute_internals,
         ..LoopConfig::default()
     };
-    let (out_dir, mut run_config) = run_header(&args, &spec.name, index.map(|p| p.display().to_string()).unwrap_or_default());
+    let (out_dir, mut run_config) =
+        run_header(&args, &spec.name, index.map(|p| p.display().to_string()).unwrap_or_default());
     run_config.insert("loop".into(), toml::Value::try_from(&cfg)?);
     run_config.insert("method_config".into(), root.clone());
     let mut writer = RunWriter::create(&out_dir, &toml::Value::Table(run_config))?;
@@ -190,7 +197,11 @@ pub fn run(args: Args) -> Result<()> {
             },
         )?;
         let passes = batch.passes.get().max(1);
-        eprintln!("batch: {} forward passes, {:.2} questions per pass", batch.passes.get(), batch.fed.get() as f64 / passes as f64);
+        eprintln!(
+            "batch: {} forward passes, {:.2} questions per pass",
+            batch.passes.get(),
+            batch.fed.get() as f64 / passes as f64
+        );
     }
     let summary = writer.finish()?;
     println!("{}", ragtime::eval::report::markdown_table(&[summary]));
@@ -200,11 +211,17 @@ pub fn run(args: Args) -> Result<()> {
 /// The prediction record of `ex` answered as `o` in `seconds`.
 fn record(ex: &Example, o: &Outcome, seconds: f64) -> PredictionRecord {
     let mut rec = PredictionRecord::new(ex, &o.text);
-    rec.retrievals = o.retrievals.iter().map(|r| RetrievalRecord::new(ex, r.token_pos, &r.query, &r.passages)).collect();
+    rec.retrievals =
+        o.retrievals.iter().map(|r| RetrievalRecord::new(ex, r.token_pos, &r.query, &r.passages)).collect();
     rec.generated_tokens = o.generated_tokens;
     rec.forward_tokens = o.forward_tokens;
     rec.seconds = seconds;
-    rec.trace = o.tokens.iter().zip(&o.scores).map(|(t, s)| TraceToken { text: t.text.clone(), entropy: t.entropy, score: *s }).collect();
+    rec.trace = o
+        .tokens
+        .iter()
+        .zip(&o.scores)
+        .map(|(t, s)| TraceToken { text: t.text.clone(), entropy: t.entropy, score: *s })
+        .collect();
     rec
 }
 
@@ -229,7 +246,9 @@ fn run_autorag(args: Args) -> Result<()> {
     let prompt_dir = AutoRagPrompts::default_dir();
     let prompts = AutoRagPrompts::load(&prompt_dir, &cfg.reasoning)?;
     let index = args.index.clone().or_else(|| spec.index.clone());
-    let Some(index) = index else { anyhow::bail!("--trigger autorag retrieves: give --index DIR (dataset '{}' names no default index)", spec.name) };
+    let Some(index) = index else {
+        anyhow::bail!("--trigger autorag retrieves: give --index DIR (dataset '{}' names no default index)", spec.name)
+    };
     let retriever = args.retr.open(&index)?;
     let lm = args.model.load()?;
     let (out_dir, mut run_config) = run_header(&args, &spec.name, index.display().to_string());
@@ -249,11 +268,19 @@ fn run_autorag(args: Args) -> Result<()> {
         let o = rag.answer(&mut main, &mut aux, &ex.question).with_context(|| format!("question '{}'", ex.id))?;
         let mut rec = PredictionRecord::new(ex, &o.answer);
         rec.raw_output = o.transcript();
-        rec.retrievals = o.retrievals.iter().filter(|r| !r.pseudo).map(|r| RetrievalRecord::new(ex, r.token_pos, &r.query, &r.passages)).collect();
+        rec.retrievals = o
+            .retrievals
+            .iter()
+            .filter(|r| !r.pseudo)
+            .map(|r| RetrievalRecord::new(ex, r.token_pos, &r.query, &r.passages))
+            .collect();
         rec.generated_tokens = o.generated_tokens;
         rec.forward_tokens = o.forward_tokens;
         rec.seconds = t0.elapsed().as_secs_f64();
-        rec.trace = main.trace[trace_from..].iter().map(|(t, e)| TraceToken { text: t.clone(), entropy: *e, score: None }).collect();
+        rec.trace = main.trace[trace_from..]
+            .iter()
+            .map(|(t, e)| TraceToken { text: t.clone(), entropy: *e, score: None })
+            .collect();
         writer.write(&rec)?;
         eprintln!("{}", progress.update(&rec));
     }

@@ -137,7 +137,11 @@ pub fn run(a: IndexArgs) -> Result<()> {
 
 fn bm25(a: &IndexArgs, opts: &IndexOptions) -> Result<()> {
     let m = build_index(&a.corpus, &a.out, opts)?;
-    let resumed = if m.resumed_after > 0 { format!(", {} of them committed by an earlier run", m.resumed_after) } else { String::new() };
+    let resumed = if m.resumed_after > 0 {
+        format!(", {} of them committed by an earlier run", m.resumed_after)
+    } else {
+        String::new()
+    };
     println!(
         "indexed {} passages{resumed} from {} into {} in {:.1} s ({:.0} passages/s, {} skipped lines, {} threads)",
         m.passages,

@@ -5,21 +5,21 @@ use clap::{Parser, Subcommand};
 
 mod data;
 mod embed;
+pub mod entities;
 mod eval;
 mod generate;
+mod index;
 mod inspect;
 pub mod model_args;
-pub mod retriever_args;
-mod report;
-pub mod entities;
-pub mod train;
-mod train_autorag;
-mod index;
 mod ranges;
+mod report;
+pub mod retriever_args;
 mod search;
 mod synth;
 mod synth_autorag;
 mod synth_hallucination;
+pub mod train;
+mod train_autorag;
 
 #[derive(Parser, Debug)]
 #[command(name = "ragtime", version, about = "Train and evaluate retrieval controllers for dynamic RAG")]

@@ -27,7 +27,8 @@ pub fn run(args: Args) -> Result<()> {
     let summaries: Vec<_> = runs.iter().map(|r| r.summary.clone()).collect();
     print!("{}", markdown_table(&summaries));
     if let Some(path) = &args.html {
-        let selection = if args.ids.is_empty() { Selection::First(args.questions) } else { Selection::Ids(args.ids.clone()) };
+        let selection =
+            if args.ids.is_empty() { Selection::First(args.questions) } else { Selection::Ids(args.ids.clone()) };
         write_html(path, &runs, &selection)?;
         eprintln!("wrote {}", path.display());
     }

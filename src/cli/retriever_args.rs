@@ -32,7 +32,8 @@ pub struct RetrieverArgs {
 
 impl RetrieverArgs {
     pub fn open(&self, index: &Path) -> Result<Box<dyn Retriever>> {
-        let dense = DenseOpen { kind: self.dense_kind, ef_search: self.ef_search, encoder: None, device: self.encoder_device };
+        let dense =
+            DenseOpen { kind: self.dense_kind, ef_search: self.ef_search, encoder: None, device: self.encoder_device };
         open_retriever(self.retriever, index, &dense, self.rrf_depth)
     }
 
@@ -40,7 +41,10 @@ impl RetrieverArgs {
     pub fn describe(&self) -> String {
         match self.retriever {
             RetrieverKind::Bm25 => "bm25".into(),
-            RetrieverKind::Dense => format!("dense ({})", self.dense_kind.map(|k| format!("{k:?}").to_lowercase()).unwrap_or_else(|| "as built".into())),
+            RetrieverKind::Dense => format!(
+                "dense ({})",
+                self.dense_kind.map(|k| format!("{k:?}").to_lowercase()).unwrap_or_else(|| "as built".into())
+            ),
             RetrieverKind::Hybrid => format!("hybrid (rrf k 60, depth {})", self.rrf_depth),
         }
     }

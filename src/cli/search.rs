@@ -65,11 +65,16 @@ pub fn run(a: SearchArgs) -> Result<()> {
         other => bail!("--strategy {other:?}: expected auto, exhaustive or wand"),
     };
     let index: Box<dyn Retriever> = match a.retr.retriever {
-        RetrieverKind::Bm25 => Box::new(Bm25Index::open(&a.index)?.with_multi_field(mf).with_tie_breaker(a.tie_breaker).with_top_k(strategy)),
+        RetrieverKind::Bm25 => Box::new(
+            Bm25Index::open(&a.index)?.with_multi_field(mf).with_tie_breaker(a.tie_breaker).with_top_k(strategy),
+        ),
         _ => a.retr.open(&a.index)?,
     };
     let tok = match &a.tokenizer {
-        Some(p) => Some(tokenizers::Tokenizer::from_file(p).map_err(|e| anyhow::anyhow!("{}: cannot load tokenizer: {e}", p.display()))?),
+        Some(p) => Some(
+            tokenizers::Tokenizer::from_file(p)
+                .map_err(|e| anyhow::anyhow!("{}: cannot load tokenizer: {e}", p.display()))?,
+        ),
         None => None,
     };
     let prepare = |q: &str| -> String {
@@ -131,7 +136,13 @@ pub fn run(a: SearchArgs) -> Result<()> {
     if !latencies.is_empty() {
         latencies.sort_by(f64::total_cmp);
         let pct = |p: f64| latencies[((latencies.len() - 1) as f64 * p).round() as usize] * 1e3;
-        eprintln!("latency: p50 {:.3} ms, p90 {:.3} ms, p99 {:.3} ms, max {:.3} ms", pct(0.5), pct(0.9), pct(0.99), pct(1.0));
+        eprintln!(
+            "latency: p50 {:.3} ms, p90 {:.3} ms, p99 {:.3} ms, max {:.3} ms",
+            pct(0.5),
+            pct(0.9),
+            pct(0.99),
+            pct(1.0)
+        );
     }
     Ok(())
 }

@@ -7,8 +7,8 @@ use clap::Args as ClapArgs;
 
 use ragtime::autorag::infer::ChatGen;
 use ragtime::autorag::prompts::AutoRagPrompts;
-use ragtime::config::{self, MethodConfig};
 use ragtime::autorag::synth::{DialogueStore, SynthConfig, Synthesizer};
+use ragtime::config::{self, MethodConfig};
 use ragtime::eval::DatasetSpec;
 use ragtime::model::Lm;
 
@@ -78,10 +78,19 @@ pub fn run(args: Args) -> Result<()> {
     if let Some(s) = args.seed {
         cfg.seed = s;
     }
-    anyhow::ensure!(cfg.rewrite == "fewshot" || cfg.rewrite == "zeroshot", "{}: [synth] rewrite must be fewshot or zeroshot, not {:?}", args.config.display(), cfg.rewrite);
+    anyhow::ensure!(
+        cfg.rewrite == "fewshot" || cfg.rewrite == "zeroshot",
+        "{}: [synth] rewrite must be fewshot or zeroshot, not {:?}",
+        args.config.display(),
+        cfg.rewrite
+    );
     let prompt_dir = args.prompts.clone().unwrap_or_else(AutoRagPrompts::default_dir);
     let prompts = AutoRagPrompts::load(&prompt_dir, &cfg.reasoning)?;
-    let index = args.index.clone().or_else(|| spec.index.clone()).with_context(|| format!("give --index DIR (dataset '{}' names no default index)", spec.name))?;
+    let index = args
+        .index
+        .clone()
+        .or_else(|| spec.index.clone())
+        .with_context(|| format!("give --index DIR (dataset '{}' names no default index)", spec.name))?;
     let retriever = args.retr.open(&index)?;
 
     // models: load each distinct file once
@@ -109,14 +118,27 @@ pub fn run(args: Args) -> Result<()> {
     let mut tgen = ChatGen::new(&teacher);
     let mut qgen = ChatGen::new(query_lm);
     let total = examples.len();
-    eprintln!("synth autorag: {} questions ({} already tried) -> {}", total, examples.iter().filter(|e| store.is_done(&e.id)).count(), args.out.display());
+    eprintln!(
+        "synth autorag: {} questions ({} already tried) -> {}",
+        total,
+        examples.iter().filter(|e| store.is_done(&e.id)).count(),
+        args.out.display()
+    );
     for ex in &examples {
         if store.is_done(&ex.id) {
             continue;
         }
-        let (attempt, dialogue) = synth.synthesize(&mut tgen, &mut qgen, ex).with_context(|| format!("question '{}'", ex.id))?;
+        let (attempt, dialogue) =
+            synth.synthesize(&mut tgen, &mut qgen, ex).with_context(|| format!("question '{}'", ex.id))?;
         store.record(&attempt, dialogue.as_ref())?;
-        eprintln!("{} | {}: {} ({} iterations, answer {:?})", store.stats().line(total), ex.id, attempt.reason, attempt.iterations, attempt.final_answer);
+        eprintln!(
+            "{} | {}: {} ({} iterations, answer {:?})",
+            store.stats().line(total),
+            ex.id,
+            attempt.reason,
+            attempt.iterations,
+            attempt.final_answer
+        );
     }
     let stats = store.finish()?;
     println!("{}", serde_json::to_string_pretty(&stats)?);

@@ -168,7 +168,9 @@ mod tests {
         assert_eq!(a.features, vec!["hidden_mean_last", "entropy_last"]);
         assert_eq!(a.hidden_layers, vec![8, 4]);
         assert_eq!(a.device, DeviceKind::Cpu);
-        let TrainCommand::Detector(a) = T::parse_from(["t", "detector", "--device", "cuda:1"]).c else { panic!("detector") };
+        let TrainCommand::Detector(a) = T::parse_from(["t", "detector", "--device", "cuda:1"]).c else {
+            panic!("detector")
+        };
         assert_eq!(a.device, DeviceKind::Cuda(1));
     }
 }

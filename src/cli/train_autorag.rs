@@ -129,7 +129,19 @@ impl Args {
         macro_rules! set {
             ($($f:ident),*) => { $( if let Some(v) = self.$f { cfg.$f = v; } )* };
         }
-        set!(epochs, batch_size, grad_accum, max_len, warmup_ratio, clip_norm, weight_decay, eval_every, save_every, valid_fraction, seed);
+        set!(
+            epochs,
+            batch_size,
+            grad_accum,
+            max_len,
+            warmup_ratio,
+            clip_norm,
+            weight_decay,
+            eval_every,
+            save_every,
+            valid_fraction,
+            seed
+        );
         if self.max_steps.is_some() {
             cfg.max_steps = self.max_steps;
         }
@@ -161,7 +173,10 @@ impl Args {
 }
 
 /// The base model's weights, config, tokenizer and the tokenizer.json to ship with the result.
-fn open_base(model: &Path, tokenizer: Option<&Path>) -> Result<(Box<dyn WeightSource>, ModelConfig, Tokenizer, PathBuf)> {
+fn open_base(
+    model: &Path,
+    tokenizer: Option<&Path>,
+) -> Result<(Box<dyn WeightSource>, ModelConfig, Tokenizer, PathBuf)> {
     if !model.exists() {
         bail!("{}: model not found (run scripts/setup.sh to fetch the default model)", model.display());
     }
@@ -193,7 +208,12 @@ fn open_base(model: &Path, tokenizer: Option<&Path>) -> Result<(Box<dyn WeightSo
         (Box::new(g), cfg, tok, tj)
     };
     if tok.vocab_size() > cfg.vocab_size {
-        bail!("tokenizer {} has {} tokens but the model has {}: wrong tokenizer for this model?", tok.source, tok.vocab_size(), cfg.vocab_size);
+        bail!(
+            "tokenizer {} has {} tokens but the model has {}: wrong tokenizer for this model?",
+            tok.source,
+            tok.vocab_size(),
+            cfg.vocab_size
+        );
     }
     let mut tok = tok;
     if tok.bos_id.is_none() {
@@ -214,7 +234,9 @@ pub fn run(a: Args) -> Result<()> {
     }
     let dialogues = read_dialogues(&data_file)?;
     let data = SftData::prepare(&dialogues, &tok, cfg.max_len, cfg.valid_fraction)?;
-    let count = |s: &[ragtime::sft::Example]| (s.iter().map(|e| e.len()).sum::<usize>(), s.iter().map(|e| e.targets()).sum::<usize>());
+    let count = |s: &[ragtime::sft::Example]| {
+        (s.iter().map(|e| e.len()).sum::<usize>(), s.iter().map(|e| e.targets()).sum::<usize>())
+    };
     let (tt, tg) = count(&data.train);
     let (vt, vg) = count(&data.valid);
     eprintln!(
@@ -251,7 +273,19 @@ pub fn run(a: Args) -> Result<()> {
     if a.restart {
         remove_checkpoint(&ckpt)?;
     }
-    train_on(a.device, SftJob { a: &a, src: src.as_ref(), model_cfg: &model_cfg, data: &data, cfg: &cfg, ckpt: &ckpt, tok: &tok, tok_json: &tok_json })
+    train_on(
+        a.device,
+        SftJob {
+            a: &a,
+            src: src.as_ref(),
+            model_cfg: &model_cfg,
+            data: &data,
+            cfg: &cfg,
+            ckpt: &ckpt,
+            tok: &tok,
+            tok_json: &tok_json,
+        },
+    )
 }
 
 /// Fine-tuning on whichever backend `--device` names, then writing the result.
@@ -270,7 +304,8 @@ impl TrainJob for SftJob<'_> {
     type Output = ();
     fn run<B: burn::tensor::backend::AutodiffBackend>(self, device: &B::Device) -> Result<()> {
         let mut log = |line: &str| eprintln!("{line}");
-        let trained = ragtime::sft::train::<B>(self.src, self.model_cfg, self.data, self.cfg, Some(self.ckpt), device, &mut log)?;
+        let trained =
+            ragtime::sft::train::<B>(self.src, self.model_cfg, self.data, self.cfg, Some(self.ckpt), device, &mut log)?;
         finish(self.a, trained, self.model_cfg, self.tok, self.tok_json)
     }
 }
@@ -283,12 +318,16 @@ fn dump_plan(file: &Path, data: &SftData, cfg: &SftConfig) -> Result<()> {
     let updates = ragtime::sft::train::plan(data, cfg)?;
     let f = std::fs::File::create(file).with_context(|| format!("{}: cannot create", file.display()))?;
     let mut w = std::io::BufWriter::new(f);
-    let mut line = |v: serde_json::Value| -> Result<()> { writeln!(w, "{v}").with_context(|| format!("{}: cannot write", file.display())) };
+    let mut line = |v: serde_json::Value| -> Result<()> {
+        writeln!(w, "{v}").with_context(|| format!("{}: cannot write", file.display()))
+    };
     line(serde_json::json!({"kind": "config", "pad_id": data.pad_id, "config": cfg, "updates": updates.len()}))?;
     for (split, set) in [("train", &data.train), ("valid", &data.valid)] {
         for (i, e) in set.iter().enumerate() {
             let loss: Vec<u8> = e.loss.iter().map(|&l| l as u8).collect();
-            line(serde_json::json!({"kind": "example", "split": split, "index": i, "id": e.id, "ids": e.ids, "loss": loss}))?;
+            line(
+                serde_json::json!({"kind": "example", "split": split, "index": i, "id": e.id, "ids": e.ids, "loss": loss}),
+            )?;
         }
     }
     for (u, up) in updates.iter().enumerate() {
@@ -300,10 +339,19 @@ fn dump_plan(file: &Path, data: &SftData, cfg: &SftConfig) -> Result<()> {
     Ok(())
 }
 
-fn finish<B: burn::prelude::Backend>(a: &Args, t: Trained<B>, model_cfg: &ModelConfig, tok: &Tokenizer, tok_json: &Path) -> Result<()> {
+fn finish<B: burn::prelude::Backend>(
+    a: &Args,
+    t: Trained<B>,
+    model_cfg: &ModelConfig,
+    tok: &Tokenizer,
+    tok_json: &Path,
+) -> Result<()> {
     std::fs::write(a.out.join("train_report.json"), serde_json::to_string_pretty(&t.state)?)?;
     if !t.finished {
-        eprintln!("stopped after update {}/{} (checkpoint kept); run the same command again to continue", t.state.step, t.state.total_steps);
+        eprintln!(
+            "stopped after update {}/{} (checkpoint kept); run the same command again to continue",
+            t.state.step, t.state.total_steps
+        );
         return Ok(());
     }
     export_hf(&t.model, model_cfg, tok_json, tok, &a.out)?;
@@ -311,7 +359,10 @@ fn finish<B: burn::prelude::Backend>(a: &Args, t: Trained<B>, model_cfg: &ModelC
         let dir = a.out.join("adapter");
         std::fs::create_dir_all(&dir)?;
         write_tensors(&dir.join("adapter_model.safetensors"), ad)?;
-        std::fs::write(dir.join("adapter_config.json"), serde_json::to_string_pretty(&adapter_config_json(l, &a.model.display().to_string()))?)?;
+        std::fs::write(
+            dir.join("adapter_config.json"),
+            serde_json::to_string_pretty(&adapter_config_json(l, &a.model.display().to_string()))?,
+        )?;
     }
     let h = &t.state.history;
     let mean = |r: &[ragtime::sft::train::StepLog]| r.iter().map(|x| x.loss).sum::<f64>() / r.len().max(1) as f64;

@@ -77,7 +77,10 @@ mod tests {
     #[test]
     fn parses_plain_and_csv_quoted_fields() {
         let r = parse_line("12\t\"Aaron ( or ; \"\"Ahärôn\"\") is a prophet\"\tAaron").unwrap();
-        assert_eq!(r, DprRow { id: "12".into(), text: "Aaron ( or ; \"Ahärôn\") is a prophet".into(), title: "Aaron".into() });
+        assert_eq!(
+            r,
+            DprRow { id: "12".into(), text: "Aaron ( or ; \"Ahärôn\") is a prophet".into(), title: "Aaron".into() }
+        );
         let r = parse_line("3\tplain text\tTitle\r").unwrap();
         assert_eq!(r.title, "Title");
         assert!(parse_line("3\tonly two").unwrap_err().contains("found 2"));

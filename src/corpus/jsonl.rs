@@ -92,7 +92,8 @@ mod tests {
         let d = parse_line(r#"{"id": 5, "title": "Ada", "text": "Ada was born."}"#).unwrap();
         assert_eq!(d, JsonDoc { id: "5".into(), title: "Ada".into(), text: "Ada was born.".into() });
         assert_eq!(d.body(), "Ada was born.", "title as first word of a sentence is not a title line");
-        let w = parse_line(r#"{"id": "9", "revid": "1", "url": "u", "title": "Ada", "text": "Ada\n\nShe was born."}"#).unwrap();
+        let w = parse_line(r#"{"id": "9", "revid": "1", "url": "u", "title": "Ada", "text": "Ada\n\nShe was born."}"#)
+            .unwrap();
         assert_eq!(w.body(), "She was born.");
         let f = parse_line(r#"{"id": "0", "contents": "\"Ada Lovelace\"\nShe wrote programs."}"#).unwrap();
         assert_eq!((f.title.as_str(), f.text.as_str()), ("Ada Lovelace", "She wrote programs."));
@@ -104,7 +105,11 @@ mod tests {
     fn bad_lines_name_file_and_line_or_are_counted() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("c.jsonl");
-        std::fs::write(&p, "{\"id\":1,\"title\":\"A\",\"text\":\"a\"}\n\n{oops\n{\"id\":2,\"title\":\"B\",\"text\":\"b\"}\n").unwrap();
+        std::fs::write(
+            &p,
+            "{\"id\":1,\"title\":\"A\",\"text\":\"a\"}\n\n{oops\n{\"id\":2,\"title\":\"B\",\"text\":\"b\"}\n",
+        )
+        .unwrap();
         let err = for_each_doc(&p, OnBadLine::Stop, &mut 0, |_, _| Ok(true)).unwrap_err();
         assert!(format!("{err:#}").contains("c.jsonl:3: not a JSON"), "{err:#}");
         let (mut n, mut skipped) = (0, 0);
@@ -121,7 +126,8 @@ mod tests {
     fn invalid_utf8_is_a_bad_line() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("c.jsonl");
-        let mut bytes = b"{\"id\":1,\"title\":\"A\",\"text\":\"a\"}\n{\"id\":2,\"title\":\"\xff\",\"text\":\"b\"}\n".to_vec();
+        let mut bytes =
+            b"{\"id\":1,\"title\":\"A\",\"text\":\"a\"}\n{\"id\":2,\"title\":\"\xff\",\"text\":\"b\"}\n".to_vec();
         bytes.extend_from_slice(b"{\"id\":3,\"title\":\"C\",\"text\":\"c\"}\n");
         std::fs::write(&p, bytes).unwrap();
         let err = for_each_doc(&p, OnBadLine::Stop, &mut 0, |_, _| Ok(true)).unwrap_err();

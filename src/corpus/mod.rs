@@ -51,7 +51,9 @@ pub fn for_each_line<T>(
     let mut lineno = 0;
     loop {
         buf.clear();
-        let n = reader.read_until(b'\n', &mut buf).with_context(|| format!("{}:{}: cannot read line", file.display(), lineno + 1))?;
+        let n = reader
+            .read_until(b'\n', &mut buf)
+            .with_context(|| format!("{}:{}: cannot read line", file.display(), lineno + 1))?;
         if n == 0 {
             return Ok(true);
         }
@@ -68,7 +70,9 @@ pub fn for_each_line<T>(
                 }
             }
             Some(Err(why)) => match on_bad {
-                OnBadLine::Stop => bail!("{}:{lineno}: {why} (pass --skip-bad-lines to skip such lines)", file.display()),
+                OnBadLine::Stop => {
+                    bail!("{}:{lineno}: {why} (pass --skip-bad-lines to skip such lines)", file.display())
+                }
                 OnBadLine::Skip => {
                     *skipped += 1;
                     warn_skip(*skipped, file, lineno, &why);

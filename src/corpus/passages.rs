@@ -16,8 +16,8 @@ use std::path::Path;
 
 use anyhow::{bail, Context, Result};
 
-use super::{dpr, jsonl, list_files, open_text, wikiextractor};
 pub use super::OnBadLine;
+use super::{dpr, jsonl, list_files, open_text, wikiextractor};
 
 /// Corpus file layouts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -189,8 +189,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path();
         std::fs::create_dir_all(root.join("AA")).unwrap();
-        std::fs::write(root.join("AA/wiki_00"), "{\"id\":\"1\",\"url\":\"u\",\"title\":\"Ada\",\"text\":\"Ada\\n\\none two three\"}\n").unwrap();
-        std::fs::write(root.join("AA/wiki_01"), "<doc id=\"2\" url=\"u\" title=\"Bob\">\nBob\n\nfour five\n</doc>\n").unwrap();
+        std::fs::write(
+            root.join("AA/wiki_00"),
+            "{\"id\":\"1\",\"url\":\"u\",\"title\":\"Ada\",\"text\":\"Ada\\n\\none two three\"}\n",
+        )
+        .unwrap();
+        std::fs::write(root.join("AA/wiki_01"), "<doc id=\"2\" url=\"u\" title=\"Bob\">\nBob\n\nfour five\n</doc>\n")
+            .unwrap();
         std::fs::write(root.join("b.tsv"), "id\ttext\ttitle\n9\tsix seven eight\tCy\n").unwrap();
         let mut got = Vec::new();
         let opts = CorpusOptions { format: None, passage_words: 2, on_bad: OnBadLine::Stop };

@@ -117,7 +117,11 @@ fn read_file(file: &Path, f: &mut impl FnMut(Article, &Origin) -> Result<bool>) 
             let header = Article { id, url: attr("url").unwrap_or_default(), title, text: String::new() };
             doc = Some((header, Vec::new(), lineno));
         } else {
-            bail!("{}:{lineno}: expected a JSON article or a <doc ...> header, found: {}", file.display(), truncate(t, 80));
+            bail!(
+                "{}:{lineno}: expected a JSON article or a <doc ...> header, found: {}",
+                file.display(),
+                truncate(t, 80)
+            );
         }
     }
     if let Some((_, _, start)) = doc {

@@ -275,5 +275,4 @@ mod tests {
             assert_eq!(cut(&text, false, &[], None).unwrap(), text, "{rel}");
         }
     }
-
 }

@@ -128,7 +128,17 @@ pub struct DownloadError {
 /// Downloads `url` to `dest` with curl (no TLS stack in ragtime itself).
 pub fn download(url: &str, dest: &Path) -> Result<()> {
     let out = Command::new("curl")
-        .args(["--fail", "--silent", "--show-error", "--location", "--connect-timeout", "20", "--retry", "2", "--output"])
+        .args([
+            "--fail",
+            "--silent",
+            "--show-error",
+            "--location",
+            "--connect-timeout",
+            "20",
+            "--retry",
+            "2",
+            "--output",
+        ])
         .arg(dest)
         .arg(url)
         .output();
@@ -168,7 +178,8 @@ impl Drop for TempFile {
 pub fn fetch_file(source: &Source, url: &str, dest: &Path, sha256: Option<&str>) -> Result<String> {
     let dir = dest.parent().ok_or_else(|| anyhow!("{}: no parent folder", dest.display()))?;
     // The folders this call creates, removed again (when still empty) if nothing is placed.
-    let created: Vec<PathBuf> = dir.ancestors().take_while(|d| !d.as_os_str().is_empty() && !d.exists()).map(Path::to_path_buf).collect();
+    let created: Vec<PathBuf> =
+        dir.ancestors().take_while(|d| !d.as_os_str().is_empty() && !d.exists()).map(Path::to_path_buf).collect();
     std::fs::create_dir_all(dir).with_context(|| format!("{}: cannot create folder", dir.display()))?;
     let placed = fetch_file_in(source, url, dest, sha256);
     if placed.is_err() {
@@ -256,7 +267,14 @@ pub fn fetch(name: &str, file: &Path, source: &Source, note: &mut dyn FnMut(&str
 }
 
 /// [`fetch`] with explicit folders.
-pub fn fetch_into(name: &str, file: &Path, source: &Source, fetch_root: &Path, shared_root: &Path, note: &mut dyn FnMut(&str)) -> Result<Vec<Placed>> {
+pub fn fetch_into(
+    name: &str,
+    file: &Path,
+    source: &Source,
+    fetch_root: &Path,
+    shared_root: &Path,
+    note: &mut dyn FnMut(&str),
+) -> Result<Vec<Placed>> {
     let mut placed = Vec::new();
     let mut offline = false;
     for (url, rel, sha) in source.items(file) {
@@ -287,12 +305,12 @@ pub fn fetch_into(name: &str, file: &Path, source: &Source, fetch_root: &Path, s
         if !shared.exists() {
             bail!("{name}: cannot download {url}, and {} does not exist", shared.display());
         }
-        verify(&shared, sha.as_deref()).with_context(|| format!("{name}: the shared copy does not match the dataset spec"))?;
+        verify(&shared, sha.as_deref())
+            .with_context(|| format!("{name}: the shared copy does not match the dataset spec"))?;
         placed.push(Placed::Shared(shared));
     }
     Ok(placed)
 }
-
 
 #[cfg(test)]
 mod tests {
@@ -300,14 +318,25 @@ mod tests {
 
     #[test]
     fn source_validation_names_the_field() {
-        let mut s = Source { release: None, url: "https://x/".into(), sha256: Some("abc".into()), member: None, drop_keys_of: None, first: None, files: vec![] };
+        let mut s = Source {
+            release: None,
+            url: "https://x/".into(),
+            sha256: Some("abc".into()),
+            member: None,
+            drop_keys_of: None,
+            first: None,
+            files: vec![],
+        };
         assert!(s.validate().unwrap_err().to_string().contains("sha256"));
         s.sha256 = None;
         s.files = vec![SourceFile { path: "../x".into(), sha256: None }];
         assert!(s.validate().unwrap_err().to_string().contains("../x"));
         s.files[0].path = "a/b.json".into();
         s.validate().unwrap();
-        assert_eq!(s.items(Path::new("qa/d")), vec![(String::from("https://x/a/b.json"), PathBuf::from("qa/d/a/b.json"), None)]);
+        assert_eq!(
+            s.items(Path::new("qa/d")),
+            vec![(String::from("https://x/a/b.json"), PathBuf::from("qa/d/a/b.json"), None)]
+        );
         s.url = "https://x".into();
         assert!(s.validate().unwrap_err().to_string().contains("end with '/'"));
     }
@@ -339,7 +368,8 @@ mod tests {
         let placed = fetch_into("x", rel, &s, &fetched, &shared, &mut |l: &str| panic!("{l}")).unwrap();
         assert_eq!(placed, vec![Placed::Downloaded(fetched.join(rel))]);
         assert_eq!(sha256_file(&fetched.join(rel)).unwrap(), want);
-        let leftovers: Vec<_> = std::fs::read_dir(fetched.join("qa/x")).unwrap().map(|e| e.unwrap().file_name()).collect();
+        let leftovers: Vec<_> =
+            std::fs::read_dir(fetched.join("qa/x")).unwrap().map(|e| e.unwrap().file_name()).collect();
         assert_eq!(leftovers.len(), 1, "{leftovers:?}");
         // a second fetch keeps the file
         let placed = fetch_into("x", rel, &s, &fetched, &shared, &mut |l: &str| panic!("{l}")).unwrap();
@@ -362,9 +392,16 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (fetched, shared) = (dir.path().join("fetched"), dir.path().join("shared"));
         let rel = Path::new("qa/y/y.json");
-        let s = src(format!("file://{}/nowhere.json", dir.path().display()), Some(format!("{:x}", Sha256::digest(b"[]"))), None);
+        let s = src(
+            format!("file://{}/nowhere.json", dir.path().display()),
+            Some(format!("{:x}", Sha256::digest(b"[]"))),
+            None,
+        );
         let mut notes = Vec::new();
-        let err = format!("{:#}", fetch_into("y", rel, &s, &fetched, &shared, &mut |l: &str| notes.push(l.to_string())).unwrap_err());
+        let err = format!(
+            "{:#}",
+            fetch_into("y", rel, &s, &fetched, &shared, &mut |l: &str| notes.push(l.to_string())).unwrap_err()
+        );
         assert!(err.contains("cannot download") && err.contains("does not exist"), "{err}");
         assert_eq!(notes.len(), 1);
         std::fs::create_dir_all(shared.join("qa/y")).unwrap();

@@ -150,11 +150,10 @@ impl MlpWeights {
             .iter()
             .map(|l| {
                 let mut lin = LinearConfig::new(l.d_in, l.d_out).init::<B>(device);
-                lin.weight = Param::from_tensor(Tensor::from_data(
-                    TensorData::new(l.weight.clone(), [l.d_in, l.d_out]),
-                    device,
-                ));
-                lin.bias = Some(Param::from_tensor(Tensor::from_data(TensorData::new(l.bias.clone(), [l.d_out]), device)));
+                lin.weight =
+                    Param::from_tensor(Tensor::from_data(TensorData::new(l.weight.clone(), [l.d_in, l.d_out]), device));
+                lin.bias =
+                    Some(Param::from_tensor(Tensor::from_data(TensorData::new(l.bias.clone(), [l.d_out]), device)));
                 lin
             })
             .collect();

@@ -87,10 +87,18 @@ impl Detector {
         let input: usize = info.columns.iter().map(|c| c.1).sum();
         ensure!(input == info.mlp.input, "feature widths sum to {input} but the network takes {}", info.mlp.input);
         let widths = info.mlp.widths();
-        ensure!(weights.layers.len() + 1 == widths.len(), "network has {} layers, config says {}", weights.layers.len(), widths.len() - 1);
+        ensure!(
+            weights.layers.len() + 1 == widths.len(),
+            "network has {} layers, config says {}",
+            weights.layers.len(),
+            widths.len() - 1
+        );
         for (i, l) in weights.layers.iter().enumerate() {
             ensure!(
-                l.d_in == widths[i] && l.d_out == widths[i + 1] && l.weight.len() == l.d_in * l.d_out && l.bias.len() == l.d_out,
+                l.d_in == widths[i]
+                    && l.d_out == widths[i + 1]
+                    && l.weight.len() == l.d_in * l.d_out
+                    && l.bias.len() == l.d_out,
                 "layer {i} is {}x{} ({} weights, {} biases), config says {}x{}",
                 l.d_in,
                 l.d_out,
@@ -201,12 +209,13 @@ impl Detector {
         let dir = dir.as_ref();
         let info_path = dir.join(INFO_FILE);
         let text = fs::read_to_string(&info_path).with_context(|| format!("{}: cannot read", info_path.display()))?;
-        let info: DetectorInfo =
-            serde_json::from_str(&text).with_context(|| format!("{}: malformed detector config", info_path.display()))?;
+        let info: DetectorInfo = serde_json::from_str(&text)
+            .with_context(|| format!("{}: malformed detector config", info_path.display()))?;
         ensure!(info.format == FORMAT, "{}: format is {:?}, expected {FORMAT:?}", info_path.display(), info.format);
         let w_path = dir.join(WEIGHTS_FILE);
         let bytes = fs::read(&w_path).with_context(|| format!("{}: cannot read", w_path.display()))?;
-        let st = SafeTensors::deserialize(&bytes).with_context(|| format!("{}: not a safetensors file", w_path.display()))?;
+        let st = SafeTensors::deserialize(&bytes)
+            .with_context(|| format!("{}: not a safetensors file", w_path.display()))?;
         let get = |name: &str, shape: &[usize]| -> Result<Vec<f32>> {
             let t = st.tensor(name).with_context(|| format!("{}: no tensor {name:?}", w_path.display()))?;
             ensure!(t.dtype() == Dtype::F32, "{}: {name} is {:?}, expected F32", w_path.display(), t.dtype());
@@ -229,7 +238,8 @@ impl Detector {
         } else {
             None
         };
-        Detector::new(info, MlpWeights { layers }, norm).with_context(|| format!("{}: inconsistent checkpoint", dir.display()))
+        Detector::new(info, MlpWeights { layers }, norm)
+            .with_context(|| format!("{}: inconsistent checkpoint", dir.display()))
     }
 
     /// Writes `detector.json` and `model.safetensors` into `dir` (created if needed).
@@ -250,7 +260,10 @@ impl Detector {
             .iter()
             .map(|(name, shape, data)| Ok((name.clone(), TensorView::new(Dtype::F32, shape.clone(), data)?)))
             .collect::<Result<_>>()?;
-        let meta = HashMap::from([("format".to_string(), FORMAT.to_string()), ("model_id".to_string(), self.info.model_id.clone())]);
+        let meta = HashMap::from([
+            ("format".to_string(), FORMAT.to_string()),
+            ("model_id".to_string(), self.info.model_id.clone()),
+        ]);
         let st = safetensors::serialize(views, Some(meta))?;
         let w_path = dir.join(WEIGHTS_FILE);
         fs::write(&w_path, st).with_context(|| format!("{}: cannot write", w_path.display()))?;

@@ -167,7 +167,11 @@ pub fn train<B: AutodiffBackend>(
     ensure!(cfg.epochs > 0 && cfg.batch_size > 0, "epochs and batch size must be positive");
     ensure!((0.0..1.0).contains(&cfg.dropout), "dropout must be in [0, 1), got {}", cfg.dropout);
     let asked: Vec<&str> = table.columns.iter().map(|c| c.0.as_str()).collect();
-    ensure!(asked == cfg.features.iter().map(|s| s.as_str()).collect::<Vec<_>>(), "table columns {asked:?} are not the configured features {:?}", cfg.features);
+    ensure!(
+        asked == cfg.features.iter().map(|s| s.as_str()).collect::<Vec<_>>(),
+        "table columns {asked:?} are not the configured features {:?}",
+        cfg.features
+    );
     let dim = table.dim;
 
     // Split by article.
@@ -221,13 +225,21 @@ pub fn train<B: AutodiffBackend>(
             .zip(&mean)
             .map(|(s, m)| {
                 let sd = (s / n - m * m).max(0.0).sqrt();
-                if sd < 1e-6 { 1.0 } else { sd as f32 }
+                if sd < 1e-6 {
+                    1.0
+                } else {
+                    sd as f32
+                }
             })
             .collect();
         Norm { mean: mean.iter().map(|&m| m as f32).collect(), std }
     });
     let x: Vec<f32> = match &norm {
-        Some(n) => table.x.chunks(dim).flat_map(|row| row.iter().zip(n.mean.iter().zip(&n.std)).map(|(&v, (&m, &s))| (v - m) / s)).collect(),
+        Some(n) => table
+            .x
+            .chunks(dim)
+            .flat_map(|row| row.iter().zip(n.mean.iter().zip(&n.std)).map(|(&v, (&m, &s))| (v - m) / s))
+            .collect(),
         None => table.x.clone(),
     };
 
@@ -279,7 +291,8 @@ pub fn train<B: AutodiffBackend>(
             let y: Vec<u8> = r.iter().map(|&i| table.labels[i]).collect();
             metrics.insert(s, Metrics::compute(&y, &p));
         }
-        let loss_total = loss_sum.expect("a non-empty train split").into_data().convert::<f64>().to_vec::<f64>().expect("loss")[0];
+        let loss_total =
+            loss_sum.expect("a non-empty train split").into_data().convert::<f64>().to_vec::<f64>().expect("loss")[0];
         let loss = loss_total / batches as f64;
         let cell = |m: &Metrics| format!("{:.3} {:.3} {:.3} {:.3}", m.accuracy, m.f1, m.roc_auc, m.pr_auc);
         let valid_auc = metrics[&Split::Valid].roc_auc;
@@ -447,7 +460,15 @@ mod tests {
         let mut store = HalluStore::open(data.path(), "m", 2).unwrap();
         for a in 0..30 {
             let id = format!("{a}");
-            let ex = HalluExample { article_id: id.clone(), label: 0, hidden_final_last: vec![0.0; 2], hidden_mean_last: vec![0.0; 2], hidden_final_entity: vec![0.0; 2], hidden_mean_entity: vec![0.0; 2], ..Default::default() };
+            let ex = HalluExample {
+                article_id: id.clone(),
+                label: 0,
+                hidden_final_last: vec![0.0; 2],
+                hidden_mean_last: vec![0.0; 2],
+                hidden_final_entity: vec![0.0; 2],
+                hidden_mean_entity: vec![0.0; 2],
+                ..Default::default()
+            };
             store.add_article(&id, vec![ex]).unwrap();
         }
         store.finish().unwrap();

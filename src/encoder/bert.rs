@@ -59,20 +59,28 @@ fn default_pos_type() -> String {
 impl BertConfig {
     /// Reads and checks a BERT-family `config.json`.
     pub fn from_file(path: &std::path::Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path).with_context(|| format!("{}: cannot read the model config", path.display()))?;
-        let cfg: BertConfig = serde_json::from_str(&text).with_context(|| format!("{}: not a BERT config", path.display()))?;
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("{}: cannot read the model config", path.display()))?;
+        let cfg: BertConfig =
+            serde_json::from_str(&text).with_context(|| format!("{}: not a BERT config", path.display()))?;
         cfg.check().with_context(|| format!("{}: unsupported model config", path.display()))?;
         Ok(cfg)
     }
 
     fn check(&self) -> Result<()> {
         if let Some(t) = &self.model_type {
-            if !matches!(t.as_str(), "bert" | "roberta" | "xlm-roberta" | "distilbert" | "mpnet" | "electra") && !t.contains("bert") {
+            if !matches!(t.as_str(), "bert" | "roberta" | "xlm-roberta" | "distilbert" | "mpnet" | "electra")
+                && !t.contains("bert")
+            {
                 bail!("model_type {t:?} is not a BERT-family encoder");
             }
         }
         if self.num_attention_heads == 0 || self.hidden_size % self.num_attention_heads != 0 {
-            bail!("hidden_size {} is not a multiple of num_attention_heads {}", self.hidden_size, self.num_attention_heads);
+            bail!(
+                "hidden_size {} is not a multiple of num_attention_heads {}",
+                self.hidden_size,
+                self.num_attention_heads
+            );
         }
         if !matches!(self.hidden_act.as_str(), "gelu" | "gelu_new" | "gelu_pytorch_tanh") {
             bail!("hidden_act {:?} is not supported (gelu, gelu_new, gelu_pytorch_tanh)", self.hidden_act);
@@ -102,7 +110,8 @@ impl<B: Backend> LayerNorm<B> {
         let mean = x.clone().mean_dim(2); // [b, t, 1]
         let centered = x - mean;
         let var = centered.clone().powi_scalar(2).mean_dim(2); // [b, t, 1]
-        centered / var.add_scalar(self.eps).sqrt() * self.weight.val().unsqueeze::<3>() + self.bias.val().unsqueeze::<3>()
+        centered / var.add_scalar(self.eps).sqrt() * self.weight.val().unsqueeze::<3>()
+            + self.bias.val().unsqueeze::<3>()
     }
 }
 
@@ -144,7 +153,7 @@ impl<B: Backend> Bert<B> {
         let pos = self.position.val().narrow(0, 0, t).unsqueeze::<3>(); // [1, t, d]
         let typ = self.token_type.val().select(0, types.reshape([b * t])).reshape([b, t, d]); // [b, t, d]
         let mut x = self.emb_norm.forward(word + pos + typ); // [b, t, d]
-        // Additive key mask: 0 where the key is a token, -1e9 where it is padding. [b, 1, 1, t]
+                                                             // Additive key mask: 0 where the key is a token, -1e9 where it is padding. [b, 1, 1, t]
         let key_bias = (mask.reshape([b, 1, 1, t]) - 1.0) * 1e9;
         let scale = 1.0 / (self.head_dim as f64).sqrt();
         for layer in &self.layers {
@@ -171,7 +180,10 @@ fn prefix(src: &dyn WeightSource) -> Result<&'static str> {
             return Ok(p);
         }
     }
-    bail!("{}: no tensor 'embeddings.word_embeddings.weight' (nor 'bert.embeddings...'): not a BERT checkpoint", src.describe())
+    bail!(
+        "{}: no tensor 'embeddings.word_embeddings.weight' (nor 'bert.embeddings...'): not a BERT checkpoint",
+        src.describe()
+    )
 }
 
 fn tensor1<B: Backend>(t: HostTensor, device: &B::Device) -> Tensor<B, 1> {
@@ -234,7 +246,10 @@ pub fn build_bert<B: Backend>(src: &dyn WeightSource, cfg: &BertConfig, device: 
         });
     }
     Ok(Bert {
-        word: Param::from_tensor(tensor2(src.require(&format!("{p}embeddings.word_embeddings.weight"), &[cfg.vocab_size, d])?, device)),
+        word: Param::from_tensor(tensor2(
+            src.require(&format!("{p}embeddings.word_embeddings.weight"), &[cfg.vocab_size, d])?,
+            device,
+        )),
         position: Param::from_tensor(tensor2(
             src.require(&format!("{p}embeddings.position_embeddings.weight"), &[cfg.max_position_embeddings, d])?,
             device,

@@ -64,7 +64,10 @@ impl Prefixes {
             "folder" => None,
             "none" => Some(Prefixes::default()),
             "e5" => Some(Prefixes { query: "query: ".into(), passage: "passage: ".into() }),
-            "bge" => Some(Prefixes { query: "Represent this sentence for searching relevant passages: ".into(), passage: String::new() }),
+            "bge" => Some(Prefixes {
+                query: "Represent this sentence for searching relevant passages: ".into(),
+                passage: String::new(),
+            }),
             other => bail!("--prefixes {other:?}: expected folder, none, e5 or bge"),
         })
     }
@@ -123,10 +126,12 @@ pub struct SafetensorsFile {
 
 impl SafetensorsFile {
     pub fn open(path: &Path) -> Result<Self> {
-        let file = std::fs::File::open(path).with_context(|| format!("{}: cannot open the model weights", path.display()))?;
+        let file =
+            std::fs::File::open(path).with_context(|| format!("{}: cannot open the model weights", path.display()))?;
         // SAFETY: read-only map of a file nothing here modifies while it is mapped.
         let mmap = unsafe { Mmap::map(&file) }.with_context(|| format!("{}: cannot map", path.display()))?;
-        SafeTensors::deserialize(&mmap).map_err(|e| anyhow::anyhow!("{}: not a valid safetensors file ({e})", path.display()))?;
+        SafeTensors::deserialize(&mmap)
+            .map_err(|e| anyhow::anyhow!("{}: not a valid safetensors file ({e})", path.display()))?;
         Ok(Self { path: path.to_path_buf(), mmap })
     }
 }
@@ -191,7 +196,10 @@ impl SentenceEncoder {
                 "Transformer" => transformer = Some(dir.join(&m.path)),
                 "Pooling" => pooling_dir = Some(dir.join(&m.path)),
                 "Normalize" => normalize = true,
-                other => bail!("{}: module type {other:?} is not supported (Transformer, Pooling, Normalize)", modules_path.display()),
+                other => bail!(
+                    "{}: module type {other:?} is not supported (Transformer, Pooling, Normalize)",
+                    modules_path.display()
+                ),
             }
         }
         let Some(tdir) = transformer else { bail!("{}: no Transformer module", modules_path.display()) };
@@ -201,7 +209,11 @@ impl SentenceEncoder {
 
         let pool_path = pdir.join("config.json");
         if !pool_path.exists() {
-            bail!("{}: missing: the Pooling module's config (modules.json names {})", pool_path.display(), pdir.display());
+            bail!(
+                "{}: missing: the Pooling module's config (modules.json names {})",
+                pool_path.display(),
+                pdir.display()
+            );
         }
         let pc: PoolingConfig = read_json(&pool_path, "pooling config")?;
         if pc.word_embedding_dimension != config.hidden_size {
@@ -217,23 +229,39 @@ impl SentenceEncoder {
             (pc.pooling_mode_mean_tokens, Some(Pooling::Mean)),
             (pc.pooling_mode_cls_token, Some(Pooling::Cls)),
             (pc.pooling_mode_max_tokens, Some(Pooling::Max)),
-            (pc.pooling_mode_mean_sqrt_len_tokens || pc.pooling_mode_weightedmean_tokens || pc.pooling_mode_lasttoken, None),
+            (
+                pc.pooling_mode_mean_sqrt_len_tokens
+                    || pc.pooling_mode_weightedmean_tokens
+                    || pc.pooling_mode_lasttoken,
+                None,
+            ),
         ];
         let on: Vec<_> = modes.iter().filter(|(set, _)| *set).collect();
         let pooling = match on.as_slice() {
             [(_, Some(p))] => *p,
             [] => bail!("{}: no pooling mode is set", pool_path.display()),
             [(_, None)] => bail!("{}: only mean, cls and max pooling are supported", pool_path.display()),
-            _ => bail!("{}: more than one pooling mode is set (concatenated poolings are not supported)", pool_path.display()),
+            _ => bail!(
+                "{}: more than one pooling mode is set (concatenated poolings are not supported)",
+                pool_path.display()
+            ),
         };
 
         let sb_path = tdir.join("sentence_bert_config.json");
-        let sb: SbertConfig = if sb_path.exists() { read_json(&sb_path, "sentence-transformers config")? } else { SbertConfig::default() };
-        let max_seq_length = sb.max_seq_length.unwrap_or(config.max_position_embeddings).min(config.max_position_embeddings);
+        let sb: SbertConfig = if sb_path.exists() {
+            read_json(&sb_path, "sentence-transformers config")?
+        } else {
+            SbertConfig::default()
+        };
+        let max_seq_length =
+            sb.max_seq_length.unwrap_or(config.max_position_embeddings).min(config.max_position_embeddings);
 
         let tok_path = tdir.join("tokenizer.json");
         if !tok_path.exists() {
-            bail!("{}: missing: the model's tokenizer (a Hugging Face tokenizer.json) must be in the folder", tok_path.display());
+            bail!(
+                "{}: missing: the model's tokenizer (a Hugging Face tokenizer.json) must be in the folder",
+                tok_path.display()
+            );
         }
         let mut tokenizer = tokenizers::Tokenizer::from_file(&tok_path)
             .map_err(|e| anyhow::anyhow!("{}: cannot load the tokenizer: {e}", tok_path.display()))?;
@@ -243,7 +271,11 @@ impl SentenceEncoder {
             .map_err(|e| anyhow::anyhow!("{}: cannot set truncation: {e}", tok_path.display()))?;
         let tv = tokenizer.get_vocab_size(true);
         if tv > config.vocab_size {
-            bail!("{}: {tv} tokens, but the model's embedding has {} rows: wrong tokenizer for this model?", tok_path.display(), config.vocab_size);
+            bail!(
+                "{}: {tv} tokens, but the model's embedding has {} rows: wrong tokenizer for this model?",
+                tok_path.display(),
+                config.vocab_size
+            );
         }
 
         let prefixes = match prefixes {
@@ -270,7 +302,17 @@ impl SentenceEncoder {
                 unreachable!()
             }
         };
-        Ok(Self { engine, tokenizer, config, pooling, normalize, max_seq_length, do_lower_case: sb.do_lower_case, prefixes, dir: dir.to_path_buf() })
+        Ok(Self {
+            engine,
+            tokenizer,
+            config,
+            pooling,
+            normalize,
+            max_seq_length,
+            do_lower_case: sb.do_lower_case,
+            prefixes,
+            dir: dir.to_path_buf(),
+        })
     }
 
     /// Embedding width.
@@ -368,7 +410,16 @@ fn folder_prompts(path: &Path) -> Result<Prefixes> {
 
 /// Forward pass + pooling on backend `B`: `[b * d]` pooled vectors.
 #[allow(clippy::too_many_arguments)]
-fn pool_batch<B: Backend>(m: &Bert<B>, dev: &B::Device, ids: Vec<i64>, types: Vec<i64>, mask: Vec<f32>, b: usize, t: usize, pooling: Pooling) -> Vec<f32> {
+fn pool_batch<B: Backend>(
+    m: &Bert<B>,
+    dev: &B::Device,
+    ids: Vec<i64>,
+    types: Vec<i64>,
+    mask: Vec<f32>,
+    b: usize,
+    t: usize,
+    pooling: Pooling,
+) -> Vec<f32> {
     let ids = Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [b, t]), dev);
     let types = Tensor::<B, 2, Int>::from_data(TensorData::new(types, [b, t]), dev);
     let mask = Tensor::<B, 2>::from_data(TensorData::new(mask, [b, t]), dev);

@@ -83,9 +83,11 @@ pub fn synthesis_candidates(text: &str, title: &str, entities: &[Entity]) -> Vec
             if e.start < title_line_end {
                 return false;
             }
-            let words: Vec<String> = word_tokens(&e.text).into_iter().map(|(s, t)| e.text[s..t].to_lowercase()).collect();
+            let words: Vec<String> =
+                word_tokens(&e.text).into_iter().map(|(s, t)| e.text[s..t].to_lowercase()).collect();
             let content: Vec<&String> = words.iter().filter(|w| w.as_str() != "the").collect();
-            let inside = !content.is_empty() && title_words.windows(content.len()).any(|win| win.iter().zip(&content).all(|(a, b)| a == *b));
+            let inside = !content.is_empty()
+                && title_words.windows(content.len()).any(|win| win.iter().zip(&content).all(|(a, b)| a == *b));
             !inside
         })
         .cloned()
@@ -162,7 +164,8 @@ mod tests {
         let x = CombinedExtractor::basic();
         let text = "Edward III of England\n\nEdward III was King of England from 1327. Paris fell, and England and Spain fought in 1340.";
         let es = x.extract(text);
-        let kept: Vec<String> = synthesis_candidates(text, "Edward III of England", &es).into_iter().map(|e| e.text).collect();
+        let kept: Vec<String> =
+            synthesis_candidates(text, "Edward III of England", &es).into_iter().map(|e| e.text).collect();
         // Title line, sentence-initial "Edward III" and "Paris", and "England" (a title word) are skipped.
         assert_eq!(kept, vec!["King of England", "1327", "Spain", "1340"]);
     }
@@ -232,7 +235,9 @@ mod shared_data_tests {
         for a in articles.iter().take(300) {
             let ents = synthesis_candidates(&a.text, &a.title, &x.extract(&a.text));
             for (i, e) in ents.iter().enumerate() {
-                let Some(other) = ents[i + 1..].iter().find(|o| o.label == e.label && o.text != e.text) else { continue };
+                let Some(other) = ents[i + 1..].iter().find(|o| o.label == e.label && o.text != e.text) else {
+                    continue;
+                };
                 let cont = &a.text[char_to_byte(&a.text, other.start)..];
                 let got = entity_at_start(cont, e, &x).unwrap_or_default();
                 n += 1;

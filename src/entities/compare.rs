@@ -147,7 +147,9 @@ fn surname_match(a: &str, b: &str) -> bool {
         return false;
     }
     let (fa, fb) = (&wa[0], &wb[0]);
-    fa == fb || (fa.chars().count() == 1 && fb.starts_with(fa.as_str())) || (fb.chars().count() == 1 && fa.starts_with(fb.as_str()))
+    fa == fb
+        || (fa.chars().count() == 1 && fb.starts_with(fa.as_str()))
+        || (fb.chars().count() == 1 && fa.starts_with(fb.as_str()))
 }
 
 /// Is `acro` ("USA", "U.S.", "NASA") the initials of the capitalised words of `full`?
@@ -171,6 +173,7 @@ pub enum Value {
     Date { year: Option<i64>, month: Option<u32>, day: Option<u32> },
 }
 
+#[rustfmt::skip]
 const MONTHS: [&str; 12] =
     ["january", "february", "march", "april", "may", "june", "july", "august", "september", "october", "november", "december"];
 
@@ -179,17 +182,36 @@ fn month_of(w: &str) -> Option<u32> {
     MONTHS.iter().position(|m| *m == w || (w.len() >= 3 && m.starts_with(w))).map(|i| i as u32 + 1)
 }
 
+#[rustfmt::skip]
 const APPROX: &[&str] =
     &["about", "approximately", "around", "nearly", "almost", "over", "under", "more", "less", "fewer", "than", "at", "least", "up", "to", "only", "some", "roughly", "just", "an", "estimated", "in", "on", "of", "the", "a"];
 
 fn small_number(w: &str) -> Option<(f64, bool)> {
+    #[rustfmt::skip]
     const UNITS: [&str; 20] = [
         "zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve",
         "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen",
     ];
     const ORD: [&str; 20] = [
-        "zeroth", "first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth", "ninth", "tenth",
-        "eleventh", "twelfth", "thirteenth", "fourteenth", "fifteenth", "sixteenth", "seventeenth", "eighteenth",
+        "zeroth",
+        "first",
+        "second",
+        "third",
+        "fourth",
+        "fifth",
+        "sixth",
+        "seventh",
+        "eighth",
+        "ninth",
+        "tenth",
+        "eleventh",
+        "twelfth",
+        "thirteenth",
+        "fourteenth",
+        "fifteenth",
+        "sixteenth",
+        "seventeenth",
+        "eighteenth",
         "nineteenth",
     ];
     const TENS: [&str; 8] = ["twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety"];
@@ -285,8 +307,12 @@ pub fn parse_value(s: &str) -> Option<Value> {
             spaced.push(c);
         }
     }
-    let words: Vec<String> =
-        spaced.split([' ', '-']).map(|w| w.trim_end_matches('.')).filter(|w| !w.is_empty()).map(str::to_string).collect();
+    let words: Vec<String> = spaced
+        .split([' ', '-'])
+        .map(|w| w.trim_end_matches('.'))
+        .filter(|w| !w.is_empty())
+        .map(str::to_string)
+        .collect();
     let words: Vec<&str> = words.iter().map(String::as_str).filter(|w| !APPROX.contains(w)).collect();
     if words.is_empty() {
         return None;
@@ -294,7 +320,11 @@ pub fn parse_value(s: &str) -> Option<Value> {
     // Dates: a month name somewhere, or a lone year (with "early"/"late"/"mid" or "bc"/"ad").
     let month_pos = words.iter().position(|w| month_of(w).is_some() && *w != "may" || *w == "may" && words.len() > 1);
     let era_bc = words.iter().any(|w| matches!(*w, "bc" | "bce" | "b.c"));
-    let date_words: Vec<&str> = words.iter().copied().filter(|w| !matches!(*w, "early" | "late" | "mid" | "bc" | "bce" | "ad" | "ce" | "b.c" | "a.d")).collect();
+    let date_words: Vec<&str> = words
+        .iter()
+        .copied()
+        .filter(|w| !matches!(*w, "early" | "late" | "mid" | "bc" | "bce" | "ad" | "ce" | "b.c" | "a.d"))
+        .collect();
     if let Some(mp) = month_pos {
         let month = month_of(words[mp]);
         let (mut year, mut day) = (None, None);
@@ -334,7 +364,10 @@ pub fn parse_value(s: &str) -> Option<Value> {
     for w in &words {
         let stem = w.trim_end_matches(|c: char| c.is_alphabetic());
         let suffix = &w[stem.len()..];
-        if !stem.is_empty() && stem.chars().all(|c| c.is_ascii_digit() || c == '.') && stem.chars().next().is_some_and(|c| c.is_ascii_digit()) {
+        if !stem.is_empty()
+            && stem.chars().all(|c| c.is_ascii_digit() || c == '.')
+            && stem.chars().next().is_some_and(|c| c.is_ascii_digit())
+        {
             let Ok(v) = stem.parse::<f64>() else { return None };
             match suffix {
                 "" => {}
@@ -396,15 +429,17 @@ fn equivalent(a: &Value, b: &Value) -> bool {
             shared && agree(ya, yb) && agree(ma, mb) && agree(da, db)
         }
         (Value::Number { value: va, ordinal: oa, unit: ua }, Value::Number { value: vb, ordinal: ob, unit: ub }) => {
-            (va - vb).abs() <= 1e-9 * va.abs().max(1.0)
-                && oa == ob
-                && (ua.is_none() || ub.is_none() || ua == ub)
+            (va - vb).abs() <= 1e-9 * va.abs().max(1.0) && oa == ob && (ua.is_none() || ub.is_none() || ua == ub)
         }
         // "1000" reads as a year, "1,000" or "one thousand" as a number: same value, same entity.
-        (Value::Date { year: Some(y), month: None, day: None }, Value::Number { value, ordinal: false, unit: None })
-        | (Value::Number { value, ordinal: false, unit: None }, Value::Date { year: Some(y), month: None, day: None }) => {
-            *y as f64 == *value
-        }
+        (
+            Value::Date { year: Some(y), month: None, day: None },
+            Value::Number { value, ordinal: false, unit: None },
+        )
+        | (
+            Value::Number { value, ordinal: false, unit: None },
+            Value::Date { year: Some(y), month: None, day: None },
+        ) => *y as f64 == *value,
         _ => false,
     }
 }
@@ -463,7 +498,10 @@ mod tests {
         assert_eq!(cmp("1377", "June"), (true, "date")); // nothing shared to check
         assert_eq!(cmp("44 BC", "44 AD"), (true, "date"));
         assert_eq!(parse_value("21 June 1377"), Some(Value::Date { year: Some(1377), month: Some(6), day: Some(21) }));
-        assert_eq!(parse_value("Sept. 9th, 2001"), Some(Value::Date { year: Some(2001), month: Some(9), day: Some(9) }));
+        assert_eq!(
+            parse_value("Sept. 9th, 2001"),
+            Some(Value::Date { year: Some(2001), month: Some(9), day: Some(9) })
+        );
     }
 
     #[test]
@@ -482,7 +520,8 @@ mod tests {
     #[test]
     fn wordnet_and_glove_rules_with_hand_made_resources() {
         let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("data.noun"), "09826204 18 n 02 car 0 automobile 0 000 | a motor vehicle\n").unwrap();
+        std::fs::write(dir.path().join("data.noun"), "09826204 18 n 02 car 0 automobile 0 000 | a motor vehicle\n")
+            .unwrap();
         let wn = WordNet::load(dir.path()).unwrap();
         let npy = super::super::glove::Npy { rows: 3, cols: 2, data: vec![1., 0., 0.96, 0.28, 0., 1.] };
         // cos(boat, ship) = 0.96 / 1 = 0.96; cos(boat, plane) = 0.
@@ -504,11 +543,20 @@ mod tests {
         assert_eq!(compare_entities("John Smith", "James Smith", &res).rule, "no-match");
         // Pairs 50-d GloVe puts close (cosines measured: 0.957 for the means of "Edward II"/"Edward III",
         // east/west 0.954, north/south 0.947, Sunday/Monday 0.926): all different entities.
-        for (a, b) in [("Edward II", "Edward III"), ("east", "west"), ("north", "south"), ("Sunday", "Monday"), ("Louis XIV", "Louis XVI")] {
+        for (a, b) in [
+            ("Edward II", "Edward III"),
+            ("east", "west"),
+            ("north", "south"),
+            ("Sunday", "Monday"),
+            ("Louis XIV", "Louis XVI"),
+        ] {
             assert!(compare_entities(a, b, &res).hallucinated, "{a} / {b}");
         }
         if res.wordnet.is_some() {
-            assert_eq!(compare_entities("United States", "America", &res), Comparison { hallucinated: false, rule: "wordnet" });
+            assert_eq!(
+                compare_entities("United States", "America", &res),
+                Comparison { hallucinated: false, rule: "wordnet" }
+            );
             assert_eq!(compare_entities("physician", "doctor", &res).rule, "wordnet");
             for (a, b) in [("colour", "color"), ("film", "movie"), ("Soviet Union", "USSR"), ("Peking", "Beijing")] {
                 assert_eq!(compare_entities(a, b, &res).rule, "wordnet", "{a} / {b}");

@@ -47,11 +47,23 @@ pub fn read_reference(path: &Path) -> Result<Vec<RefArticle>> {
             continue;
         }
         let a: RefArticle = serde_json::from_str(&line).with_context(|| {
-            format!("{}:{}: not a reference article (need id, text, entities[{{text, label, start, end}}])", path.display(), i + 1)
+            format!(
+                "{}:{}: not a reference article (need id, text, entities[{{text, label, start, end}}])",
+                path.display(),
+                i + 1
+            )
         })?;
         let n = a.text.chars().count();
         if let Some(e) = a.entities.iter().find(|e| e.start >= e.end || e.end > n) {
-            bail!("{}:{}: entity {:?} has offsets {}..{} outside the text ({} chars)", path.display(), i + 1, e.text, e.start, e.end, n);
+            bail!(
+                "{}:{}: entity {:?} has offsets {}..{} outside the text ({} chars)",
+                path.display(),
+                i + 1,
+                e.text,
+                e.start,
+                e.end,
+                n
+            );
         }
         out.push(a);
     }
@@ -68,9 +80,8 @@ pub fn spacy_label(label: &str) -> Option<EntityLabel> {
         "ORDINAL" => EntityLabel::Ordinal,
         "PERCENT" => EntityLabel::Percent,
         "MONEY" => EntityLabel::Money,
-        "PERSON" | "ORG" | "GPE" | "NORP" | "LOC" | "FAC" | "PRODUCT" | "EVENT" | "WORK_OF_ART" | "LAW" | "LANGUAGE" => {
-            EntityLabel::Name
-        }
+        "PERSON" | "ORG" | "GPE" | "NORP" | "LOC" | "FAC" | "PRODUCT" | "EVENT" | "WORK_OF_ART" | "LAW"
+        | "LANGUAGE" => EntityLabel::Name,
         _ => return None,
     })
 }
@@ -86,14 +97,26 @@ pub struct Counts {
 
 impl Counts {
     pub fn precision(&self) -> f64 {
-        if self.pred == 0 { 0.0 } else { self.pred_matched as f64 / self.pred as f64 }
+        if self.pred == 0 {
+            0.0
+        } else {
+            self.pred_matched as f64 / self.pred as f64
+        }
     }
     pub fn recall(&self) -> f64 {
-        if self.gold == 0 { 0.0 } else { self.gold_matched as f64 / self.gold as f64 }
+        if self.gold == 0 {
+            0.0
+        } else {
+            self.gold_matched as f64 / self.gold as f64
+        }
     }
     pub fn f1(&self) -> f64 {
         let (p, r) = (self.precision(), self.recall());
-        if p + r == 0.0 { 0.0 } else { 2.0 * p * r / (p + r) }
+        if p + r == 0.0 {
+            0.0
+        } else {
+            2.0 * p * r / (p + r)
+        }
     }
     fn add(&mut self, o: Counts) {
         self.pred_matched += o.pred_matched;
@@ -144,7 +167,8 @@ pub fn evaluate(extractor: &dyn EntityExtractor, articles: &[Article], reference
         overlap.add(count(&ps, &gs, true));
         for label in EntityLabel::ALL {
             let p: Vec<_> = pred.iter().filter(|e| e.label == label).map(|e| (e.start, e.end)).collect();
-            let g: Vec<_> = r.entities.iter().filter(|e| spacy_label(&e.label) == Some(label)).map(|e| (e.start, e.end)).collect();
+            let g: Vec<_> =
+                r.entities.iter().filter(|e| spacy_label(&e.label) == Some(label)).map(|e| (e.start, e.end)).collect();
             let slot = per.entry(label).or_default();
             slot.0.add(count(&p, &g, false));
             slot.1.add(count(&p, &g, true));
@@ -157,7 +181,8 @@ pub fn evaluate(extractor: &dyn EntityExtractor, articles: &[Article], reference
             }
         }
     }
-    let per_label = EntityLabel::ALL.iter().map(|l| (*l, per[l].0, per[l].1)).filter(|(_, e, _)| e.pred + e.gold > 0).collect();
+    let per_label =
+        EntityLabel::ALL.iter().map(|l| (*l, per[l].0, per[l].1)).filter(|(_, e, _)| e.pred + e.gold > 0).collect();
     let mut spacy_recall: Vec<(String, usize, usize)> = spacy.into_iter().map(|(k, (m, n))| (k, m, n)).collect();
     spacy_recall.sort_by(|a, b| b.2.cmp(&a.2).then(a.0.cmp(&b.0)));
     Ok(Report { articles: reference.len(), exact, overlap, per_label, spacy_recall })
@@ -166,7 +191,11 @@ pub fn evaluate(extractor: &dyn EntityExtractor, articles: &[Article], reference
 impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "{} articles; spans: ours {}, reference {}", self.articles, self.exact.pred, self.exact.gold)?;
-        writeln!(f, "{:<10} {:>7} {:>7} {:>7}   {:>7} {:>7} {:>7}   {:>6} {:>6}", "label", "ex.P", "ex.R", "ex.F1", "ov.P", "ov.R", "ov.F1", "ours", "ref")?;
+        writeln!(
+            f,
+            "{:<10} {:>7} {:>7} {:>7}   {:>7} {:>7} {:>7}   {:>6} {:>6}",
+            "label", "ex.P", "ex.R", "ex.F1", "ov.P", "ov.R", "ov.F1", "ours", "ref"
+        )?;
         let row = |f: &mut fmt::Formatter<'_>, name: &str, e: &Counts, o: &Counts| {
             writeln!(
                 f,

@@ -21,7 +21,9 @@ impl PhraseMatcher {
         let mut list: Vec<String> = phrases
             .into_iter()
             .map(|p| p.as_ref().trim().to_string())
-            .filter(|p| p.chars().count() >= 3 && p.chars().next().is_some_and(|c| c.is_uppercase() || c.is_ascii_digit()))
+            .filter(|p| {
+                p.chars().count() >= 3 && p.chars().next().is_some_and(|c| c.is_uppercase() || c.is_ascii_digit())
+            })
             .collect();
         list.sort();
         list.dedup();
@@ -47,9 +49,8 @@ impl PhraseMatcher {
     /// capitalised part is found by the name rule anyway.
     pub fn from_titles<S: AsRef<str>>(titles: impl IntoIterator<Item = S>) -> Self {
         let names = titles.into_iter().map(|t| strip_disambiguation(t.as_ref()).to_string()).filter(|t| {
-            t.split_whitespace().all(|w| {
-                !w.chars().next().is_some_and(char::is_lowercase) || super::names::is_connector(w)
-            })
+            t.split_whitespace()
+                .all(|w| !w.chars().next().is_some_and(char::is_lowercase) || super::names::is_connector(w))
         });
         Self::new(names, 8)
     }
@@ -111,7 +112,15 @@ mod tests {
 
     #[test]
     fn whole_word_leftmost_longest() {
-        let g = PhraseMatcher::from_titles(["Edward III of England", "Edward III", "England", "Eng", "of", "Mercury (planet)", "Chacma baboon"]);
+        let g = PhraseMatcher::from_titles([
+            "Edward III of England",
+            "Edward III",
+            "England",
+            "Eng",
+            "of",
+            "Mercury (planet)",
+            "Chacma baboon",
+        ]);
         // "of" is too short; "Mercury (planet)" is "Mercury"; "Chacma baboon" has a lower-case word.
         assert_eq!(g.len(), 5);
         let text = "Edward III of England met Edward III in Englander lands near England. Mercury rose.";

@@ -57,8 +57,13 @@ pub fn read_npy(bytes: &[u8], name: &Path) -> Result<Npy> {
     let fortran = field("fortran_order").ok_or_else(|| err("no fortran_order"))?.starts_with("True");
     let shape = field("shape").ok_or_else(|| err("no shape"))?;
     let inner = shape.strip_prefix('(').and_then(|s| s.split(')').next()).ok_or_else(|| err("bad shape"))?;
-    let dims: Vec<usize> =
-        inner.split(',').map(str::trim).filter(|s| !s.is_empty()).map(|s| s.parse()).collect::<Result<_, _>>().map_err(|_| err("bad shape"))?;
+    let dims: Vec<usize> = inner
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| s.parse())
+        .collect::<Result<_, _>>()
+        .map_err(|_| err("bad shape"))?;
     if dims.len() != 2 {
         return Err(err(&format!("{} dimensions (need 2)", dims.len())));
     }
@@ -239,7 +244,16 @@ mod tests {
     fn real_glove_when_installed() {
         let Some(g) = Glove::load_default().unwrap() else { return };
         assert_eq!(g.dim(), 50);
-        for (a, b) in [("france", "germany"), ("paris", "london"), ("john", "james"), ("car", "automobile"), ("army", "military"), ("beatles", "stones"), ("king", "queen"), ("united states", "america")] {
+        for (a, b) in [
+            ("france", "germany"),
+            ("paris", "london"),
+            ("john", "james"),
+            ("car", "automobile"),
+            ("army", "military"),
+            ("beatles", "stones"),
+            ("king", "queen"),
+            ("united states", "america"),
+        ] {
             eprintln!("glove cos({a}, {b}) = {:.3}", g.cosine(a, b).unwrap());
         }
         let near = g.cosine("france", "germany").unwrap();

@@ -20,12 +20,14 @@ use super::{to_entities, EntityExtractor, EntityLabel, Span};
 use crate::text::sentences::sentence_starts;
 
 /// Lower-case words allowed inside a name between capitalised words.
+#[rustfmt::skip]
 const CONNECTORS: &[&str] = &[
     "of", "de", "del", "della", "di", "da", "do", "dos", "das", "du", "des", "van", "von", "der", "den", "ter",
     "the", "la", "le", "les", "y", "al", "el", "bin", "ibn", "bint", "&", "for", "upon", "zu", "af", "av",
 ];
 
 /// Function words that, capitalised at the start of a sentence, never start a name.
+#[rustfmt::skip]
 const FUNCTION_WORDS: &[&str] = &[
     "a", "an", "the", "in", "on", "at", "of", "to", "for", "from", "by", "with", "as", "into", "after", "before",
     "during", "while", "when", "where", "although", "though", "however", "despite", "since", "because", "if",
@@ -43,6 +45,7 @@ const FUNCTION_WORDS: &[&str] = &[
 ];
 
 /// Abbreviations whose final period belongs to the word ("St. Louis", "Dr. Who").
+#[rustfmt::skip]
 const ABBREVIATIONS: &[&str] = &[
     "St", "Dr", "Mr", "Mrs", "Ms", "Jr", "Sr", "Mt", "Ft", "Gen", "Col", "Lt", "Capt", "Sgt", "Rev", "Prof", "Co",
     "Inc", "Ltd", "Corp", "Bros", "No", "Adm", "Maj", "Gov", "Sen", "Hon", "Fr",
@@ -153,7 +156,8 @@ impl NameExtractor {
             // corpus-common word ("Hurricane", "Saint") only when no capitalised word follows it.
             let initial = is_sentence_initial(text, s, starts);
             let lower = w.to_lowercase();
-            let followed = toks.get(i + 1).is_some_and(|&(a, b)| contiguous(text, toks[i].1, a) && is_capitalised(&text[a..b]));
+            let followed =
+                toks.get(i + 1).is_some_and(|&(a, b)| contiguous(text, toks[i].1, a) && is_capitalised(&text[a..b]));
             if initial && (self.function.contains(&lower) || (!followed && self.common.contains(&lower))) {
                 // "The Beatles ...": OntoNotes keeps a sentence-initial "The" of a multi-word name.
                 if self.include_article && w == "The" && followed {
@@ -208,10 +212,17 @@ fn extend(text: &str, toks: &[(usize, usize)], i: usize) -> (usize, usize, usize
         }
         // A run of connectors must be followed by a capitalised word.
         let mut k = j;
-        while k < toks.len() && CONNECTORS.contains(&&text[toks[k].0..toks[k].1]) && contiguous(text, toks[k - 1].1, toks[k].0) {
+        while k < toks.len()
+            && CONNECTORS.contains(&&text[toks[k].0..toks[k].1])
+            && contiguous(text, toks[k - 1].1, toks[k].0)
+        {
             k += 1;
         }
-        if k > j && k < toks.len() && contiguous(text, toks[k - 1].1, toks[k].0) && is_capitalised(&text[toks[k].0..toks[k].1]) {
+        if k > j
+            && k < toks.len()
+            && contiguous(text, toks[k - 1].1, toks[k].0)
+            && is_capitalised(&text[toks[k].0..toks[k].1])
+        {
             last = k;
             j = k + 1;
             continue;
@@ -281,9 +292,15 @@ mod tests {
         );
         // A sentence-initial "The" is kept only before a name of 2+ capitalised words.
         assert_eq!(names(&x, "The Beatles. The Rolling Stones."), vec!["Beatles", "The Rolling Stones"]);
-        assert_eq!(names(&x, "He read The Lord of the Rings by J. R. R. Tolkien."), vec!["The Lord of the Rings", "J. R. R. Tolkien"]);
+        assert_eq!(
+            names(&x, "He read The Lord of the Rings by J. R. R. Tolkien."),
+            vec!["The Lord of the Rings", "J. R. R. Tolkien"]
+        );
         // A connector not followed by a capitalised word is not part of the name.
-        assert_eq!(names(&x, "She went to Paris of old and to England and France."), vec!["Paris", "England", "France"]);
+        assert_eq!(
+            names(&x, "She went to Paris of old and to England and France."),
+            vec!["Paris", "England", "France"]
+        );
     }
 
     #[test]

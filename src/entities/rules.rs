@@ -21,7 +21,8 @@ seventeenth|eighteenth|nineteenth|twentieth|thirtieth|fortieth|fiftieth|sixtieth
 ninetieth|hundredth|thousandth|millionth|tenth|eleventh|twelfth";
 const MONTHS: &str = "January|February|March|April|May|June|July|August|September|October|November|December|\
 (?:Jan|Feb|Mar|Apr|Jun|Jul|Aug|Sep|Sept|Oct|Nov|Dec)\\.";
-const UNITS: &str = "km\\s?/\\s?h|km²|km2|m²|sq\\.? ?mi|square (?:miles?|kilometres?|kilometers?|feet|foot|metres?|meters?)|\
+const UNITS: &str =
+    "km\\s?/\\s?h|km²|km2|m²|sq\\.? ?mi|square (?:miles?|kilometres?|kilometers?|feet|foot|metres?|meters?)|\
 nautical miles?|kilometres?|kilometers?|miles per hour|miles?|mph|mi|metres?|meters?|centimetres?|centimeters?|\
 millimetres?|millimeters?|cm|mm|km|m|feet|foot|ft|inches|inch|yards?|yd|kilograms?|kg|grams?|tonnes?|tons?|\
 pounds|lbs?|acres?|hectares?|ha|knots|kn|horsepower|hp|MW|kW|GW|litres?|liters?|gallons?|°\\s?[CF]|degrees|\
@@ -198,7 +199,10 @@ mod tests {
                 ("September", "DATE")
             ])
         );
-        assert_eq!(found("It ran from 1965 to 1972 for fifty years."), pairs(&[("1965 to 1972", "DATE"), ("fifty years", "DATE")]));
+        assert_eq!(
+            found("It ran from 1965 to 1972 for fifty years."),
+            pairs(&[("1965 to 1972", "DATE"), ("fifty years", "DATE")])
+        );
         assert_eq!(found("the 2010–11 season"), pairs(&[("2010–11 season", "DATE")]));
         assert_eq!(found("in 44 BC"), pairs(&[("44 BC", "DATE")]));
     }
@@ -207,7 +211,13 @@ mod tests {
     fn numbers_ordinals_quantities_money_percent() {
         assert_eq!(
             found("Only five of the 1,200 men, more than sixty, came second and 3rd."),
-            pairs(&[("Only five", "CARDINAL"), ("1,200", "CARDINAL"), ("more than sixty", "CARDINAL"), ("second", "ORDINAL"), ("3rd", "ORDINAL")])
+            pairs(&[
+                ("Only five", "CARDINAL"),
+                ("1,200", "CARDINAL"),
+                ("more than sixty", "CARDINAL"),
+                ("second", "ORDINAL"),
+                ("3rd", "ORDINAL")
+            ])
         );
         assert_eq!(
             found("winds of 175 km / h and 65 miles per hour, about 310 miles away"),
@@ -224,7 +234,10 @@ mod tests {
             ])
         );
         assert_eq!(found("at 02:30 PM EST, 48 hours later"), pairs(&[("02:30 PM EST", "TIME"), ("48 hours", "TIME")]));
-        assert_eq!(found("twenty-first and one hundred"), pairs(&[("twenty-first", "ORDINAL"), ("one hundred", "CARDINAL")]));
+        assert_eq!(
+            found("twenty-first and one hundred"),
+            pairs(&[("twenty-first", "ORDINAL"), ("one hundred", "CARDINAL")])
+        );
     }
 
     #[test]

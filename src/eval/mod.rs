@@ -234,7 +234,12 @@ impl DatasetSpec {
         };
         let end = r.end.unwrap_or(count);
         if end > count || r.start >= end {
-            bail!("--split {name}: questions {}..{end} of dataset '{}', but {} has {count}", r.start, self.name, self.file.display());
+            bail!(
+                "--split {name}: questions {}..{end} of dataset '{}', but {} has {count}",
+                r.start,
+                self.name,
+                self.file.display()
+            );
         }
         Ok(r.start..end)
     }
@@ -259,7 +264,9 @@ impl DatasetSpec {
             None => qa::detect_layout(path)?,
         };
         let metric = match layout {
-            Layout::StrategyqaBigbench | Layout::StrategyqaOriginal | Layout::Pubmedqa | Layout::Bioasq => Metric::Accuracy,
+            Layout::StrategyqaBigbench | Layout::StrategyqaOriginal | Layout::Pubmedqa | Layout::Bioasq => {
+                Metric::Accuracy
+            }
             _ => Metric::EmF1,
         };
         Ok(DatasetSpec {
@@ -321,7 +328,8 @@ mod tests {
     fn every_shipped_spec_parses_and_resolves() {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("datasets");
         let names = DatasetSpec::known_names();
-        for n in ["hotpotqa", "2wikimultihopqa", "strategyqa", "nq", "triviaqa", "pubmedqa", "bioasq", "iirc", "popqa"] {
+        for n in ["hotpotqa", "2wikimultihopqa", "strategyqa", "nq", "triviaqa", "pubmedqa", "bioasq", "iirc", "popqa"]
+        {
             assert!(names.contains(&n.to_string()), "datasets/{n}.toml missing");
             let spec = DatasetSpec::from_toml_file(&dir.join(format!("{n}.toml"))).unwrap();
             assert_eq!(spec.name, n);
@@ -392,7 +400,15 @@ mod tests {
     #[test]
     fn shipped_specs_load_their_data() {
         // IIRC and PopQA data are not in the shared folder (users bring them).
-        let cases = [("hotpotqa", 250), ("2wikimultihopqa", 100), ("strategyqa", 2290), ("nq", 3610), ("triviaqa", 1000), ("pubmedqa", 500), ("bioasq", 409)];
+        let cases = [
+            ("hotpotqa", 250),
+            ("2wikimultihopqa", 100),
+            ("strategyqa", 2290),
+            ("nq", 3610),
+            ("triviaqa", 1000),
+            ("pubmedqa", 500),
+            ("bioasq", 409),
+        ];
         for (name, n) in cases {
             let spec = DatasetSpec::parse_toml_file(&DatasetSpec::find_toml(name).unwrap()).unwrap();
             crate::require_data!(spec.file.to_str().unwrap());
@@ -421,7 +437,9 @@ mod tests {
         assert!(p.starts_with("Question: Jeremy Theobald and Christopher Nolan share what profession?\nAnswer: "));
         assert!(p.ends_with("So the answer is Germany.\nQuestion: Who?\nAnswer:"));
         let sq = DatasetSpec::load("strategyqa").unwrap().prompt_builder().unwrap();
-        assert!(sq.build("Q?", &[], "").ends_with("Following the examples above, answer the question by reasoning step-by-step.\n\nQuestion: Q?\nAnswer:"));
+        assert!(sq.build("Q?", &[], "").ends_with(
+            "Following the examples above, answer the question by reasoning step-by-step.\n\nQuestion: Q?\nAnswer:"
+        ));
     }
 
     #[test]
@@ -430,7 +448,10 @@ mod tests {
         assert!(err.contains("known:") && err.contains("hotpotqa"), "{err}");
         let p = crate::require_data!("qa/pubmedqa/pqal_dev_500.json");
         let spec = DatasetSpec::load(p.to_str().unwrap()).unwrap();
-        assert_eq!((spec.layout, spec.metric, spec.name.as_str()), (Some(Layout::Pubmedqa), Metric::Accuracy, "pqal_dev_500"));
+        assert_eq!(
+            (spec.layout, spec.metric, spec.name.as_str()),
+            (Some(Layout::Pubmedqa), Metric::Accuracy, "pqal_dev_500")
+        );
     }
 
     #[test]

@@ -59,7 +59,11 @@ pub fn markdown_table(summaries: &[Summary]) -> String {
     let (header, rows) = table_cells(&refs);
     let mut s = String::new();
     let _ = writeln!(s, "| {} |", header.join(" | "));
-    let _ = writeln!(s, "|{}|", header.iter().enumerate().map(|(i, _)| if i < 2 { "---" } else { "---:" }).collect::<Vec<_>>().join("|"));
+    let _ = writeln!(
+        s,
+        "|{}|",
+        header.iter().enumerate().map(|(i, _)| if i < 2 { "---" } else { "---:" }).collect::<Vec<_>>().join("|")
+    );
     for r in rows {
         let _ = writeln!(s, "| {} |", r.join(" | "));
     }
@@ -78,7 +82,8 @@ fn table_cells(summaries: &[&Summary]) -> (Vec<String>, Vec<Vec<String>>) {
         .iter()
         .zip(labels)
         .map(|(s, label)| {
-            let mut r = vec![label, s.dataset.clone(), s.questions.to_string(), format!("{:.3}", s.em), format!("{:.3}", s.f1)];
+            let mut r =
+                vec![label, s.dataset.clone(), s.questions.to_string(), format!("{:.3}", s.em), format!("{:.3}", s.f1)];
             if with_acc {
                 r.push(opt(s.accuracy, 3));
             }
@@ -134,7 +139,10 @@ fn token_span(text: &str, entropy: f32, score: Option<f32>, max_score: f32) -> S
     let mut title = format!("entropy {entropy:.3}");
     if let Some(sc) = score {
         let u = if max_score > 0.0 { (sc / max_score).clamp(0.0, 1.0) } else { 0.0 };
-        let _ = write!(style, ";text-decoration:underline;text-decoration-thickness:3px;text-decoration-color:rgba(38,139,210,{u:.2})");
+        let _ = write!(
+            style,
+            ";text-decoration:underline;text-decoration-thickness:3px;text-decoration-color:rgba(38,139,210,{u:.2})"
+        );
         let _ = write!(title, " · trigger score {sc:.3}");
     }
     format!("<span class=\"tok\" style=\"{style}\" title=\"{}\">{}</span>", escape(&title), escape(text))
@@ -188,7 +196,8 @@ fn generation_html(p: &PredictionRecord) -> String {
 
 /// The HTML page: the comparison table, a legend, and the selected questions with every run's generation.
 pub fn html_page(runs: &[LoadedRun], selection: &Selection) -> String {
-    let mut s = String::from("<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>ragtime report</title><style>");
+    let mut s =
+        String::from("<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>ragtime report</title><style>");
     s.push_str(CSS);
     s.push_str("</style></head><body>\n<h1>ragtime report</h1>\n");
     let refs: Vec<&Summary> = runs.iter().map(|r| &r.summary).collect();
@@ -202,7 +211,11 @@ pub fn html_page(runs: &[LoadedRun], selection: &Selection) -> String {
         s.push_str("<tr>");
         for (i, c) in row.iter().enumerate() {
             let class = if i >= 2 { " class=\"n\"" } else { "" };
-            let cell = if i == 0 { format!("{} <small>{}</small>", escape(c), escape(&run.dir.display().to_string())) } else { escape(c) };
+            let cell = if i == 0 {
+                format!("{} <small>{}</small>", escape(c), escape(&run.dir.display().to_string()))
+            } else {
+                escape(c)
+            };
             let _ = write!(s, "<td{class}>{cell}</td>");
         }
         s.push_str("</tr>\n");
@@ -265,7 +278,8 @@ pub fn html_page(runs: &[LoadedRun], selection: &Selection) -> String {
 
 /// Writes the HTML page to `path`.
 pub fn write_html(path: &Path, runs: &[LoadedRun], selection: &Selection) -> Result<()> {
-    std::fs::write(path, html_page(runs, selection)).map_err(|e| anyhow::anyhow!("{}: cannot write: {e}", path.display()))
+    std::fs::write(path, html_page(runs, selection))
+        .map_err(|e| anyhow::anyhow!("{}: cannot write: {e}", path.display()))
 }
 
 #[cfg(test)]
@@ -287,7 +301,10 @@ mod tests {
         assert_eq!(lines[0], "| method | dataset | n | EM | F1 | accuracy | retrievals/q | supporting hit | gen tokens/q | fwd tokens/q | s/q |");
         assert_eq!(lines[1], "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
         // EM 2/3, F1 20/21 = 0.952, accuracy 1, 1 retrieval/q, hit 1/3, 20 / 300 tokens, 1 s (see run::tests).
-        assert_eq!(lines[2], "| dragin (dragin-hotpot) | hotpotqa | 3 | 0.667 | 0.952 | 1.000 | 1.00 | 0.333 | 20.0 | 300.0 | 1.000 |");
+        assert_eq!(
+            lines[2],
+            "| dragin (dragin-hotpot) | hotpotqa | 3 | 0.667 | 0.952 | 1.000 | 1.00 | 0.333 | 20.0 | 300.0 | 1.000 |"
+        );
         assert_eq!(lines.len(), 4);
     }
 
@@ -313,7 +330,10 @@ mod tests {
         };
         let t = markdown_table(&[s]);
         assert!(!t.contains("accuracy"));
-        assert!(t.lines().nth(2).unwrap() == "| flare | nq | 2 | 0.500 | 0.750 | 1.50 | – | 12.0 | 100.2 | 0.500 |", "{t}");
+        assert!(
+            t.lines().nth(2).unwrap() == "| flare | nq | 2 | 0.500 | 0.750 | 1.50 | – | 12.0 | 100.2 | 0.500 |",
+            "{t}"
+        );
     }
 
     #[test]

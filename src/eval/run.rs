@@ -50,7 +50,12 @@ impl RetrievalRecord {
         } else {
             Some(passages.iter().any(|p| example.is_supporting(&p.title, &p.text)))
         };
-        RetrievalRecord { token_pos, query: query.to_string(), passage_ids: passages.iter().map(|p| p.id.clone()).collect(), hit_supporting }
+        RetrievalRecord {
+            token_pos,
+            query: query.to_string(),
+            passage_ids: passages.iter().map(|p| p.id.clone()).collect(),
+            hit_supporting,
+        }
     }
 }
 
@@ -156,16 +161,25 @@ impl RunWriter {
         let cfg_text = toml::to_string(config).context("cannot serialise the run config as TOML")?;
         let cfg_path = dir.join(CONFIG_FILE);
         let new: toml::Value = toml::from_str(&cfg_text)?;
-        if crate::io::pin_settings(&cfg_path, &cfg_text, |t| Ok(toml::from_str::<toml::Value>(t)?))?.is_some_and(|old| old != new) {
-            bail!("{}: the run directory holds a run with a different config; use another --out (or delete it)", dir.display());
+        if crate::io::pin_settings(&cfg_path, &cfg_text, |t| Ok(toml::from_str::<toml::Value>(t)?))?
+            .is_some_and(|old| old != new)
+        {
+            bail!(
+                "{}: the run directory holds a run with a different config; use another --out (or delete it)",
+                dir.display()
+            );
         }
         let pred_path = dir.join(PREDICTIONS_FILE);
         let mut done = HashSet::new();
         if pred_path.exists() {
             let (records, truncated_at) = read_predictions_inner(&pred_path)?;
             if let Some(len) = truncated_at {
-                let f = OpenOptions::new().write(true).open(&pred_path).with_context(|| format!("{}: cannot open", pred_path.display()))?;
-                f.set_len(len).with_context(|| format!("{}: cannot drop the truncated last line", pred_path.display()))?;
+                let f = OpenOptions::new()
+                    .write(true)
+                    .open(&pred_path)
+                    .with_context(|| format!("{}: cannot open", pred_path.display()))?;
+                f.set_len(len)
+                    .with_context(|| format!("{}: cannot drop the truncated last line", pred_path.display()))?;
             }
             done = records.into_iter().map(|r| r.id).collect();
         }
@@ -198,7 +212,11 @@ impl RunWriter {
     /// Appends one prediction as a line and flushes it.
     pub fn write(&mut self, record: &PredictionRecord) -> Result<()> {
         if self.done.contains(&record.id) {
-            bail!("{}: a prediction for id '{}' is already written", self.dir.join(PREDICTIONS_FILE).display(), record.id);
+            bail!(
+                "{}: a prediction for id '{}' is already written",
+                self.dir.join(PREDICTIONS_FILE).display(),
+                record.id
+            );
         }
         let mut line = serde_json::to_string(record)?;
         line.push('\n');
@@ -267,13 +285,13 @@ impl Progress {
             eta % 60
         )
     }
-
 }
 
 /// Writes `summary` as metrics.json in `dir`.
 pub fn write_metrics(dir: &Path, summary: &Summary) -> Result<()> {
     let p = dir.join(METRICS_FILE);
-    std::fs::write(&p, serde_json::to_string_pretty(summary)? + "\n").with_context(|| format!("{}: cannot write", p.display()))
+    std::fs::write(&p, serde_json::to_string_pretty(summary)? + "\n")
+        .with_context(|| format!("{}: cannot write", p.display()))
 }
 
 /// Reads predictions.jsonl: the records, and `Some(byte length to keep)` when the last line is torn (see
@@ -310,7 +328,8 @@ pub fn summarise(run_dir: &Path) -> Result<Summary> {
         bail!("{}: not a run directory (no {PREDICTIONS_FILE})", run_dir.display());
     }
     let (records, truncated) = read_predictions_inner(&pred_path)?;
-    let run = run_dir.file_name().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| run_dir.display().to_string());
+    let run =
+        run_dir.file_name().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| run_dir.display().to_string());
     let cfg_path = run_dir.join(CONFIG_FILE);
     let cfg: Option<toml::Value> = if cfg_path.exists() {
         let t = std::fs::read_to_string(&cfg_path).with_context(|| format!("{}: cannot read", cfg_path.display()))?;
@@ -324,7 +343,8 @@ pub fn summarise(run_dir: &Path) -> Result<Summary> {
         .unwrap_or_else(|| run.clone());
     let dataset = cfg.as_ref().and_then(|c| config_name(c, "dataset")).unwrap_or_default();
     let n = records.len();
-    let mean = |f: &dyn Fn(&PredictionRecord) -> f64| if n == 0 { 0.0 } else { records.iter().map(f).sum::<f64>() / n as f64 };
+    let mean =
+        |f: &dyn Fn(&PredictionRecord) -> f64| if n == 0 { 0.0 } else { records.iter().map(f).sum::<f64>() / n as f64 };
     let accs: Vec<f64> = records.iter().filter_map(|r| r.metrics.accuracy).collect();
     let judged: Vec<bool> = records.iter().flat_map(|r| r.retrievals.iter().filter_map(|x| x.hit_supporting)).collect();
     Ok(Summary {
@@ -339,7 +359,11 @@ pub fn summarise(run_dir: &Path) -> Result<Summary> {
         accuracy: if accs.is_empty() { None } else { Some(accs.iter().sum::<f64>() / accs.len() as f64) },
         contains: mean(&|r| r.metrics.contains),
         retrievals_per_question: mean(&|r| r.retrievals.len() as f64),
-        supporting_hit_rate: if judged.is_empty() { None } else { Some(judged.iter().filter(|h| **h).count() as f64 / judged.len() as f64) },
+        supporting_hit_rate: if judged.is_empty() {
+            None
+        } else {
+            Some(judged.iter().filter(|h| **h).count() as f64 / judged.len() as f64)
+        },
         generated_tokens_per_question: mean(&|r| r.generated_tokens as f64),
         forward_tokens_per_question: mean(&|r| r.forward_tokens as f64),
         seconds_per_question: mean(&|r| r.seconds),
@@ -378,9 +402,20 @@ pub(crate) mod tests {
     pub(crate) fn fake_run(dir: &Path, method: &str) -> Result<()> {
         let mut w = RunWriter::create(dir, &Cfg { method: method.into(), dataset: "hotpotqa".into(), threshold: 1.2 })?;
         // q1: correct; 2 retrievals, the first brings back the supporting "Shirley Temple" paragraph.
-        let e1 = example("q1", &["Chief of Protocol"], AnswerKind::Span, &[("Shirley Temple", "She was Chief of Protocol.")]);
-        let mut r1 = PredictionRecord::new(&e1, "Shirley Temple was Chief of Protocol. So the answer is Chief of Protocol.");
-        r1.retrievals.push(RetrievalRecord::new(&e1, 0, "Corliss Archer", &[passage("7", "Shirley Temple", "She was  Chief of Protocol."), passage("9", "X", "y")]));
+        let e1 = example(
+            "q1",
+            &["Chief of Protocol"],
+            AnswerKind::Span,
+            &[("Shirley Temple", "She was Chief of Protocol.")],
+        );
+        let mut r1 =
+            PredictionRecord::new(&e1, "Shirley Temple was Chief of Protocol. So the answer is Chief of Protocol.");
+        r1.retrievals.push(RetrievalRecord::new(
+            &e1,
+            0,
+            "Corliss Archer",
+            &[passage("7", "Shirley Temple", "She was  Chief of Protocol."), passage("9", "X", "y")],
+        ));
         r1.retrievals.push(RetrievalRecord::new(&e1, 4, "Shirley Temple position", &[passage("9", "X", "y")]));
         (r1.generated_tokens, r1.forward_tokens, r1.seconds) = (20, 500, 1.5);
         r1.trace = vec![
@@ -391,7 +426,12 @@ pub(crate) mod tests {
         // q2: "Walls and Bridges album" vs "Walls and Bridges": EM 0, F1 6/7, P 3/4, R 1; 1 retrieval, no hit.
         let e2 = example("q2", &["Walls and Bridges"], AnswerKind::Span, &[("Walls and Bridges", "An album.")]);
         let mut r2 = PredictionRecord::new(&e2, "So the answer is Walls and Bridges album.");
-        r2.retrievals.push(RetrievalRecord::new(&e2, 2, "Nobody Loves You album", &[passage("3", "Walls and Bridges", "Another text.")]));
+        r2.retrievals.push(RetrievalRecord::new(
+            &e2,
+            2,
+            "Nobody Loves You album",
+            &[passage("3", "Walls and Bridges", "Another text.")],
+        ));
         (r2.generated_tokens, r2.forward_tokens, r2.seconds) = (10, 300, 0.5);
         w.write(&r2)?;
         // q3: yes/no, correct; no retrieval, no supporting paragraphs.
@@ -412,7 +452,10 @@ pub(crate) mod tests {
         let run = dir.path().join("dragin-hotpot");
         fake_run(&run, "dragin").unwrap();
         let s = summarise(&run).unwrap();
-        assert_eq!((s.run.as_str(), s.method.as_str(), s.dataset.as_str(), s.questions), ("dragin-hotpot", "dragin", "hotpotqa", 3));
+        assert_eq!(
+            (s.run.as_str(), s.method.as_str(), s.dataset.as_str(), s.questions),
+            ("dragin-hotpot", "dragin", "hotpotqa", 3)
+        );
         // EM: (1 + 0 + 1) / 3; F1: (1 + 6/7 + 1) / 3 = 20/21; P: (1 + 3/4 + 1)/3 = 11/12; R: 1.
         close(s.em, 2.0 / 3.0);
         close(s.f1, 20.0 / 21.0);

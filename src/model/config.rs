@@ -65,8 +65,10 @@ impl ModelConfig {
         };
         let hidden_size = get("hidden_size")?;
         let num_heads = get("num_attention_heads")?;
-        let num_kv_heads = v.get("num_key_value_heads").and_then(|x| x.as_u64()).map(|x| x as usize).unwrap_or(num_heads);
-        let head_dim = v.get("head_dim").and_then(|x| x.as_u64()).map(|x| x as usize).unwrap_or(hidden_size / num_heads);
+        let num_kv_heads =
+            v.get("num_key_value_heads").and_then(|x| x.as_u64()).map(|x| x as usize).unwrap_or(num_heads);
+        let head_dim =
+            v.get("head_dim").and_then(|x| x.as_u64()).map(|x| x as usize).unwrap_or(hidden_size / num_heads);
         let rope_theta = v
             .get("rope_theta")
             .and_then(|x| x.as_f64())

@@ -173,7 +173,8 @@ pub fn heads_first(x: &[f32], t: usize, heads: usize, hd: usize) -> Vec<f32> {
     let mut out = vec![0f32; x.len()];
     for i in 0..t {
         for h in 0..heads {
-            out[(h * t + i) * hd..(h * t + i + 1) * hd].copy_from_slice(&x[(i * heads + h) * hd..(i * heads + h + 1) * hd]);
+            out[(h * t + i) * hd..(h * t + i + 1) * hd]
+                .copy_from_slice(&x[(i * heads + h) * hd..(i * heads + h + 1) * hd]);
         }
     }
     out
@@ -379,13 +380,18 @@ mod tests {
         let v4 = Tensor::<B, 4>::from_data(TensorData::new(vc, [1, kvh, keys, hd]), &dev);
         let (out, probs) = causal_attention(&q, t, h, kvh, hd, &as_flex(&k4).unwrap(), &as_flex(&v4).unwrap(), keys);
 
-        let qt = Tensor::<B, 3>::from_data(TensorData::new(q, [1, t, h * hd]), &dev).reshape([1, t, h, hd]).swap_dims(1, 2);
+        let qt =
+            Tensor::<B, 3>::from_data(TensorData::new(q, [1, t, h * hd]), &dev).reshape([1, t, h, hd]).swap_dims(1, 2);
         let qg = qt.reshape([1, kvh, rep * t, hd]);
         let scores = qg.matmul(k4.swap_dims(2, 3)).mul_scalar(1.0 / (hd as f64).sqrt()).reshape([1, h, t, keys]);
         let mask: Vec<bool> = (0..t).flat_map(|i| (0..keys).map(move |j| j > start + i)).collect();
         let mask = Tensor::<B, 2, Bool>::from_data(TensorData::new(mask, [t, keys]), &dev);
         let p = softmax(scores.mask_fill(mask.unsqueeze::<4>(), f32::NEG_INFINITY), 3);
-        let o = p.clone().reshape([1, kvh, rep * t, keys]).matmul(v4).reshape([1, h, t, hd]).swap_dims(1, 2).reshape([1, t, h * hd]);
+        let o = p.clone().reshape([1, kvh, rep * t, keys]).matmul(v4).reshape([1, h, t, hd]).swap_dims(1, 2).reshape([
+            1,
+            t,
+            h * hd,
+        ]);
         close(&probs, &p.into_data().to_vec::<f32>().unwrap(), 1e-6);
         close(&out, &o.into_data().to_vec::<f32>().unwrap(), 1e-5);
     }
@@ -398,7 +404,9 @@ mod tests {
         let dev = Default::default();
         let xt = Tensor::<B, 2>::from_data(TensorData::new(x.clone(), [t, d]), &dev);
         let var = xt.clone().powi_scalar(2).mean_dim(1);
-        let want = xt.clone() * var.add_scalar(1e-5).sqrt().recip() * Tensor::<B, 1>::from_data(TensorData::new(w.clone(), [d]), &dev).unsqueeze::<2>();
+        let want = xt.clone()
+            * var.add_scalar(1e-5).sqrt().recip()
+            * Tensor::<B, 1>::from_data(TensorData::new(w.clone(), [d]), &dev).unsqueeze::<2>();
         close(&rms_norm(&x, d, &w, 1e-5), &want.into_data().to_vec::<f32>().unwrap(), 1e-6);
 
         let u = rand_vec(t * d, 9);

@@ -26,7 +26,9 @@ pub struct GgufFile {
 }
 
 fn meta_u64(c: &Content, key: &str) -> Option<u64> {
-    c.metadata.get(key).and_then(|v| v.to_u64().ok().or_else(|| v.to_u32().ok().map(|x| x as u64)).or_else(|| v.to_i32().ok().map(|x| x as u64)))
+    c.metadata.get(key).and_then(|v| {
+        v.to_u64().ok().or_else(|| v.to_u32().ok().map(|x| x as u64)).or_else(|| v.to_i32().ok().map(|x| x as u64))
+    })
 }
 
 fn meta_f32(c: &Content, key: &str) -> Option<f32> {
@@ -64,12 +66,17 @@ impl GgufFile {
         };
         let a = arch_name.as_str();
         let need = |key: String| -> Result<usize> {
-            meta_u64(&content, &key).map(|x| x as usize).with_context(|| format!("{}: GGUF metadata lacks {key}", path.display()))
+            meta_u64(&content, &key)
+                .map(|x| x as usize)
+                .with_context(|| format!("{}: GGUF metadata lacks {key}", path.display()))
         };
         let hidden_size = need(format!("{a}.embedding_length"))?;
         let num_heads = need(format!("{a}.attention.head_count"))?;
-        let num_kv_heads = meta_u64(&content, &format!("{a}.attention.head_count_kv")).map(|x| x as usize).unwrap_or(num_heads);
-        let head_dim = meta_u64(&content, &format!("{a}.attention.key_length")).map(|x| x as usize).unwrap_or(hidden_size / num_heads);
+        let num_kv_heads =
+            meta_u64(&content, &format!("{a}.attention.head_count_kv")).map(|x| x as usize).unwrap_or(num_heads);
+        let head_dim = meta_u64(&content, &format!("{a}.attention.key_length"))
+            .map(|x| x as usize)
+            .unwrap_or(hidden_size / num_heads);
         let vocab_size = match content.metadata.get("tokenizer.ggml.tokens") {
             Some(Value::Array(v)) => v.len(),
             _ => content
@@ -137,7 +144,9 @@ impl GgufFile {
 
     pub fn meta_i32s(&self, key: &str) -> Option<Vec<i32>> {
         match self.content.metadata.get(key) {
-            Some(Value::Array(v)) => v.iter().map(|x| x.to_i32().ok().or_else(|| x.to_u32().ok().map(|u| u as i32))).collect(),
+            Some(Value::Array(v)) => {
+                v.iter().map(|x| x.to_i32().ok().or_else(|| x.to_u32().ok().map(|u| u as i32))).collect()
+            }
             _ => None,
         }
     }
@@ -264,7 +273,10 @@ mod tests {
             data: vec![0., 0., 2., 2., 1., 1., 3., 3., 4., 4., 6., 6., 5., 5., 7., 7.],
             shape: vec![8, 2],
         };
-        assert_eq!(unpermute_rows(&stored, 2).data, vec![0., 0., 1., 1., 2., 2., 3., 3., 4., 4., 5., 5., 6., 6., 7., 7.]);
+        assert_eq!(
+            unpermute_rows(&stored, 2).data,
+            vec![0., 0., 1., 1., 2., 2., 3., 3., 4., 4., 5., 5., 6., 6., 7., 7.]
+        );
     }
 
     #[test]

@@ -93,7 +93,9 @@ impl<B: Backend> Linear<B> {
     /// `forward` gives it alone. Longer segments (prefill) and f32 weights go through `forward` one by one.
     pub fn forward_many(&self, xs: Vec<Tensor<B, 3>>) -> Vec<Tensor<B, 3>> {
         match (&self.quant, &self.lora) {
-            (Some(q), None) if count_small(&xs) >= 2 => matvec_segments(q, xs, self.bias.as_ref().map(|b| b.val()), |x| self.forward(x)),
+            (Some(q), None) if count_small(&xs) >= 2 => {
+                matvec_segments(q, xs, self.bias.as_ref().map(|b| b.val()), |x| self.forward(x))
+            }
             _ => xs.into_iter().map(|x| self.forward(x)).collect(),
         }
     }
@@ -110,7 +112,12 @@ fn count_small<B: Backend>(xs: &[Tensor<B, 3>]) -> usize {
 
 /// `x W^T (+ bias)` for each of `xs` (`[b, t, in]`): the small ones (decoding) in one [`QMatrix::matvec`] over
 /// all their rows, each row exactly as a product of its own, the others through `other`.
-fn matvec_segments<B: Backend>(q: &QMatrix, xs: Vec<Tensor<B, 3>>, bias: Option<Tensor<B, 1>>, mut other: impl FnMut(Tensor<B, 3>) -> Tensor<B, 3>) -> Vec<Tensor<B, 3>> {
+fn matvec_segments<B: Backend>(
+    q: &QMatrix,
+    xs: Vec<Tensor<B, 3>>,
+    bias: Option<Tensor<B, 1>>,
+    mut other: impl FnMut(Tensor<B, 3>) -> Tensor<B, 3>,
+) -> Vec<Tensor<B, 3>> {
     let mut host = Vec::new();
     for x in xs.iter().filter(|x| is_small(x)) {
         host.extend(x.clone().into_data().convert::<f32>().to_vec::<f32>().unwrap());
@@ -301,7 +308,13 @@ impl<B: Backend> KvCache<B> {
     }
 
     /// Writes `k_new`/`v_new` ([b, kv, t, hd]) at `start` and returns keys/values for `0..start+t`.
-    fn append(&mut self, layer: usize, start: usize, k_new: Tensor<B, 4>, v_new: Tensor<B, 4>) -> (Tensor<B, 4>, Tensor<B, 4>) {
+    fn append(
+        &mut self,
+        layer: usize,
+        start: usize,
+        k_new: Tensor<B, 4>,
+        v_new: Tensor<B, 4>,
+    ) -> (Tensor<B, 4>, Tensor<B, 4>) {
         let [b, kv, t, hd] = k_new.dims();
         let end = start + t;
         if end > self.capacity {
@@ -415,7 +428,8 @@ impl<B: Backend> Attention<B> {
         let mut outs = Vec::with_capacity(segs.len());
         let mut probs = Vec::with_capacity(segs.len());
         for (((q, k), v), (s, &kp)) in q.into_iter().zip(k).zip(v).zip(segs.iter_mut().zip(keep)) {
-            let (o, p) = self.attend_flex(raw(q), raw(k), raw(v), rope, s.start, s.cache.as_deref_mut().map(|c| (c, layer)), kp);
+            let (o, p) =
+                self.attend_flex(raw(q), raw(k), raw(v), rope, s.start, s.cache.as_deref_mut().map(|c| (c, layer)), kp);
             outs.push(o);
             probs.push(p);
         }
@@ -439,7 +453,8 @@ impl<B: Backend> Attention<B> {
         let (h, kvh, hd) = (self.num_heads, self.num_kv_heads, self.head_dim);
         let t = q.len() / (h * hd);
         let device = rope.cos.device();
-        let (cos, sin) = (flex::as_flex(&rope.cos).expect("flex tensor"), flex::as_flex(&rope.sin).expect("flex tensor"));
+        let (cos, sin) =
+            (flex::as_flex(&rope.cos).expect("flex tensor"), flex::as_flex(&rope.sin).expect("flex tensor"));
         let (cos, sin) = (flex::contiguous(&cos), flex::contiguous(&sin)); // [max_pos, hd], no copy
         flex::rope(&mut q, t, h, hd, start, &cos, &sin);
         flex::rope(&mut k, t, kvh, hd, start, &cos, &sin);
@@ -476,7 +491,14 @@ impl<B: Backend> Llama<B> {
     }
 
     /// ids: [b, t] at positions start..start+t. With a cache, keys/values are appended to it.
-    pub fn forward(&self, ids: Tensor<B, 2, Int>, rope: &Rope<B>, start: usize, cache: Option<&mut KvCache<B>>, capture: Capture) -> ForwardOut<B> {
+    pub fn forward(
+        &self,
+        ids: Tensor<B, 2, Int>,
+        rope: &Rope<B>,
+        start: usize,
+        cache: Option<&mut KvCache<B>>,
+        capture: Capture,
+    ) -> ForwardOut<B> {
         self.forward_many(vec![Segment { ids, start, cache, capture }], rope).pop().expect("one segment")
     }
 
@@ -500,11 +522,14 @@ impl<B: Backend> Llama<B> {
         let n = self.layers.len();
         for (l, block) in self.layers.iter().enumerate() {
             let last = l + 1 == n;
-            let keep: Vec<bool> = segs.iter().zip(&lens).map(|(s, &t)| last && s.capture.attn_from.is_some_and(|f| f < t)).collect();
+            let keep: Vec<bool> =
+                segs.iter().zip(&lens).map(|(s, &t)| last && s.capture.attn_from.is_some_and(|f| f < t)).collect();
             let normed = xs.iter().map(|x| block.input_layernorm.forward(x.clone())).collect();
             let (a, probs) = block.self_attn.forward_many(normed, rope, &mut segs, l, &keep);
             let hmid: Vec<Tensor<B, 3>> = xs.into_iter().zip(a).map(|(x, a)| x + a).collect();
-            let m = block.mlp.forward_many(hmid.iter().map(|h| block.post_attention_layernorm.forward(h.clone())).collect());
+            let m = block
+                .mlp
+                .forward_many(hmid.iter().map(|h| block.post_attention_layernorm.forward(h.clone())).collect());
             xs = hmid.into_iter().zip(m).map(|(h, m)| h + m).collect();
             for (i, p) in probs.into_iter().enumerate() {
                 if let Some(p) = p {

@@ -10,10 +10,10 @@
 //! ```
 
 pub mod config;
+pub mod flex;
 pub mod gguf;
 pub mod llama;
 pub mod params;
-pub mod flex;
 pub mod quant;
 pub mod safetensors;
 pub mod sampling;
@@ -60,11 +60,18 @@ pub fn build_llama<B: Backend>(src: &dyn WeightSource, cfg: &ModelConfig, device
         let name = format!("{prefix}.{}", spec.path);
         let [out, inp] = (spec.shape)(cfg);
         let w = src.require(&format!("{name}.weight"), &[out, inp])?;
-        let b = if spec.has_bias(cfg) { Some(Param::from_tensor(tensor1(src.require(&format!("{name}.bias"), &[out])?, device))) } else { None };
+        let b = if spec.has_bias(cfg) {
+            Some(Param::from_tensor(tensor1(src.require(&format!("{name}.bias"), &[out])?, device)))
+        } else {
+            None
+        };
         Ok(Linear { weight: Param::from_tensor(transposed(w, device)), bias: b, lora: None, quant: None })
     };
     let norm = |name: &str| -> Result<RmsNorm<B>> {
-        Ok(RmsNorm { weight: Param::from_tensor(tensor1(src.require(name, &[d])?, device)), eps: cfg.rms_norm_eps as f64 })
+        Ok(RmsNorm {
+            weight: Param::from_tensor(tensor1(src.require(name, &[d])?, device)),
+            eps: cfg.rms_norm_eps as f64,
+        })
     };
     let embed = src.require(params::EMBED, &[cfg.vocab_size, d])?;
     let embed_tokens = Param::from_tensor(Tensor::from_data(TensorData::new(embed.data, [cfg.vocab_size, d]), device));
@@ -72,7 +79,8 @@ pub fn build_llama<B: Backend>(src: &dyn WeightSource, cfg: &ModelConfig, device
     for l in 0..cfg.num_layers {
         let p = params::block_prefix(l);
         let [input_norm, post_norm] = params::BLOCK_NORMS.map(|(n, _)| norm(&format!("{p}.{n}.weight")));
-        let [q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj] = params::BLOCK_LINEARS.map(|spec| lin(&p, &spec));
+        let [q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj] =
+            params::BLOCK_LINEARS.map(|spec| lin(&p, &spec));
         layers.push(Block {
             input_layernorm: input_norm?,
             self_attn: Attention {
@@ -103,7 +111,14 @@ pub fn attach_quantized<B: Backend>(m: &mut Llama<B>, src: &dyn WeightSource, cf
     let mut get = |name: &str, dims: [usize; 2]| -> Result<Option<std::sync::Arc<quant::QMatrix>>> {
         let Some(q) = src.quantized(name)? else { return Ok(None) };
         if [q.rows, q.cols] != dims {
-            bail!("{}: tensor '{name}' is {}x{} as blocks but {}x{} de-quantized", src.describe(), q.rows, q.cols, dims[0], dims[1]);
+            bail!(
+                "{}: tensor '{name}' is {}x{} as blocks but {}x{} de-quantized",
+                src.describe(),
+                q.rows,
+                q.cols,
+                dims[0],
+                dims[1]
+            );
         }
         bytes += q.bytes();
         Ok(Some(std::sync::Arc::new(q)))
@@ -283,7 +298,9 @@ where
                 let v = a.into_data().convert::<f32>().to_vec::<f32>().unwrap();
                 for row in 0..nr {
                     let pos = start + from + row;
-                    r.attn.push((0..nh).map(|hh| v[(hh * nr + row) * nk..(hh * nr + row) * nk + pos + 1].to_vec()).collect());
+                    r.attn.push(
+                        (0..nh).map(|hh| v[(hh * nr + row) * nk..(hh * nr + row) * nk + pos + 1].to_vec()).collect(),
+                    );
                 }
             }
             res.push(r);
@@ -351,7 +368,13 @@ impl Lm {
     }
 
     /// Builds from any weight source (used by [`Lm::load`] and by tests with random weights).
-    pub fn from_source(src: &dyn WeightSource, cfg: ModelConfig, tokenizer: Tokenizer, name: String, device: DeviceKind) -> Result<Lm> {
+    pub fn from_source(
+        src: &dyn WeightSource,
+        cfg: ModelConfig,
+        tokenizer: Tokenizer,
+        name: String,
+        device: DeviceKind,
+    ) -> Result<Lm> {
         let max_pos = cfg.max_position_embeddings.min(MAX_POSITIONS);
         let mut int8_decode_bytes = 0;
         let engine: Box<dyn Engine> = match device {
@@ -406,8 +429,16 @@ impl Lm {
     /// steps of `ids[i][steps_from[i]..]`, exactly what [`Session::feed`] on it alone returns (bit for bit: on
     /// the CPU the sessions share only the integer weight products of their decoding rows, computed row by row
     /// as a single session's are). This is how several questions are answered at once (`ragtime eval --batch`).
-    pub fn feed_many(&self, sessions: &mut [&mut Session<'_>], ids: &[&[u32]], steps_from: &[usize]) -> Result<Vec<Vec<TokenStep>>> {
-        assert!(sessions.len() == ids.len() && ids.len() == steps_from.len(), "feed_many: one ids slice and one steps_from per session");
+    pub fn feed_many(
+        &self,
+        sessions: &mut [&mut Session<'_>],
+        ids: &[&[u32]],
+        steps_from: &[usize],
+    ) -> Result<Vec<Vec<TokenStep>>> {
+        assert!(
+            sessions.len() == ids.len() && ids.len() == steps_from.len(),
+            "feed_many: one ids slice and one steps_from per session"
+        );
         let mut wants = Vec::with_capacity(sessions.len());
         for ((s, ids), &from) in sessions.iter().zip(ids).zip(steps_from) {
             anyhow::ensure!(std::ptr::eq(s.lm, self), "feed_many: a session of another model");
@@ -419,7 +450,11 @@ impl Lm {
             .zip(&wants)
             .filter_map(|((s, ids), w)| w.map(|want| SeqIn { cache: s.cache.as_mut(), ids, want }))
             .collect();
-        let outs = if seqs.is_empty() { vec![] } else { crate::device::guard("model forward failed", || self.engine.forward(&mut seqs))?? };
+        let outs = if seqs.is_empty() {
+            vec![]
+        } else {
+            crate::device::guard("model forward failed", || self.engine.forward(&mut seqs))??
+        };
         drop(seqs);
         let mut outs = outs.into_iter();
         let mut res = Vec::with_capacity(sessions.len());
@@ -500,11 +535,8 @@ impl<'a> Session<'a> {
                 continue;
             }
             // distribution this token was drawn from: logits at the previous position
-            let prev: Option<&[f32]> = if i == 0 {
-                self.last_logits.as_deref()
-            } else {
-                Some(&out.logits[i - 1 - logits_from])
-            };
+            let prev: Option<&[f32]> =
+                if i == 0 { self.last_logits.as_deref() } else { Some(&out.logits[i - 1 - logits_from]) };
             let (entropy, prob) = match prev {
                 Some(l) => sampling::entropy_and_prob(l, id),
                 None => (f32::NAN, f32::NAN),

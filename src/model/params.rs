@@ -37,13 +37,43 @@ impl BlockLinear {
 
 /// The linear layers of a block, in the order of [`Block::linears`].
 pub const BLOCK_LINEARS: [BlockLinear; 7] = [
-    BlockLinear { path: "self_attn.q_proj", gguf: "attn_q", shape: |c| [c.num_heads * c.head_dim, c.hidden_size], qkv: true },
-    BlockLinear { path: "self_attn.k_proj", gguf: "attn_k", shape: |c| [c.num_kv_heads * c.head_dim, c.hidden_size], qkv: true },
-    BlockLinear { path: "self_attn.v_proj", gguf: "attn_v", shape: |c| [c.num_kv_heads * c.head_dim, c.hidden_size], qkv: true },
-    BlockLinear { path: "self_attn.o_proj", gguf: "attn_output", shape: |c| [c.hidden_size, c.num_heads * c.head_dim], qkv: false },
-    BlockLinear { path: "mlp.gate_proj", gguf: "ffn_gate", shape: |c| [c.intermediate_size, c.hidden_size], qkv: false },
+    BlockLinear {
+        path: "self_attn.q_proj",
+        gguf: "attn_q",
+        shape: |c| [c.num_heads * c.head_dim, c.hidden_size],
+        qkv: true,
+    },
+    BlockLinear {
+        path: "self_attn.k_proj",
+        gguf: "attn_k",
+        shape: |c| [c.num_kv_heads * c.head_dim, c.hidden_size],
+        qkv: true,
+    },
+    BlockLinear {
+        path: "self_attn.v_proj",
+        gguf: "attn_v",
+        shape: |c| [c.num_kv_heads * c.head_dim, c.hidden_size],
+        qkv: true,
+    },
+    BlockLinear {
+        path: "self_attn.o_proj",
+        gguf: "attn_output",
+        shape: |c| [c.hidden_size, c.num_heads * c.head_dim],
+        qkv: false,
+    },
+    BlockLinear {
+        path: "mlp.gate_proj",
+        gguf: "ffn_gate",
+        shape: |c| [c.intermediate_size, c.hidden_size],
+        qkv: false,
+    },
     BlockLinear { path: "mlp.up_proj", gguf: "ffn_up", shape: |c| [c.intermediate_size, c.hidden_size], qkv: false },
-    BlockLinear { path: "mlp.down_proj", gguf: "ffn_down", shape: |c| [c.hidden_size, c.intermediate_size], qkv: false },
+    BlockLinear {
+        path: "mlp.down_proj",
+        gguf: "ffn_down",
+        shape: |c| [c.hidden_size, c.intermediate_size],
+        qkv: false,
+    },
 ];
 
 /// A block's RMSNorm weights, `[hidden]` each: (path inside the block, llama.cpp name).
@@ -56,7 +86,8 @@ pub const FINAL_NORM: &str = "model.norm.weight";
 /// The output projection, `[vocab, hidden]`; absent when tied to [`EMBED`].
 pub const LM_HEAD: &str = "lm_head.weight";
 /// The model-level tensors: (Hugging Face name, llama.cpp name).
-pub const TOP_LEVEL: [(&str, &str); 3] = [(EMBED, "token_embd.weight"), (FINAL_NORM, "output_norm.weight"), (LM_HEAD, "output.weight")];
+pub const TOP_LEVEL: [(&str, &str); 3] =
+    [(EMBED, "token_embd.weight"), (FINAL_NORM, "output_norm.weight"), (LM_HEAD, "output.weight")];
 
 /// `model.layers.{l}`, the prefix of block `l`'s parameters.
 pub fn block_prefix(l: usize) -> String {
@@ -72,7 +103,11 @@ pub fn gguf_name(hf: &str) -> Option<String> {
     let (layer, rest) = rest.split_once('.')?;
     let (path, kind) = rest.rsplit_once('.')?;
     let mapped = match kind {
-        "weight" => BLOCK_LINEARS.iter().find(|l| l.path == path).map(|l| l.gguf).or_else(|| BLOCK_NORMS.iter().find(|(p, _)| *p == path).map(|(_, g)| *g)),
+        "weight" => BLOCK_LINEARS
+            .iter()
+            .find(|l| l.path == path)
+            .map(|l| l.gguf)
+            .or_else(|| BLOCK_NORMS.iter().find(|(p, _)| *p == path).map(|(_, g)| *g)),
         "bias" => BLOCK_LINEARS.iter().find(|l| l.path == path && l.qkv).map(|l| l.gguf),
         _ => None,
     }?;
@@ -139,7 +174,10 @@ mod tests {
         assert_eq!(gguf_name("model.layers.3.self_attn.k_proj.bias").as_deref(), Some("blk.3.attn_k.bias"));
         assert_eq!(gguf_name("model.layers.0.self_attn.o_proj.weight").as_deref(), Some("blk.0.attn_output.weight"));
         assert_eq!(gguf_name("model.layers.0.mlp.down_proj.weight").as_deref(), Some("blk.0.ffn_down.weight"));
-        assert_eq!(gguf_name("model.layers.1.post_attention_layernorm.weight").as_deref(), Some("blk.1.ffn_norm.weight"));
+        assert_eq!(
+            gguf_name("model.layers.1.post_attention_layernorm.weight").as_deref(),
+            Some("blk.1.ffn_norm.weight")
+        );
         assert_eq!(gguf_name("model.layers.1.self_attn.o_proj.bias"), None);
         assert_eq!(gguf_name("model.layers.1.mlp.gate_proj.bias"), None);
         assert_eq!(gguf_name("model.layers.1.rotary.weight"), None);

@@ -84,7 +84,11 @@ impl WeightSource for SafetensorsDir {
 }
 
 /// Writes f32 tensors as a safetensors file (Hugging Face names), atomically ([`crate::io::write_atomic_with`]).
-pub fn write_safetensors(path: &Path, tensors: &[(String, HostTensor)], metadata: Option<HashMap<String, String>>) -> Result<()> {
+pub fn write_safetensors(
+    path: &Path,
+    tensors: &[(String, HostTensor)],
+    metadata: Option<HashMap<String, String>>,
+) -> Result<()> {
     let bytes: Vec<(String, Vec<u8>, Vec<usize>)> = tensors
         .iter()
         .map(|(n, t)| (n.clone(), t.data.iter().flat_map(|x| x.to_le_bytes()).collect(), t.shape.clone()))

@@ -90,7 +90,9 @@ pub fn entropy_and_prob(logits: &[f32], id: u32) -> (f32, f32) {
 pub fn top_k(logits: &[f32], k: usize) -> Vec<(u32, f32)> {
     let mut idx: Vec<u32> = (0..logits.len() as u32).collect();
     let k = k.min(idx.len());
-    idx.select_nth_unstable_by(k.saturating_sub(1), |&a, &b| logits[b as usize].total_cmp(&logits[a as usize]).then(a.cmp(&b)));
+    idx.select_nth_unstable_by(k.saturating_sub(1), |&a, &b| {
+        logits[b as usize].total_cmp(&logits[a as usize]).then(a.cmp(&b))
+    });
     let mut top: Vec<(u32, f32)> = idx[..k].iter().map(|&i| (i, logits[i as usize])).collect();
     top.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
     top
@@ -121,8 +123,14 @@ mod tests {
     #[test]
     fn sampling_is_seeded_and_respects_top_p() {
         let logits = [5.0, 4.9, -10.0, -10.0];
-        let a: Vec<u32> = { let mut s = Sampler::new(1.0, 1.0, 7); (0..50).map(|_| s.pick(&logits)).collect() };
-        let b: Vec<u32> = { let mut s = Sampler::new(1.0, 1.0, 7); (0..50).map(|_| s.pick(&logits)).collect() };
+        let a: Vec<u32> = {
+            let mut s = Sampler::new(1.0, 1.0, 7);
+            (0..50).map(|_| s.pick(&logits)).collect()
+        };
+        let b: Vec<u32> = {
+            let mut s = Sampler::new(1.0, 1.0, 7);
+            (0..50).map(|_| s.pick(&logits)).collect()
+        };
         assert_eq!(a, b);
         assert!(a.contains(&0) && a.contains(&1));
         // top_p 0.3 keeps only the most likely token (p ~ 0.525 >= 0.3)

@@ -59,7 +59,8 @@ fn is_byte_level(json: &serde_json::Value) -> bool {
 impl Tokenizer {
     /// Reads a Hugging Face `tokenizer.json`.
     pub fn from_file(path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path).with_context(|| format!("{}: cannot read tokenizer", path.display()))?;
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("{}: cannot read tokenizer", path.display()))?;
         let json: serde_json::Value =
             serde_json::from_str(&text).with_context(|| format!("{}: not valid JSON", path.display()))?;
         let inner = tokenizers::Tokenizer::from_bytes(text.as_bytes())
@@ -89,8 +90,12 @@ impl Tokenizer {
         if model != "gpt2" {
             bail!("{file}: GGUF tokenizer model '{model}' is not supported (byte-level BPE 'gpt2' is); pass --tokenizer tokenizer.json");
         }
-        let tokens = g.meta_strings("tokenizer.ggml.tokens").with_context(|| format!("{file}: GGUF has no tokenizer.ggml.tokens"))?;
-        let merges = g.meta_strings("tokenizer.ggml.merges").with_context(|| format!("{file}: GGUF has no tokenizer.ggml.merges"))?;
+        let tokens = g
+            .meta_strings("tokenizer.ggml.tokens")
+            .with_context(|| format!("{file}: GGUF has no tokenizer.ggml.tokens"))?;
+        let merges = g
+            .meta_strings("tokenizer.ggml.merges")
+            .with_context(|| format!("{file}: GGUF has no tokenizer.ggml.merges"))?;
         let types = g.meta_i32s("tokenizer.ggml.token_type").unwrap_or_else(|| vec![1; tokens.len()]);
         let pre = g.meta_str("tokenizer.ggml.pre").unwrap_or_else(|| "default".into());
         let vocab: serde_json::Map<String, serde_json::Value> =
@@ -104,12 +109,8 @@ impl Tokenizer {
                                     "normalized": false, "special": types[i] == 3})
             })
             .collect();
-        let byte_level = |use_regex: bool, trim: bool| {
-            serde_json::json!({"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": trim, "use_regex": use_regex})
-        };
-        let split = |pattern: &str| {
-            serde_json::json!({"type": "Split", "pattern": {"Regex": pattern}, "behavior": "Isolated", "invert": false})
-        };
+        let byte_level = |use_regex: bool, trim: bool| serde_json::json!({"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": trim, "use_regex": use_regex});
+        let split = |pattern: &str| serde_json::json!({"type": "Split", "pattern": {"Regex": pattern}, "behavior": "Isolated", "invert": false});
         let (normalizer, pre_tokenizer) = match pre.as_str() {
             "smollm" => (
                 serde_json::Value::Null,
@@ -191,7 +192,16 @@ impl Tokenizer {
                 stop_ids.push(id);
             }
         }
-        Ok(Tokenizer { inner, token_bytes, special, stop_ids, bos_id: None, add_bos: false, default_system: None, source })
+        Ok(Tokenizer {
+            inner,
+            token_bytes,
+            special,
+            stop_ids,
+            bos_id: None,
+            add_bos: false,
+            default_system: None,
+            source,
+        })
     }
 
     pub fn vocab_size(&self) -> usize {
@@ -201,7 +211,8 @@ impl Tokenizer {
     /// Encodes text; special-token strings in it (`<|im_start|>`) become their ids. Adds BOS if the model wants it
     /// and `bos` is true.
     pub fn encode(&self, text: &str, bos: bool) -> Result<Vec<u32>> {
-        let enc = self.inner.encode(text, false).map_err(|e| anyhow::anyhow!("{}: cannot encode text ({e})", self.source))?;
+        let enc =
+            self.inner.encode(text, false).map_err(|e| anyhow::anyhow!("{}: cannot encode text ({e})", self.source))?;
         let mut ids = Vec::with_capacity(enc.len() + 1);
         if bos && self.add_bos {
             if let Some(b) = self.bos_id {
@@ -214,7 +225,8 @@ impl Tokenizer {
 
     /// Character offsets (start, end) of each token of `text` (no BOS).
     pub fn encode_with_offsets(&self, text: &str) -> Result<(Vec<u32>, Vec<(usize, usize)>)> {
-        let enc = self.inner.encode(text, false).map_err(|e| anyhow::anyhow!("{}: cannot encode text ({e})", self.source))?;
+        let enc =
+            self.inner.encode(text, false).map_err(|e| anyhow::anyhow!("{}: cannot encode text ({e})", self.source))?;
         Ok((enc.get_ids().to_vec(), enc.get_offsets().to_vec()))
     }
 

@@ -27,12 +27,9 @@ pub trait WeightSource {
     fn require(&self, hf_name: &str, shape: &[usize]) -> Result<HostTensor> {
         match self.tensor(hf_name)? {
             None => bail!("{}: tensor '{hf_name}' is missing", self.describe()),
-            Some(t) if t.shape != shape => bail!(
-                "{}: tensor '{hf_name}' has shape {:?}, the config says {:?}",
-                self.describe(),
-                t.shape,
-                shape
-            ),
+            Some(t) if t.shape != shape => {
+                bail!("{}: tensor '{hf_name}' has shape {:?}, the config says {:?}", self.describe(), t.shape, shape)
+            }
             Some(t) => Ok(t),
         }
     }

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use serde_json::Value;
 
-use super::{non_empty_answers, read_json, str_field, At, AnswerKind, Doc, Example};
+use super::{non_empty_answers, read_json, str_field, AnswerKind, At, Doc, Example};
 
 /// Every `*.json` file below `dir`, sorted by path.
 pub fn json_files(dir: &Path) -> Result<Vec<PathBuf>> {
@@ -56,7 +56,9 @@ fn flatten(v: &Value, out: &mut Vec<String>) {
 
 fn load_file(path: &Path) -> Result<Vec<Example>> {
     let doc = read_json(path)?;
-    let Some(Value::Array(questions)) = doc.get("questions") else { bail!("{}: expected an object with a 'questions' list", path.display()) };
+    let Some(Value::Array(questions)) = doc.get("questions") else {
+        bail!("{}: expected an object with a 'questions' list", path.display())
+    };
     let mut out = Vec::new();
     for (index, q) in questions.iter().enumerate() {
         let at = At { path, line: None, index };
@@ -87,7 +89,14 @@ fn load_file(path: &Path) -> Result<Vec<Example>> {
                 .collect(),
             _ => vec![],
         };
-        out.push(Example { id: str_field(q, "id", &at)?, question: str_field(q, "body", &at)?, answers, kind, supporting: vec![], contexts });
+        out.push(Example {
+            id: str_field(q, "id", &at)?,
+            question: str_field(q, "body", &at)?,
+            answers,
+            kind,
+            supporting: vec![],
+            contexts,
+        });
     }
     Ok(out)
 }

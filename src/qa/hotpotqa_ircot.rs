@@ -6,7 +6,7 @@ use std::path::Path;
 use anyhow::{bail, Result};
 use serde_json::Value;
 
-use super::{field, non_empty_answers, read_jsonl, str_field, At, AnswerKind, Doc, Example};
+use super::{field, non_empty_answers, read_jsonl, str_field, AnswerKind, At, Doc, Example};
 
 pub fn load(path: &Path) -> Result<Vec<Example>> {
     let mut out = Vec::new();
@@ -75,15 +75,17 @@ mod tests {
                 (f[2], f[1])
             })
             .collect();
-        let by_title: std::collections::HashMap<&str, Vec<&str>> = rows.iter().fold(Default::default(), |mut m, (t, x)| {
-            m.entry(*t).or_default().push(*x);
-            m
-        });
+        let by_title: std::collections::HashMap<&str, Vec<&str>> =
+            rows.iter().fold(Default::default(), |mut m, (t, x)| {
+                m.entry(*t).or_default().push(*x);
+                m
+            });
         let ex = load(&crate::require_data!("qa/hotpotqa/ircot_dev_250.jsonl")).unwrap();
         let mut n = 0;
         for e in &ex {
             for d in &e.supporting {
-                let texts = by_title.get(d.title.trim()).unwrap_or_else(|| panic!("{}: title {} not in corpus", e.id, d.title));
+                let texts =
+                    by_title.get(d.title.trim()).unwrap_or_else(|| panic!("{}: title {} not in corpus", e.id, d.title));
                 assert!(texts.iter().any(|x| e.is_supporting(&d.title, x)), "{}: {}", e.id, d.title);
                 n += 1;
             }

@@ -6,7 +6,7 @@ use std::path::Path;
 use anyhow::{bail, Result};
 use serde_json::Value;
 
-use super::{non_empty_answers, read_json, str_field, At, AnswerKind, Example};
+use super::{non_empty_answers, read_json, str_field, AnswerKind, At, Example};
 
 pub fn load(path: &Path) -> Result<Vec<Example>> {
     let Value::Array(items) = read_json(path)? else { bail!("{}: expected a JSON array of questions", path.display()) };

@@ -11,10 +11,12 @@ use std::path::Path;
 use anyhow::{bail, Result};
 use serde_json::Value;
 
-use super::{field, non_empty_answers, read_json, str_field, At, AnswerKind, Doc, Example};
+use super::{field, non_empty_answers, read_json, str_field, AnswerKind, At, Doc, Example};
 
 pub fn load(path: &Path) -> Result<Vec<Example>> {
-    let Value::Array(passages) = read_json(path)? else { bail!("{}: expected a JSON array of passages", path.display()) };
+    let Value::Array(passages) = read_json(path)? else {
+        bail!("{}: expected a JSON array of passages", path.display())
+    };
     let mut out = Vec::new();
     for (index, p) in passages.iter().enumerate() {
         let at = At { path, line: None, index };
@@ -24,18 +26,23 @@ pub fn load(path: &Path) -> Result<Vec<Example>> {
             let qid = str_field(q, "qid", &at)?;
             let qat = At { path, line: None, index };
             let answer = field(q, "answer", &qat)?;
-            let answers = match answer.get("type").and_then(Value::as_str) {
-                Some("none") => continue,
-                Some("binary") | Some("value") => vec![str_field(answer, "answer_value", &qat)
-                    .map_err(|e| anyhow::anyhow!("{e:#} (question {qid})"))?],
-                Some("span") => {
-                    let Some(Value::Array(spans)) = answer.get("answer_spans") else {
-                        bail!("{at}: question {qid}: span answer without 'answer_spans' list")
-                    };
-                    spans.iter().filter_map(|s| s.get("text").and_then(Value::as_str)).map(|s| s.trim().to_string()).collect()
-                }
-                other => bail!("{at}: question {qid}: unknown answer type {other:?} (span, binary, value or none)"),
-            };
+            let answers =
+                match answer.get("type").and_then(Value::as_str) {
+                    Some("none") => continue,
+                    Some("binary") | Some("value") => vec![str_field(answer, "answer_value", &qat)
+                        .map_err(|e| anyhow::anyhow!("{e:#} (question {qid})"))?],
+                    Some("span") => {
+                        let Some(Value::Array(spans)) = answer.get("answer_spans") else {
+                            bail!("{at}: question {qid}: span answer without 'answer_spans' list")
+                        };
+                        spans
+                            .iter()
+                            .filter_map(|s| s.get("text").and_then(Value::as_str))
+                            .map(|s| s.trim().to_string())
+                            .collect()
+                    }
+                    other => bail!("{at}: question {qid}: unknown answer type {other:?} (span, binary, value or none)"),
+                };
             let mut supporting = Vec::new();
             if let Some(Value::Array(ctx)) = q.get("context") {
                 for c in ctx {
@@ -89,7 +96,8 @@ mod tests {
     fn unknown_answer_type_is_reported() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("dev.json");
-        std::fs::write(&p, r#"[{"title":"T","questions":[{"qid":"q9","question":"?","answer":{"type":"list"}}]}]"#).unwrap();
+        std::fs::write(&p, r#"[{"title":"T","questions":[{"qid":"q9","question":"?","answer":{"type":"list"}}]}]"#)
+            .unwrap();
         let err = format!("{:#}", load(&p).unwrap_err());
         assert!(err.contains("record 0") && err.contains("q9") && err.contains("unknown answer type"), "{err}");
     }

@@ -208,8 +208,13 @@ pub fn detect_layout(path: &Path) -> Result<Layout> {
     let text = read_text(path)?;
     let first_line = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
     let whole: Option<Value> = if ext == "jsonl" { None } else { serde_json::from_str(&text).ok() };
-    let undetected = || anyhow::anyhow!("{}: cannot tell the layout from the first record; name it with --layout (one of {})",
-        path.display(), Layout::ALL.iter().map(|l| l.name()).collect::<Vec<_>>().join(", "));
+    let undetected = || {
+        anyhow::anyhow!(
+            "{}: cannot tell the layout from the first record; name it with --layout (one of {})",
+            path.display(),
+            Layout::ALL.iter().map(|l| l.name()).collect::<Vec<_>>().join(", ")
+        )
+    };
     match whole {
         Some(Value::Array(items)) => {
             let first = items.first().ok_or_else(|| anyhow::anyhow!("{}: empty JSON array", path.display()))?;
@@ -383,7 +388,10 @@ mod tests {
             question: "q".into(),
             answers: vec!["a".into()],
             kind: AnswerKind::Span,
-            supporting: vec![Doc { title: "Shirley Temple".into(), text: "Shirley  Temple Black was.  An actress".into() }],
+            supporting: vec![Doc {
+                title: "Shirley Temple".into(),
+                text: "Shirley  Temple Black was.  An actress".into(),
+            }],
             contexts: vec![],
         };
         assert!(ex.is_supporting("Shirley Temple", "Shirley Temple Black was. An actress"));

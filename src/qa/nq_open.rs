@@ -5,7 +5,7 @@ use std::path::Path;
 
 use anyhow::Result;
 
-use super::{non_empty_answers, read_jsonl, str_field, str_list, At, AnswerKind, Example};
+use super::{non_empty_answers, read_jsonl, str_field, str_list, AnswerKind, At, Example};
 
 pub fn load(path: &Path) -> Result<Vec<Example>> {
     read_jsonl(path)?

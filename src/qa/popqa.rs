@@ -8,7 +8,7 @@ use std::path::Path;
 use anyhow::{bail, Result};
 use serde_json::Value;
 
-use super::{non_empty_answers, read_jsonl, read_text, str_field, str_list, At, AnswerKind, Example};
+use super::{non_empty_answers, read_jsonl, read_text, str_field, str_list, AnswerKind, At, Example};
 
 pub fn load(path: &Path) -> Result<Vec<Example>> {
     let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("").to_ascii_lowercase();
@@ -23,7 +23,8 @@ fn answers_of(v: &Value, at: &At) -> Result<Vec<String>> {
     let key = if v.get("possible_answers").is_some() { "possible_answers" } else { "answers" };
     match v.get(key) {
         Some(Value::String(s)) if s.trim_start().starts_with('[') => {
-            let parsed: Value = serde_json::from_str(s).map_err(|e| anyhow::anyhow!("{at}: '{key}' is not a JSON list: {e}"))?;
+            let parsed: Value =
+                serde_json::from_str(s).map_err(|e| anyhow::anyhow!("{at}: '{key}' is not a JSON list: {e}"))?;
             str_list(&serde_json::json!({ key: parsed }), key, at)
         }
         Some(_) => str_list(v, key, at),
@@ -57,7 +58,8 @@ fn load_jsonl(path: &Path) -> Result<Vec<Example>> {
 
 fn load_table(path: &Path, delim: u8) -> Result<Vec<Example>> {
     let text = read_text(path)?;
-    let rows = parse_delimited(&text, delim).map_err(|(line, msg)| anyhow::anyhow!("{}:{line}: {msg}", path.display()))?;
+    let rows =
+        parse_delimited(&text, delim).map_err(|(line, msg)| anyhow::anyhow!("{}:{line}: {msg}", path.display()))?;
     let mut rows = rows.into_iter();
     let Some((_, header)) = rows.next() else { bail!("{}: empty file", path.display()) };
     if !header.iter().any(|h| h == "question") {
@@ -79,7 +81,10 @@ fn load_table(path: &Path, delim: u8) -> Result<Vec<Example>> {
 /// Splits delimited text into rows of fields: `(1-based line where the row starts, fields)`. Fields may be quoted
 /// with `"` (a doubled `""` inside is one quote; quoted fields may hold delimiters and newlines). Blank lines are
 /// skipped. Errors give the line and what is wrong.
-pub(crate) fn parse_delimited(text: &str, delim: u8) -> std::result::Result<Vec<(usize, Vec<String>)>, (usize, String)> {
+pub(crate) fn parse_delimited(
+    text: &str,
+    delim: u8,
+) -> std::result::Result<Vec<(usize, Vec<String>)>, (usize, String)> {
     let delim = delim as char;
     let mut rows = Vec::new();
     let mut line = 1usize;
@@ -159,7 +164,11 @@ mod tests {
     fn reads_csv_and_jsonl() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("popqa.csv");
-        std::fs::write(&p, "question,answers,s_wiki_title\r\n\"Who wrote \"\"X\"\", the book?\",\"[\"\"A, B\"\"]\",X\r\n").unwrap();
+        std::fs::write(
+            &p,
+            "question,answers,s_wiki_title\r\n\"Who wrote \"\"X\"\", the book?\",\"[\"\"A, B\"\"]\",X\r\n",
+        )
+        .unwrap();
         let ex = load(&p).unwrap();
         assert_eq!(ex[0].question, "Who wrote \"X\", the book?");
         assert_eq!(ex[0].answers, vec!["A, B"]);

@@ -7,7 +7,7 @@ use std::path::Path;
 use anyhow::{bail, Result};
 use serde_json::Value;
 
-use super::{read_text, str_field, At, AnswerKind, Doc, Example};
+use super::{read_text, str_field, AnswerKind, At, Doc, Example};
 
 /// A JSON object's entries in file order (serde_json's map sorts its keys).
 struct Entries(Vec<(String, Value)>);
@@ -34,7 +34,8 @@ impl<'de> serde::Deserialize<'de> for Entries {
 
 pub fn load(path: &Path) -> Result<Vec<Example>> {
     let text = read_text(path)?;
-    let Entries(map) = serde_json::from_str(&text).map_err(|e| anyhow::anyhow!("{}:{}: {e}", path.display(), e.line()))?;
+    let Entries(map) =
+        serde_json::from_str(&text).map_err(|e| anyhow::anyhow!("{}:{}: {e}", path.display(), e.line()))?;
     let mut out = Vec::with_capacity(map.len());
     for (index, (pmid, v)) in map.iter().enumerate() {
         let at = At { path, line: None, index };
@@ -43,7 +44,9 @@ pub fn load(path: &Path) -> Result<Vec<Example>> {
             bail!("{at} ({pmid}): final_decision should be yes, no or maybe, found '{decision}'");
         }
         let contexts = match v.get("CONTEXTS") {
-            Some(Value::Array(c)) => c.iter().filter_map(Value::as_str).map(|t| Doc { title: pmid.clone(), text: t.to_string() }).collect(),
+            Some(Value::Array(c)) => {
+                c.iter().filter_map(Value::as_str).map(|t| Doc { title: pmid.clone(), text: t.to_string() }).collect()
+            }
             _ => vec![],
         };
         out.push(Example {
@@ -78,7 +81,11 @@ mod tests {
     fn bad_decision_is_reported() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("p.json");
-        std::fs::write(&p, r#"{"2": {"QUESTION": "q", "final_decision": "yes"}, "1": {"QUESTION": "q", "final_decision": "perhaps"}}"#).unwrap();
+        std::fs::write(
+            &p,
+            r#"{"2": {"QUESTION": "q", "final_decision": "yes"}, "1": {"QUESTION": "q", "final_decision": "perhaps"}}"#,
+        )
+        .unwrap();
         let err = format!("{:#}", load(&p).unwrap_err());
         assert!(err.contains("record 1 (1)") && err.contains("perhaps"), "{err}");
         std::fs::write(&p, "[1]").unwrap();

@@ -9,11 +9,13 @@ use std::path::Path;
 use anyhow::{bail, Result};
 use serde_json::Value;
 
-use super::{field, read_json, str_field, At, AnswerKind, Example};
+use super::{field, read_json, str_field, AnswerKind, At, Example};
 
 pub fn load_bigbench(path: &Path) -> Result<Vec<Example>> {
     let doc = read_json(path)?;
-    let Some(Value::Array(items)) = doc.get("examples") else { bail!("{}: expected an object with an 'examples' list", path.display()) };
+    let Some(Value::Array(items)) = doc.get("examples") else {
+        bail!("{}: expected an object with an 'examples' list", path.display())
+    };
     let mut out = Vec::with_capacity(items.len());
     for (index, v) in items.iter().enumerate() {
         let at = At { path, line: None, index };

@@ -4,7 +4,7 @@ use std::path::Path;
 
 use anyhow::Result;
 
-use super::{non_empty_answers, read_jsonl, str_field, str_list, At, AnswerKind, Example};
+use super::{non_empty_answers, read_jsonl, str_field, str_list, AnswerKind, At, Example};
 
 pub fn load(path: &Path) -> Result<Vec<Example>> {
     read_jsonl(path)?
@@ -41,7 +41,11 @@ mod tests {
     fn missing_answers_names_line() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("t.jsonl");
-        std::fs::write(&p, "{\"id\":\"a\",\"question\":\"q\",\"answers\":[\"x\"]}\n\n{\"id\":\"b\",\"question\":\"q\"}\n").unwrap();
+        std::fs::write(
+            &p,
+            "{\"id\":\"a\",\"question\":\"q\",\"answers\":[\"x\"]}\n\n{\"id\":\"b\",\"question\":\"q\"}\n",
+        )
+        .unwrap();
         let err = format!("{:#}", load(&p).unwrap_err());
         assert!(err.contains("t.jsonl:3: missing field 'answers'"), "{err}");
     }

@@ -8,7 +8,7 @@ use std::path::Path;
 use anyhow::{bail, Result};
 use serde_json::Value;
 
-use super::{field, non_empty_answers, read_json, str_field, str_list, At, AnswerKind, Doc, Example};
+use super::{field, non_empty_answers, read_json, str_field, str_list, AnswerKind, At, Doc, Example};
 
 pub fn load(path: &Path) -> Result<Vec<Example>> {
     let Value::Array(items) = read_json(path)? else { bail!("{}: expected a JSON array of questions", path.display()) };
@@ -34,7 +34,9 @@ pub fn load(path: &Path) -> Result<Vec<Example>> {
         let mut supporting: Vec<Doc> = Vec::new();
         if let Some(Value::Array(facts)) = v.get("supporting_facts") {
             for f in facts {
-                let Some(title) = f.get(0).and_then(Value::as_str) else { bail!("{at}: 'supporting_facts' entries should be [title, sentence_id]") };
+                let Some(title) = f.get(0).and_then(Value::as_str) else {
+                    bail!("{at}: 'supporting_facts' entries should be [title, sentence_id]")
+                };
                 if let Some(doc) = contexts.iter().find(|d| d.title == title) {
                     if !supporting.contains(doc) {
                         supporting.push(doc.clone());
@@ -72,20 +74,31 @@ mod tests {
     fn official_layout_gives_supporting_paragraphs() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("dev.json");
-        std::fs::write(&p, r#"[{"_id":"x1","question":"q?","answer":"B","type":"comparison",
+        std::fs::write(
+            &p,
+            r#"[{"_id":"x1","question":"q?","answer":"B","type":"comparison",
             "context":[["A",["a1.","a2."]],["B",["b1."]],["C",["c1."]]],
-            "supporting_facts":[["A",0],["A",1],["C",0]]}]"#).unwrap();
+            "supporting_facts":[["A",0],["A",1],["C",0]]}]"#,
+        )
+        .unwrap();
         let ex = load(&p).unwrap();
         assert_eq!(ex[0].id, "x1");
         assert_eq!(ex[0].contexts.len(), 3);
-        assert_eq!(ex[0].supporting, vec![Doc { title: "A".into(), text: "a1. a2.".into() }, Doc { title: "C".into(), text: "c1.".into() }]);
+        assert_eq!(
+            ex[0].supporting,
+            vec![Doc { title: "A".into(), text: "a1. a2.".into() }, Doc { title: "C".into(), text: "c1.".into() }]
+        );
     }
 
     #[test]
     fn bad_answer_type_is_reported() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("dev.json");
-        std::fs::write(&p, r#"[{"test_id":0,"question":"q","answer":"a"},{"test_id":1,"question":"q","answer":{"x":1}}]"#).unwrap();
+        std::fs::write(
+            &p,
+            r#"[{"test_id":0,"question":"q","answer":"a"},{"test_id":1,"question":"q","answer":{"x":1}}]"#,
+        )
+        .unwrap();
         let err = format!("{:#}", load(&p).unwrap_err());
         assert!(err.contains("record 1") && err.contains("'answer'"), "{err}");
     }

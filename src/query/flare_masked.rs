@@ -45,10 +45,8 @@ impl QueryFormer for FlareMasked {
         let at = at.min(view.tokens.len() - 1);
         let span = words::sentence_of(view.tokens, at);
         // a masked token leaves a space, so its neighbours do not glue together ("in" + "89")
-        let kept: String = view.tokens[span]
-            .iter()
-            .map(|t| if t.prob >= self.beta { t.text.as_str() } else { " " })
-            .collect();
+        let kept: String =
+            view.tokens[span].iter().map(|t| if t.prob >= self.beta { t.text.as_str() } else { " " }).collect();
         let masked = kept.split_whitespace().collect::<Vec<_>>().join(" ");
         Ok(super::with_question(view.question, masked, self.with_question))
     }
@@ -63,14 +61,22 @@ mod tests {
     fn masks_tokens_below_beta_in_the_draft_sentence() {
         // kept " The tower is tall." then the draft " It opened in 18|89 in Rome ."
         let items = [
-            (" The", 0.9), (" tower", 0.9), (" is", 0.9), (" tall", 0.1), (".", 0.9),
-            (" It", 0.95), (" opened", 0.9), (" in", 0.85), (" 18", 0.3), ("89", 0.5), (" in", 0.9),
-            (" Rome", 0.2), (".", 0.99),
+            (" The", 0.9),
+            (" tower", 0.9),
+            (" is", 0.9),
+            (" tall", 0.1),
+            (".", 0.9),
+            (" It", 0.95),
+            (" opened", 0.9),
+            (" in", 0.85),
+            (" 18", 0.3),
+            ("89", 0.5),
+            (" in", 0.9),
+            (" Rome", 0.2),
+            (".", 0.99),
         ];
-        let ts: Vec<TokenStep> = items
-            .iter()
-            .map(|(t, p)| TokenStep { text: t.to_string(), prob: *p, ..Default::default() })
-            .collect();
+        let ts: Vec<TokenStep> =
+            items.iter().map(|(t, p)| TokenStep { text: t.to_string(), prob: *p, ..Default::default() }).collect();
         let v = GenView { question: "When did it open?", tokens: &ts, new_from: 5 };
         // beta 0.4 removes " 18" (0.3) and " Rome" (0.2); "89" (0.5) stays; the kept sentence is untouched
         assert_eq!(FlareMasked::new(0.4, false).form(&v, 8, 5).unwrap(), "It opened in 89 in .");

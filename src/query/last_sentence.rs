@@ -46,7 +46,8 @@ mod tests {
     #[test]
     fn last_non_blank_sentence_of_the_kept_text() {
         let texts = [" Paris", " is", " nice", ".", " It", " has", " a", " tower", ".", "\n", " Next"];
-        let ts: Vec<TokenStep> = texts.iter().map(|t| TokenStep { text: t.to_string(), ..Default::default() }).collect();
+        let ts: Vec<TokenStep> =
+            texts.iter().map(|t| TokenStep { text: t.to_string(), ..Default::default() }).collect();
         let v = GenView { question: "Q?", tokens: &ts, new_from: 4 };
         assert_eq!(LastSentence.form(&v, 9, 10).unwrap(), "It has a tower.");
         assert_eq!(LastSentence.form(&v, 3, 4).unwrap(), "Paris is nice.");

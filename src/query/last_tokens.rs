@@ -49,7 +49,8 @@ mod tests {
     #[test]
     fn last_n_kept_tokens() {
         let texts = [" The", " Eiff", "el", " Tower", "\n", " is", " tall"];
-        let ts: Vec<TokenStep> = texts.iter().map(|t| TokenStep { text: t.to_string(), ..Default::default() }).collect();
+        let ts: Vec<TokenStep> =
+            texts.iter().map(|t| TokenStep { text: t.to_string(), ..Default::default() }).collect();
         let v = GenView { question: "Q?", tokens: &ts, new_from: 3 };
         // keep = 6: the 4 tokens before it are "el", " Tower", "\n", " is" -> "el Tower is"
         assert_eq!(LastTokens::new(4).form(&v, 5, 6).unwrap(), "el Tower is");

@@ -98,7 +98,12 @@ mod tests {
         let mut ts: Vec<TokenStep> = texts
             .iter()
             .enumerate()
-            .map(|(j, t)| TokenStep { pos: 40 + j, text: t.to_string(), attn: vec![vec![0.0; 41 + j]; 2], ..Default::default() })
+            .map(|(j, t)| TokenStep {
+                pos: 40 + j,
+                text: t.to_string(),
+                attn: vec![vec![0.0; 41 + j]; 2],
+                ..Default::default()
+            })
             .collect();
         // triggering word "Rome" = token 10. Its row (heads 0, 1) over earlier answer positions:
         let row = |k: usize| 40 + k;

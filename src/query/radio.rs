@@ -94,7 +94,8 @@ impl Radio {
         let n_words = ws.len().max(1) as f32;
         // attention of the triggering token over each word
         let row = &view.tokens[at];
-        let attn: Vec<f32> = cands.iter().map(|&k| ws[k].tokens.clone().map(|i| row.attn_mean(view.tokens[i].pos)).sum()).collect();
+        let attn: Vec<f32> =
+            cands.iter().map(|&k| ws[k].tokens.clone().map(|i| row.attn_mean(view.tokens[i].pos)).sum()).collect();
         // tf-idf over the contextual index (question + answer-so-far sentences)
         let answer: String = view.tokens.iter().map(|t| t.text.as_str()).collect();
         let mut docs = sentence_docs(view.question);
@@ -112,9 +113,15 @@ impl Radio {
             .collect();
         // cosine to the question's content words
         let qvec: Option<Vec<f32>> = self.glove.as_ref().and_then(|g| {
-            let qs: Vec<&[f32]> =
-                view.question.split_whitespace().map(norm).filter(|w| is_content_word(w)).filter_map(|w| g.vector(&w)).collect();
-            (!qs.is_empty()).then(|| (0..g.dim()).map(|j| qs.iter().map(|v| v[j]).sum::<f32>() / qs.len() as f32).collect())
+            let qs: Vec<&[f32]> = view
+                .question
+                .split_whitespace()
+                .map(norm)
+                .filter(|w| is_content_word(w))
+                .filter_map(|w| g.vector(&w))
+                .collect();
+            (!qs.is_empty())
+                .then(|| (0..g.dim()).map(|j| qs.iter().map(|v| v[j]).sum::<f32>() / qs.len() as f32).collect())
         });
         let cos: Vec<f32> = cands
             .iter()
@@ -160,7 +167,12 @@ mod tests {
         texts
             .iter()
             .enumerate()
-            .map(|(j, t)| TokenStep { pos: 10 + j, text: t.to_string(), attn: vec![vec![0.0; 11 + j]], ..Default::default() })
+            .map(|(j, t)| TokenStep {
+                pos: 10 + j,
+                text: t.to_string(),
+                attn: vec![vec![0.0; 11 + j]],
+                ..Default::default()
+            })
             .collect()
     }
 

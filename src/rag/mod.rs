@@ -9,7 +9,6 @@ pub mod batch;
 
 use anyhow::Result;
 
-pub use batch::{Batch, Decoder, Lane};
 use crate::model::{Lm, Sampler, Session};
 use crate::prompt::PromptBuilder;
 use crate::query::QueryFormer;
@@ -17,6 +16,7 @@ use crate::retrieval::{Passage, Retriever};
 use crate::step::TokenStep;
 use crate::text::words::ends_sentence;
 use crate::trigger::{Decision, GenView, Lookahead, Trigger};
+pub use batch::{Batch, Decoder, Lane};
 
 /// Loop settings (from the method config and the dataset).
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
@@ -42,7 +42,15 @@ pub struct LoopConfig {
 
 impl Default for LoopConfig {
     fn default() -> Self {
-        LoopConfig { top_k: 3, max_retrievals: 10, max_new_tokens: 128, query_last_tokens: 64, answer_pattern: "So the answer is".into(), suffix_tokens: 20, recompute_internals: false }
+        LoopConfig {
+            top_k: 3,
+            max_retrievals: 10,
+            max_new_tokens: 128,
+            query_last_tokens: 64,
+            answer_pattern: "So the answer is".into(),
+            suffix_tokens: 20,
+            recompute_internals: false,
+        }
     }
 }
 
@@ -89,7 +97,13 @@ pub struct RagLoop<'a> {
 }
 
 impl<'a> RagLoop<'a> {
-    async fn rebuild<D: Decoder>(&self, s: &mut D, question: &str, docs: &[Passage], kept: &[u32]) -> Result<Vec<TokenStep>> {
+    async fn rebuild<D: Decoder>(
+        &self,
+        s: &mut D,
+        question: &str,
+        docs: &[Passage],
+        kept: &[u32],
+    ) -> Result<Vec<TokenStep>> {
         let mut ids = self.lm.tokenizer.encode(&self.prompt.build(question, docs, ""), true)?;
         let prompt_len = ids.len();
         ids.extend_from_slice(kept);
@@ -136,13 +150,25 @@ impl<'a> RagLoop<'a> {
     /// common token prefix (the few-shot exemplars), so the shared prefix is encoded once per run, not once per
     /// question. Results equal [`answer`](Self::answer)'s: the kept prefix's keys and values are what a fresh
     /// encoding would compute.
-    pub fn answer_in(&self, s: &mut Session<'_>, question: &str, trigger: &mut dyn Trigger, qf: &dyn QueryFormer) -> Result<Outcome> {
+    pub fn answer_in(
+        &self,
+        s: &mut Session<'_>,
+        question: &str,
+        trigger: &mut dyn Trigger,
+        qf: &dyn QueryFormer,
+    ) -> Result<Outcome> {
         batch::block_on(self.answer_with(s, question, trigger, qf))
     }
 
     /// [`answer_in`](Self::answer_in) on any [`Decoder`]: a [`Session`], or a [`Lane`] of a [`Batch`] that
     /// answers several questions at once (each lane's outcome equals the one-session outcome).
-    pub async fn answer_with<D: Decoder>(&self, s: &mut D, question: &str, trigger: &mut dyn Trigger, qf: &dyn QueryFormer) -> Result<Outcome> {
+    pub async fn answer_with<D: Decoder>(
+        &self,
+        s: &mut D,
+        question: &str,
+        trigger: &mut dyn Trigger,
+        qf: &dyn QueryFormer,
+    ) -> Result<Outcome> {
         let mut out = Outcome::default();
         let mut sampler = Sampler::greedy();
         let forward0 = s.forward_tokens();

@@ -23,10 +23,11 @@ use std::sync::{Arc, Mutex};
 use anyhow::{bail, Context, Result};
 use rayon::prelude::*;
 use tantivy::collector::TopDocs;
+use tantivy::query::TermQuery;
 use tantivy::schema::document::{DeserializeError, DocumentDeserialize, DocumentDeserializer};
-use tantivy::schema::Field;
+use tantivy::schema::{Field, IndexRecordOption};
 use tantivy::tokenizer::TextAnalyzer;
-use tantivy::{DocAddress, Index, IndexReader, ReloadPolicy, Score, Searcher};
+use tantivy::{DocAddress, Index, IndexReader, ReloadPolicy, Score, Searcher, Term};
 
 use super::index::{fields_of, register_analyzer, Fields, Manifest, MANIFEST};
 use super::{Passage, Retriever};
@@ -83,7 +84,6 @@ impl DocumentDeserialize for StoredPassage {
     }
 }
 
-
 /// A BM25 index opened for search. Cheap to share across threads.
 pub struct Bm25Index {
     dir: PathBuf,
@@ -102,7 +102,10 @@ impl Bm25Index {
     pub fn open(dir: impl AsRef<Path>) -> Result<Self> {
         let dir = dir.as_ref();
         if !dir.is_dir() {
-            bail!("{}: no such index directory (build one with `ragtime index --corpus PATH --out DIR`)", dir.display());
+            bail!(
+                "{}: no such index directory (build one with `ragtime index --corpus PATH --out DIR`)",
+                dir.display()
+            );
         }
         let mpath = dir.join(MANIFEST);
         if !mpath.exists() {
@@ -112,13 +115,18 @@ impl Bm25Index {
                 dir.display()
             );
         }
-        let manifest: Manifest = serde_json::from_slice(&std::fs::read(&mpath).with_context(|| format!("cannot read {}", mpath.display()))?)
-            .with_context(|| format!("{}: corrupt manifest", mpath.display()))?;
-        let index = Index::open_in_dir(dir).with_context(|| format!("{}: corrupt index (cannot open it with tantivy)", dir.display()))?;
+        let manifest: Manifest =
+            serde_json::from_slice(&std::fs::read(&mpath).with_context(|| format!("cannot read {}", mpath.display()))?)
+                .with_context(|| format!("{}: corrupt manifest", mpath.display()))?;
+        let index = Index::open_in_dir(dir)
+            .with_context(|| format!("{}: corrupt index (cannot open it with tantivy)", dir.display()))?;
         register_analyzer(&index);
         let fields = fields_of(&index.schema()).with_context(|| format!("{}: corrupt index", dir.display()))?;
         if [fields.id, fields.title, fields.text].iter().map(|f| f.field_id()).ne(0..3) {
-            bail!("{}: corrupt index: unexpected schema (id, title, text must be its first three fields)", dir.display());
+            bail!(
+                "{}: corrupt index: unexpected schema (id, title, text must be its first three fields)",
+                dir.display()
+            );
         }
         let reader = index
             .reader_builder()
@@ -131,7 +139,17 @@ impl Bm25Index {
             bail!("{}: corrupt index: it holds {n} passages, its manifest says {}", dir.display(), manifest.passages);
         }
         let analyzer = index.tokenizers().get(super::index::ANALYZER).expect("registered above");
-        Ok(Self { dir: dir.to_path_buf(), reader, fields, analyzer, manifest, multi_field: MultiField::default(), tie_breaker: 0.0, top_k: TopK::default(), tf_caches: Mutex::new(Vec::new()) })
+        Ok(Self {
+            dir: dir.to_path_buf(),
+            reader,
+            fields,
+            analyzer,
+            manifest,
+            multi_field: MultiField::default(),
+            tie_breaker: 0.0,
+            top_k: TopK::default(),
+            tf_caches: Mutex::new(Vec::new()),
+        })
     }
 
     /// Choose how title and text scores combine (only matters for a [`FieldMode::Separate`](super::index::FieldMode::Separate) index).
@@ -197,11 +215,13 @@ impl Bm25Index {
             return Ok(Vec::new());
         }
         let searcher = self.reader.searcher();
-        let top = self.top_docs(&searcher, &terms, k).with_context(|| format!("{}: search failed", self.dir.display()))?;
+        let top =
+            self.top_docs(&searcher, &terms, k).with_context(|| format!("{}: search failed", self.dir.display()))?;
         top.into_iter()
             .map(|(score, addr)| {
-                let StoredPassage([id, title, text]) =
-                    searcher.doc(addr).with_context(|| format!("{}: cannot read a stored passage", self.dir.display()))?;
+                let StoredPassage([id, title, text]) = searcher
+                    .doc(addr)
+                    .with_context(|| format!("{}: cannot read a stored passage", self.dir.display()))?;
                 Ok(Passage { id, title, text, score })
             })
             .collect()
@@ -214,9 +234,12 @@ impl Bm25Index {
     pub fn passage(&self, id: &str) -> Result<Option<Passage>> {
         let searcher = self.reader.searcher();
         let q = TermQuery::new(Term::from_field_text(self.fields.id, id), IndexRecordOption::Basic);
-        let top = searcher.search(&q, &TopDocs::with_limit(1).order_by_score()).with_context(|| format!("{}: id lookup failed", self.dir.display()))?;
+        let top = searcher
+            .search(&q, &TopDocs::with_limit(1).order_by_score())
+            .with_context(|| format!("{}: id lookup failed", self.dir.display()))?;
         let Some((_, addr)) = top.into_iter().next() else { return Ok(None) };
-        let StoredPassage([id, title, text]) = searcher.doc(addr).with_context(|| format!("{}: cannot read a stored passage", self.dir.display()))?;
+        let StoredPassage([id, title, text]) =
+            searcher.doc(addr).with_context(|| format!("{}: cannot read a stored passage", self.dir.display()))?;
         Ok(Some(Passage { id, title, text, score: 0.0 }))
     }
 }
@@ -250,7 +273,8 @@ mod tests {
         Bm25Index::open(out).unwrap()
     }
 
-    const ANIMALS: &str = "id\ttext\ttitle\n1\tthe cat sat on the mat\tCat\n2\ta dog chased the cat\tDog\n3\tbirds sing\tBird\n";
+    const ANIMALS: &str =
+        "id\ttext\ttitle\n1\tthe cat sat on the mat\tCat\n2\ta dog chased the cat\tDog\n3\tbirds sing\tBird\n";
 
     /// Indexed text = title + "\n" + text, analyzed (stopwords the/on/a dropped, "chased" -> "chase"):
     /// doc 1: cat cat sat mat (4 tokens), doc 2: dog dog chase cat (4), doc 3: bird bird sing (3).
@@ -278,7 +302,11 @@ mod tests {
         assert_eq!((hits[0].title.as_str(), hits[0].text.as_str()), ("Cat", "the cat sat on the mat"));
         // Same numbers from block-WAND.
         let wand = Bm25Index::open(idx.dir()).unwrap().with_top_k(TopK::BlockWand);
-        assert_same_ranking(&wand.search("the cat sat?", 3).unwrap(), &idx.search("the cat sat?", 3).unwrap(), "cat sat");
+        assert_same_ranking(
+            &wand.search("the cat sat?", 3).unwrap(),
+            &idx.search("the cat sat?", 3).unwrap(),
+            "cat sat",
+        );
     }
 
     #[test]
@@ -312,7 +340,8 @@ mod tests {
         let out = dir.path().join("idx");
         let best = build(&corpus, &out, &opts(FieldMode::Separate));
         let most = Bm25Index::open(&out).unwrap().with_multi_field(MultiField::Most);
-        let score = |idx: &Bm25Index, id: &str| idx.search("cat", 3).unwrap().into_iter().find(|p| p.id == id).unwrap().score;
+        let score =
+            |idx: &Bm25Index, id: &str| idx.search("cat", 3).unwrap().into_iter().find(|p| p.id == id).unwrap().score;
         // Doc 2 matches in text only: both modes give its text score.
         assert!((score(&best, "2") - score(&most, "2")).abs() < 1e-6);
         // Doc 1 matches in title and text: most = title + text > best = max(title, text) >= text score.
@@ -415,7 +444,8 @@ mod tests {
     fn hotpotqa_corpus_retrieves_supporting_paragraphs() {
         let data = crate::require_data!("corpus").parent().unwrap().to_path_buf();
         let dir = tempfile::tempdir().unwrap();
-        let idx = build(&data.join("corpus/hotpotqa_paragraphs.tsv"), &dir.path().join("idx"), &opts(FieldMode::Combined));
+        let idx =
+            build(&data.join("corpus/hotpotqa_paragraphs.tsv"), &dir.path().join("idx"), &opts(FieldMode::Combined));
         assert_eq!(idx.len(), 4858);
         let hits = idx.search("Kiss and Tell Corliss Archer", 1).unwrap();
         assert_eq!(hits[0].title, "Kiss and Tell (1945 film)");
@@ -446,7 +476,8 @@ mod tests {
         let sep_dir = dir.path().join("sep");
         build_index(&data.join("corpus/hotpotqa_paragraphs.tsv"), &sep_dir, &opts(FieldMode::Separate)).unwrap();
         for (mode, t) in [(MultiField::Best, 0.5), (MultiField::Most, 0.0)] {
-            let open = |top| Bm25Index::open(&sep_dir).unwrap().with_multi_field(mode).with_tie_breaker(t).with_top_k(top);
+            let open =
+                |top| Bm25Index::open(&sep_dir).unwrap().with_multi_field(mode).with_tie_breaker(t).with_top_k(top);
             let (wand, taat) = (open(TopK::BlockWand), open(TopK::Exhaustive));
             for line in qa.lines().take(20) {
                 let q: serde_json::Value = serde_json::from_str(line).unwrap();

@@ -58,9 +58,16 @@ impl DenseRetriever {
         let hits = self.index.search.search(q, k)?;
         hits.into_iter()
             .map(|(row, score)| {
-                let id = self.index.ids.get(row as usize).ok_or_else(|| anyhow::anyhow!("{}: row {row} has no id", self.index.dir.display()))?;
+                let id = self
+                    .index
+                    .ids
+                    .get(row as usize)
+                    .ok_or_else(|| anyhow::anyhow!("{}: row {row} has no id", self.index.dir.display()))?;
                 let mut p = self.store.passage(id)?.ok_or_else(|| {
-                    anyhow::anyhow!("{}: passage {id:?} of the dense index is not in the BM25 index (built from another corpus?)", self.store.dir().display())
+                    anyhow::anyhow!(
+                        "{}: passage {id:?} of the dense index is not in the BM25 index (built from another corpus?)",
+                        self.store.dir().display()
+                    )
                 })?;
                 p.score = score;
                 Ok(p)

@@ -7,7 +7,7 @@ use std::collections::BinaryHeap;
 
 use rayon::prelude::*;
 
-use super::vectors::{Matrix, VectorSearch};
+use super::matrix::{Matrix, VectorSearch};
 
 /// Brute-force search over a [`Matrix`] of row vectors.
 pub struct FlatIndex {

@@ -15,7 +15,7 @@ use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use usearch::{Index, IndexOptions, MetricKind, ScalarKind};
 
-use super::vectors::{Matrix, VectorSearch};
+use super::matrix::{Matrix, VectorSearch};
 
 /// HNSW settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -56,14 +56,19 @@ impl HnswIndex {
         if p.m < 2 || p.ef_construction == 0 || p.ef_search == 0 {
             bail!("HNSW: M must be at least 2 and ef_construction, ef_search at least 1 (got {p:?})");
         }
-        let index = Index::new(&options(m.dim(), m.is_f16(), &p)).map_err(|e| anyhow::anyhow!("usearch: cannot create an index: {e}"))?;
+        let index = Index::new(&options(m.dim(), m.is_f16(), &p))
+            .map_err(|e| anyhow::anyhow!("usearch: cannot create an index: {e}"))?;
         let threads = rayon::current_num_threads();
-        index.reserve_capacity_and_threads(m.rows(), threads).map_err(|e| anyhow::anyhow!("usearch: cannot reserve {} vectors: {e}", m.rows()))?;
+        index
+            .reserve_capacity_and_threads(m.rows(), threads)
+            .map_err(|e| anyhow::anyhow!("usearch: cannot reserve {} vectors: {e}", m.rows()))?;
         let done = AtomicUsize::new(0);
         let start = Instant::now();
         let last = std::sync::Mutex::new(Instant::now());
         (0..m.rows()).into_par_iter().try_for_each(|r| -> Result<()> {
-            index.add(r as u64, &*m.row_f32(r)).map_err(|e| anyhow::anyhow!("usearch: adding vector {r} failed: {e}"))?;
+            index
+                .add(r as u64, &*m.row_f32(r))
+                .map_err(|e| anyhow::anyhow!("usearch: adding vector {r} failed: {e}"))?;
             let n = done.fetch_add(1, Ordering::Relaxed) + 1;
             if progress && n % 4096 == 0 {
                 let mut l = last.lock().unwrap();
@@ -83,13 +88,16 @@ impl HnswIndex {
     /// Writes the graph (and usearch's copy of the vectors) to `path`, through a temporary file.
     pub fn save(&self, path: &Path) -> Result<()> {
         let tmp = path.with_extension("usearch.tmp");
-        self.index.save(&tmp.to_string_lossy()).map_err(|e| anyhow::anyhow!("{}: cannot write the HNSW index: {e}", tmp.display()))?;
+        self.index
+            .save(&tmp.to_string_lossy())
+            .map_err(|e| anyhow::anyhow!("{}: cannot write the HNSW index: {e}", tmp.display()))?;
         std::fs::rename(&tmp, path).with_context(|| format!("{}: cannot rename into place", path.display()))
     }
 
     /// Reads an index written by [`HnswIndex::save`]; `ef_search` may differ from the one it was built with.
     pub fn load(path: &Path, params: HnswParams) -> Result<Self> {
-        let index = Index::restore(&path.to_string_lossy()).map_err(|e| anyhow::anyhow!("{}: cannot read the HNSW index: {e}", path.display()))?;
+        let index = Index::restore(&path.to_string_lossy())
+            .map_err(|e| anyhow::anyhow!("{}: cannot read the HNSW index: {e}", path.display()))?;
         index.change_expansion_search(params.ef_search);
         Ok(Self { index, params })
     }
@@ -124,7 +132,13 @@ impl VectorSearch for HnswIndex {
 
     fn describe(&self) -> String {
         let p = self.params;
-        format!("hnsw (usearch, M {}, ef_construction {}, ef_search {}, {} vectors)", p.m, p.ef_construction, p.ef_search, self.len())
+        format!(
+            "hnsw (usearch, M {}, ef_construction {}, ef_search {}, {} vectors)",
+            p.m,
+            p.ef_construction,
+            p.ef_search,
+            self.len()
+        )
     }
 }
 
@@ -151,7 +165,7 @@ pub fn recall_at_k(approx: &dyn VectorSearch, exact: &dyn VectorSearch, queries:
 mod tests {
     use super::*;
     use crate::retrieval::flat::FlatIndex;
-    use crate::retrieval::vectors::random_unit_vectors;
+    use crate::retrieval::matrix::random_unit_vectors;
 
     /// 5,000 random unit vectors in 32 dimensions, 200 held-out random queries: HNSW (M 16, efC 100, efS 64) finds at
     /// least 95% of the exact top 10.

@@ -78,7 +78,9 @@ mod tests {
     use super::*;
 
     fn ranking(ids: &[&str]) -> Vec<Passage> {
-        ids.iter().map(|id| Passage { id: id.to_string(), title: format!("T{id}"), text: format!("text {id}"), score: 9.0 }).collect()
+        ids.iter()
+            .map(|id| Passage { id: id.to_string(), title: format!("T{id}"), text: format!("text {id}"), score: 9.0 })
+            .collect()
     }
 
     /// BM25: a b c; dense: c a d. With k = 60:

@@ -21,9 +21,11 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
-use tantivy::schema::{Field, IndexRecordOption, Schema, TextFieldIndexing, TextOptions, STORED, STRING};
-use tantivy::tokenizer::{Language, LowerCaser, RemoveLongFilter, SimpleTokenizer, Stemmer, StopWordFilter, TextAnalyzer};
 use tantivy::indexer::NoMergePolicy;
+use tantivy::schema::{Field, IndexRecordOption, Schema, TextFieldIndexing, TextOptions, STORED, STRING};
+use tantivy::tokenizer::{
+    Language, LowerCaser, RemoveLongFilter, SimpleTokenizer, Stemmer, StopWordFilter, TextAnalyzer,
+};
 use tantivy::{Index, IndexSettings, IndexWriter, TantivyDocument};
 
 use crate::corpus::passages::{for_each_passage, CorpusFormat, CorpusOptions, OnBadLine};
@@ -98,8 +100,9 @@ pub struct Fields {
 
 pub fn schema(mode: FieldMode) -> (Schema, Fields) {
     let mut b = Schema::builder();
-    let indexed = TextOptions::default()
-        .set_indexing_options(TextFieldIndexing::default().set_tokenizer(ANALYZER).set_index_option(IndexRecordOption::WithFreqs));
+    let indexed = TextOptions::default().set_indexing_options(
+        TextFieldIndexing::default().set_tokenizer(ANALYZER).set_index_option(IndexRecordOption::WithFreqs),
+    );
     let stored_only = TextOptions::default().set_stored();
     let id = b.add_text_field("id", STRING | STORED);
     let (title, text, contents) = match mode {
@@ -166,7 +169,8 @@ struct Checkpoint {
 /// Build (or resume building) the index of `corpus` in `out`. Returns the manifest written.
 pub fn build_index(corpus: &Path, out: &Path, opts: &IndexOptions) -> Result<Manifest> {
     let start = Instant::now();
-    let corpus_abs = std::fs::canonicalize(corpus).with_context(|| format!("cannot read corpus {}", corpus.display()))?;
+    let corpus_abs =
+        std::fs::canonicalize(corpus).with_context(|| format!("cannot read corpus {}", corpus.display()))?;
     let manifest_path = out.join(MANIFEST);
     if manifest_path.exists() && !opts.force {
         bail!("{}: a complete index is already there (remove it, or pass --force to rebuild)", out.display());
@@ -189,7 +193,10 @@ pub fn build_index(corpus: &Path, out: &Path, opts: &IndexOptions) -> Result<Man
         None => {
             if out.exists() {
                 if !looks_like_ours(out)? {
-                    bail!("{}: exists and is not an empty directory or a ragtime index; refusing to overwrite it", out.display());
+                    bail!(
+                        "{}: exists and is not an empty directory or a ragtime index; refusing to overwrite it",
+                        out.display()
+                    );
                 }
                 std::fs::remove_dir_all(out).with_context(|| format!("cannot clear {}", out.display()))?;
             }
@@ -210,9 +217,10 @@ pub fn build_index(corpus: &Path, out: &Path, opts: &IndexOptions) -> Result<Man
     let threads = opts.threads.max(1);
     // tantivy wants 15 MB to 4 GB per thread.
     let memory = opts.memory_bytes.clamp(threads * (16 << 20), threads * (4000 << 20));
-    let mut writer: IndexWriter<TantivyDocument> = index
-        .writer_with_num_threads(threads, memory)
-        .with_context(|| format!("{}: cannot open index writer (is another `ragtime index` running on it?)", out.display()))?;
+    let mut writer: IndexWriter<TantivyDocument> =
+        index.writer_with_num_threads(threads, memory).with_context(|| {
+            format!("{}: cannot open index writer (is another `ragtime index` running on it?)", out.display())
+        })?;
     // No background merges: the segments are merged once, at the end, into one (each passage is
     // rewritten once, and an explicit merge cannot race a background one).
     writer.set_merge_policy(Box::new(NoMergePolicy));
@@ -267,7 +275,10 @@ pub fn build_index(corpus: &Path, out: &Path, opts: &IndexOptions) -> Result<Man
 
     let num_docs = index.reader()?.searcher().num_docs();
     if num_docs != seen {
-        bail!("{}: index holds {num_docs} passages but the corpus stream has {seen}; not writing the manifest", out.display());
+        bail!(
+            "{}: index holds {num_docs} passages but the corpus stream has {seen}; not writing the manifest",
+            out.display()
+        );
     }
     let manifest = Manifest {
         ragtime_version: env!("CARGO_PKG_VERSION").to_string(),
@@ -308,6 +319,8 @@ fn looks_like_ours(dir: &Path) -> Result<bool> {
 
 /// Look the ragtime fields up in an index's schema.
 pub fn fields_of(schema: &Schema) -> Result<Fields> {
-    let get = |n: &str| schema.get_field(n).map_err(|_| anyhow::anyhow!("index schema has no field {n:?}; not a ragtime index"));
+    let get = |n: &str| {
+        schema.get_field(n).map_err(|_| anyhow::anyhow!("index schema has no field {n:?}; not a ragtime index"))
+    };
     Ok(Fields { id: get("id")?, title: get("title")?, text: get("text")?, contents: schema.get_field("contents").ok() })
 }

@@ -8,6 +8,7 @@ pub mod flat;
 pub mod hnsw;
 pub mod hybrid;
 pub mod index;
+pub mod matrix;
 pub mod truncate;
 pub mod vectors;
 
@@ -80,7 +81,12 @@ impl std::fmt::Display for RetrieverKind {
 
 /// Opens the retriever of kind `kind` over the index directory `dir` (built by `ragtime index`; dense and hybrid
 /// need it built with `--encoder`). `depth`: passages per ranking before hybrid fusion.
-pub fn open_retriever(kind: RetrieverKind, dir: &std::path::Path, dense: &dense::DenseOpen, depth: usize) -> Result<Box<dyn Retriever>> {
+pub fn open_retriever(
+    kind: RetrieverKind,
+    dir: &std::path::Path,
+    dense: &dense::DenseOpen,
+    depth: usize,
+) -> Result<Box<dyn Retriever>> {
     Ok(match kind {
         RetrieverKind::Bm25 => Box::new(bm25::Bm25Index::open(dir)?),
         RetrieverKind::Dense => Box::new(dense::DenseRetriever::open(dir, dense)?),

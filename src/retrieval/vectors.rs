@@ -12,7 +12,6 @@
 //! encoder's passage prefix. Titles and texts are not stored again: the dense retriever reads them from the BM25
 //! index by id.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -21,8 +20,10 @@ use serde::{Deserialize, Serialize};
 
 use super::flat::FlatIndex;
 use super::hnsw::{recall_at_k, HnswIndex, HnswParams};
+pub use super::matrix::{random_unit_vectors, Matrix, VectorSearch};
 use crate::corpus::passages::{for_each_passage, CorpusFormat, CorpusOptions};
 use crate::encoder::{Prefixes, SentenceEncoder, TextKind};
+use crate::io::write_atomic;
 
 /// Folder of the dense index inside an index directory.
 pub const DENSE_DIR: &str = "dense";
@@ -30,97 +31,6 @@ pub const DENSE_DIR: &str = "dense";
 pub const DENSE_MANIFEST: &str = "dense.json";
 const PROGRESS: &str = "progress.json";
 const HNSW_FILE: &str = "hnsw.usearch";
-
-/// Nearest-neighbour search over row vectors: `(row, inner product)`, best first.
-pub trait VectorSearch: Send + Sync {
-    fn search(&self, q: &[f32], k: usize) -> Result<Vec<(u64, f32)>>;
-    /// One line for logs and manifests.
-    fn describe(&self) -> String;
-}
-
-/// Row vectors in memory.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Matrix {
-    F32 { data: Vec<f32>, dim: usize },
-    F16 { data: Vec<half::f16>, dim: usize },
-}
-
-impl Matrix {
-    pub fn dim(&self) -> usize {
-        match self {
-            Matrix::F32 { dim, .. } | Matrix::F16 { dim, .. } => *dim,
-        }
-    }
-
-    pub fn rows(&self) -> usize {
-        match self {
-            Matrix::F32 { data, dim } => data.len() / dim.max(&1),
-            Matrix::F16 { data, dim } => data.len() / dim.max(&1),
-        }
-    }
-
-    pub fn is_f16(&self) -> bool {
-        matches!(self, Matrix::F16 { .. })
-    }
-
-    /// `<row r, q>`, eight partial sums (so the compiler vectorises it).
-    pub fn dot(&self, r: usize, q: &[f32]) -> f32 {
-        fn dot8(a: impl Iterator<Item = f32>, q: &[f32]) -> f32 {
-            let mut acc = [0f32; 8];
-            for (i, (x, y)) in a.zip(q).enumerate() {
-                acc[i & 7] += x * y;
-            }
-            acc.iter().sum()
-        }
-        match self {
-            Matrix::F32 { data, dim } => {
-                let row = &data[r * dim..(r + 1) * dim];
-                let mut acc = [0f32; 8];
-                let (a8, at) = row.split_at(dim / 8 * 8);
-                let (q8, qt) = q.split_at(dim / 8 * 8);
-                for (a, b) in a8.chunks_exact(8).zip(q8.chunks_exact(8)) {
-                    for j in 0..8 {
-                        acc[j] += a[j] * b[j];
-                    }
-                }
-                acc.iter().sum::<f32>() + at.iter().zip(qt).map(|(x, y)| x * y).sum::<f32>()
-            }
-            Matrix::F16 { data, dim } => dot8(data[r * dim..(r + 1) * dim].iter().map(|x| x.to_f32()), q),
-        }
-    }
-
-    pub fn row_f32(&self, r: usize) -> std::borrow::Cow<'_, [f32]> {
-        match self {
-            Matrix::F32 { data, dim } => std::borrow::Cow::Borrowed(&data[r * dim..(r + 1) * dim]),
-            Matrix::F16 { data, dim } => std::borrow::Cow::Owned(data[r * dim..(r + 1) * dim].iter().map(|x| x.to_f32()).collect()),
-        }
-    }
-}
-
-/// `n` random unit vectors of `dim` floats (normal entries, normalised), row-major: synthetic sets for tests and
-/// benchmarks.
-pub fn random_unit_vectors(n: usize, dim: usize, seed: u64) -> Vec<f32> {
-    use rand::SeedableRng;
-    use rand_distr_free::normal;
-    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-    let mut out = Vec::with_capacity(n * dim);
-    for _ in 0..n {
-        let v: Vec<f32> = (0..dim).map(|_| normal(&mut rng)).collect();
-        let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-12);
-        out.extend(v.iter().map(|x| x / norm));
-    }
-    out
-}
-
-/// A standard normal sample by Box-Muller (rand 0.9 has no normal distribution without rand_distr).
-mod rand_distr_free {
-    use rand::Rng;
-    pub fn normal(rng: &mut impl Rng) -> f32 {
-        let u1: f64 = rng.random::<f64>().max(1e-300);
-        let u2: f64 = rng.random();
-        ((-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()) as f32
-    }
-}
 
 /// How the dense index searches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -184,7 +94,11 @@ pub struct DenseOptions {
 impl Default for DenseOptions {
     fn default() -> Self {
         Self {
-            corpus: CorpusOptions { format: None, passage_words: 100, on_bad: crate::corpus::passages::OnBadLine::Stop },
+            corpus: CorpusOptions {
+                format: None,
+                passage_words: 100,
+                on_bad: crate::corpus::passages::OnBadLine::Stop,
+            },
             kind: DenseKind::Flat,
             dtype: VectorDtype::F32,
             hnsw: HnswParams::default(),
@@ -238,15 +152,6 @@ fn chunk_path(dir: &Path, i: usize, ext: &str) -> PathBuf {
     dir.join("chunks").join(format!("{i:06}.{ext}"))
 }
 
-/// Write `bytes` to `path` through `path.tmp` + rename.
-fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let tmp = path.with_extension(format!("{}.tmp", path.extension().and_then(|e| e.to_str()).unwrap_or("")));
-    let mut f = std::fs::File::create(&tmp).with_context(|| format!("cannot write {}", tmp.display()))?;
-    f.write_all(bytes).with_context(|| format!("cannot write {}", tmp.display()))?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, path).with_context(|| format!("cannot rename {} into place", path.display()))
-}
-
 fn encode_rows(v: &[Vec<f32>], dtype: VectorDtype) -> Vec<u8> {
     match dtype {
         VectorDtype::F32 => v.iter().flatten().flat_map(|x| x.to_le_bytes()).collect(),
@@ -264,8 +169,14 @@ fn complete_chunks(dir: &Path) -> usize {
 }
 
 /// Build (or resume) the dense index of `corpus` in `index_dir/dense` with `encoder`.
-pub fn build_dense(corpus: &Path, index_dir: &Path, encoder: &SentenceEncoder, opts: &DenseOptions) -> Result<DenseManifest> {
-    let corpus_abs = std::fs::canonicalize(corpus).with_context(|| format!("cannot read corpus {}", corpus.display()))?;
+pub fn build_dense(
+    corpus: &Path,
+    index_dir: &Path,
+    encoder: &SentenceEncoder,
+    opts: &DenseOptions,
+) -> Result<DenseManifest> {
+    let corpus_abs =
+        std::fs::canonicalize(corpus).with_context(|| format!("cannot read corpus {}", corpus.display()))?;
     let dir = index_dir.join(DENSE_DIR);
     if dir.join(DENSE_MANIFEST).exists() && !opts.force {
         bail!("{}: a complete dense index is already there (remove it, or pass --force to rebuild)", dir.display());
@@ -284,7 +195,9 @@ pub fn build_dense(corpus: &Path, index_dir: &Path, encoder: &SentenceEncoder, o
     let mut done_chunks = if !opts.force && have.as_ref() == Some(&want) { complete_chunks(&dir) } else { 0 };
     if done_chunks == 0 {
         if dir.exists() {
-            let ours = dir.join(PROGRESS).exists() || dir.join(DENSE_MANIFEST).exists() || std::fs::read_dir(&dir)?.next().is_none();
+            let ours = dir.join(PROGRESS).exists()
+                || dir.join(DENSE_MANIFEST).exists()
+                || std::fs::read_dir(&dir)?.next().is_none();
             if !ours {
                 bail!("{}: exists and is not a ragtime dense index; refusing to overwrite it", dir.display());
             }
@@ -299,7 +212,8 @@ pub fn build_dense(corpus: &Path, index_dir: &Path, encoder: &SentenceEncoder, o
     let mut skip = 0u64;
     for i in 0..done_chunks {
         let p = chunk_path(&dir, i, "ids");
-        skip += std::fs::read_to_string(&p).with_context(|| format!("{}: cannot read", p.display()))?.lines().count() as u64;
+        skip += std::fs::read_to_string(&p).with_context(|| format!("{}: cannot read", p.display()))?.lines().count()
+            as u64;
     }
 
     let t_enc = Instant::now();
@@ -349,12 +263,19 @@ pub fn build_dense(corpus: &Path, index_dir: &Path, encoder: &SentenceEncoder, o
     flush(&mut ids, &mut texts, &mut done_chunks)?;
     let encode_seconds = t_enc.elapsed().as_secs_f64();
     if opts.progress {
-        eprintln!("\rdense: embedded {seen} passages ({} this run) in {encode_seconds:.1} s            ", seen.saturating_sub(skip));
+        eprintln!(
+            "\rdense: embedded {seen} passages ({} this run) in {encode_seconds:.1} s            ",
+            seen.saturating_sub(skip)
+        );
     }
 
     let (_, matrix) = read_chunks(&dir, want.dim, want.dtype, done_chunks)?;
     if matrix.rows() as u64 != seen {
-        bail!("{}: the chunks hold {} vectors but the corpus stream has {seen} passages; not writing the manifest", dir.display(), matrix.rows());
+        bail!(
+            "{}: the chunks hold {} vectors but the corpus stream has {seen} passages; not writing the manifest",
+            dir.display(),
+            matrix.rows()
+        );
     }
     let (mut hnsw_seconds, mut hnsw_recall, mut hnsw_params) = (0.0, None, None);
     if opts.kind == DenseKind::Hnsw {
@@ -366,7 +287,10 @@ pub fn build_dense(corpus: &Path, index_dir: &Path, encoder: &SentenceEncoder, o
             let queries = pair_midpoints(&matrix, opts.recall_sample, 17);
             let r = recall_at_k(&h, &FlatIndex::new(matrix), &queries, 10)?;
             if opts.progress {
-                eprintln!("dense: HNSW recall@10 vs exact search: {r:.4} on {} queries (midpoints of random passage pairs)", queries.len());
+                eprintln!(
+                    "dense: HNSW recall@10 vs exact search: {r:.4} on {} queries (midpoints of random passage pairs)",
+                    queries.len()
+                );
             }
             hnsw_recall = Some(r);
         }
@@ -426,10 +350,17 @@ fn read_chunks(dir: &Path, dim: usize, dtype: VectorDtype, n: usize) -> Result<(
             VectorDtype::F16 => 2,
         };
         if bytes.len() != (ids.len() - before) * dim * width {
-            bail!("{}: {} bytes, expected {} vectors of {dim} x {width} bytes (corrupt chunk: rebuild with --force)", bp.display(), bytes.len(), ids.len() - before);
+            bail!(
+                "{}: {} bytes, expected {} vectors of {dim} x {width} bytes (corrupt chunk: rebuild with --force)",
+                bp.display(),
+                bytes.len(),
+                ids.len() - before
+            );
         }
         match dtype {
-            VectorDtype::F32 => f32s.extend(bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))),
+            VectorDtype::F32 => {
+                f32s.extend(bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])))
+            }
             VectorDtype::F16 => f16s.extend(bytes.chunks_exact(2).map(|c| half::f16::from_le_bytes([c[0], c[1]]))),
         }
     }
@@ -461,8 +392,9 @@ impl DenseIndex {
                 index_dir.display()
             );
         }
-        let manifest: DenseManifest = serde_json::from_slice(&std::fs::read(&mpath).with_context(|| format!("cannot read {}", mpath.display()))?)
-            .with_context(|| format!("{}: corrupt manifest", mpath.display()))?;
+        let manifest: DenseManifest =
+            serde_json::from_slice(&std::fs::read(&mpath).with_context(|| format!("cannot read {}", mpath.display()))?)
+                .with_context(|| format!("{}: corrupt manifest", mpath.display()))?;
         let kind = kind.unwrap_or(manifest.kind);
         let (ids, matrix) = read_chunks(&dir, manifest.dim, manifest.dtype, manifest.chunks)?;
         if ids.len() as u64 != manifest.passages {

@@ -134,14 +134,23 @@ pub(super) fn load_checkpoint<AB: AutodiffBackend>(
     cfg: &SftConfig,
     device: &AB::Device,
 ) -> Result<(Llama<AB>, TrainState)> {
-    let text = std::fs::read_to_string(dir.join("state.json")).with_context(|| format!("{}: cannot read state.json", dir.display()))?;
-    let mut state: TrainState = serde_json::from_str(&text).with_context(|| format!("{}/state.json: not a training state", dir.display()))?;
-    ensure!(state.format == STATE_FORMAT, "{}: checkpoint format '{}' (expected {STATE_FORMAT})", dir.display(), state.format);
+    let text = std::fs::read_to_string(dir.join("state.json"))
+        .with_context(|| format!("{}: cannot read state.json", dir.display()))?;
+    let mut state: TrainState =
+        serde_json::from_str(&text).with_context(|| format!("{}/state.json: not a training state", dir.display()))?;
+    ensure!(
+        state.format == STATE_FORMAT,
+        "{}: checkpoint format '{}' (expected {STATE_FORMAT})",
+        dir.display(),
+        state.format
+    );
     // `stop_after` is not serialized; the caller's applies.
     state.config.stop_after = cfg.stop_after;
     let model = match &cfg.lora {
         Some(_) => {
-            let t = crate::model::MemoryWeights(read_tensors(&dir.join("adapter_model.safetensors"))?.into_iter().collect());
+            let t = crate::model::MemoryWeights(
+                read_tensors(&dir.join("adapter_model.safetensors"))?.into_iter().collect(),
+            );
             let _ = src;
             lora::load_adapters(fresh, &t, device)?
         }

@@ -77,7 +77,10 @@ impl Default for SftConfig {
 
 impl SftConfig {
     pub fn validate(&self) -> Result<()> {
-        ensure!(self.epochs > 0 && self.batch_size > 0 && self.grad_accum > 0, "epochs, batch size and accumulation must be positive");
+        ensure!(
+            self.epochs > 0 && self.batch_size > 0 && self.grad_accum > 0,
+            "epochs, batch size and accumulation must be positive"
+        );
         ensure!(self.max_len >= 8, "max_len {} is too short", self.max_len);
         ensure!(self.lr > 0.0, "learning rate must be positive");
         ensure!((0.0..1.0).contains(&self.warmup_ratio), "warmup_ratio must be in [0, 1)");

@@ -95,7 +95,11 @@ pub fn render(tok: &Tokenizer, d: &Dialogue) -> Result<Example> {
         // Prompt for turn t: everything through the assistant header.
         let prompt = tok.apply_chat_template(&msgs[..LEAD + 2 * t + 1], true);
         let Some(new) = prompt.strip_prefix(done.as_str()) else {
-            bail!("dialogue '{}': the chat template is not incremental (turn {t} does not extend turn {})", d.id, t.saturating_sub(1));
+            bail!(
+                "dialogue '{}': the chat template is not incremental (turn {t} does not extend turn {})",
+                d.id,
+                t.saturating_sub(1)
+            );
         };
         push(new, false, &mut ids, &mut loss)?;
         let target = format!("{}{end}", turn.output);
@@ -114,7 +118,8 @@ pub fn render(tok: &Tokenizer, d: &Dialogue) -> Result<Example> {
 /// Deterministic train/valid split: dialogues sorted by SHA-256 of their id; the first `ceil(fraction * n)`
 /// (at least one when `fraction > 0` and `n >= 2`) are validation. Independent of file order and seed.
 pub fn split_valid(ids: &[&str], fraction: f64) -> (Vec<usize>, Vec<usize>) {
-    let mut order: Vec<(Vec<u8>, usize)> = ids.iter().enumerate().map(|(i, id)| (Sha256::digest(id.as_bytes()).to_vec(), i)).collect();
+    let mut order: Vec<(Vec<u8>, usize)> =
+        ids.iter().enumerate().map(|(i, id)| (Sha256::digest(id.as_bytes()).to_vec(), i)).collect();
     order.sort();
     let n = ids.len();
     let mut nv = (fraction * n as f64).ceil() as usize;
@@ -204,8 +209,14 @@ mod tests {
             question: "Who directed the film?".into(),
             answers: vec!["Jane Doe".into()],
             turns: vec![
-                Turn { input: "Who directed the film?".into(), output: "Analysis: I need the director.\nRetrieval Query: film director".into() },
-                Turn { input: "Retrieved Document_1: The film was directed by Jane Doe. ".into(), output: " Jane Doe directed it.\nFinal Answer: Jane Doe".into() },
+                Turn {
+                    input: "Who directed the film?".into(),
+                    output: "Analysis: I need the director.\nRetrieval Query: film director".into(),
+                },
+                Turn {
+                    input: "Retrieved Document_1: The film was directed by Jane Doe. ".into(),
+                    output: " Jane Doe directed it.\nFinal Answer: Jane Doe".into(),
+                },
             ],
             iterations: 1,
             final_answer: "Jane Doe".into(),
@@ -222,7 +233,8 @@ mod tests {
         // prompt, not the model's default one (which inference never shows a fine-tuned model).
         let full = tok.apply_chat_template(&messages(&d), false);
         assert_eq!(tok.decode(&ex.ids), full);
-        let sys = format!("<|im_start|>system\n{}<|im_end|>\n<|im_start|>user\n", crate::autorag::prompts::SYSTEM_PROMPT);
+        let sys =
+            format!("<|im_start|>system\n{}<|im_end|>\n<|im_start|>user\n", crate::autorag::prompts::SYSTEM_PROMPT);
         assert!(full.starts_with(&sys), "Auto-RAG system prompt expected: {full}");
         tok.default_system = Some("You are a helpful AI assistant named SmolLM, trained by Hugging Face".into());
         assert_eq!(render(&tok, &d).unwrap(), ex, "a template default must not change the rendering");

@@ -24,14 +24,21 @@ pub fn write_tensors(path: &Path, tensors: &[(String, HostTensor)]) -> Result<()
 /// Reads every tensor of one safetensors file (f32, f16 or bf16) as f32.
 pub fn read_tensors(path: &Path) -> Result<Vec<(String, HostTensor)>> {
     let bytes = std::fs::read(path).with_context(|| format!("{}: cannot read", path.display()))?;
-    let st = safetensors::SafeTensors::deserialize(&bytes).map_err(|e| anyhow::anyhow!("{}: not a valid safetensors file ({e})", path.display()))?;
+    let st = safetensors::SafeTensors::deserialize(&bytes)
+        .map_err(|e| anyhow::anyhow!("{}: not a valid safetensors file ({e})", path.display()))?;
     let mut out = Vec::new();
     for (name, view) in st.tensors() {
         let b = view.data();
         let data: Vec<f32> = match view.dtype() {
-            safetensors::Dtype::F32 => b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect(),
-            safetensors::Dtype::F16 => b.chunks_exact(2).map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32()).collect(),
-            safetensors::Dtype::BF16 => b.chunks_exact(2).map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f32()).collect(),
+            safetensors::Dtype::F32 => {
+                b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+            }
+            safetensors::Dtype::F16 => {
+                b.chunks_exact(2).map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32()).collect()
+            }
+            safetensors::Dtype::BF16 => {
+                b.chunks_exact(2).map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f32()).collect()
+            }
             other => anyhow::bail!("{}: tensor '{name}' has dtype {other:?}", path.display()),
         };
         out.push((name, HostTensor { data, shape: view.shape().to_vec() }));
@@ -67,7 +74,13 @@ pub fn chatml_template(default_system: Option<&str>) -> String {
 
 /// Writes the Hugging Face folder. `tokenizer_json` is copied; `tok` supplies special tokens and the default
 /// system prompt for `tokenizer_config.json`.
-pub fn export_hf<B: Backend>(model: &Llama<B>, cfg: &ModelConfig, tokenizer_json: &Path, tok: &Tokenizer, out: &Path) -> Result<()> {
+pub fn export_hf<B: Backend>(
+    model: &Llama<B>,
+    cfg: &ModelConfig,
+    tokenizer_json: &Path,
+    tok: &Tokenizer,
+    out: &Path,
+) -> Result<()> {
     std::fs::create_dir_all(out).with_context(|| format!("{}: cannot create", out.display()))?;
     write_tensors(&out.join("model.safetensors"), &export_llama(model))?;
     std::fs::write(out.join("config.json"), serde_json::to_string_pretty(&hf_config(cfg))?)?;
@@ -76,7 +89,8 @@ pub fn export_hf<B: Backend>(model: &Llama<B>, cfg: &ModelConfig, tokenizer_json
     if tj.exists() {
         std::fs::remove_file(&tj).with_context(|| format!("{}: cannot replace", tj.display()))?;
     }
-    std::fs::copy(tokenizer_json, &tj).with_context(|| format!("{}: cannot copy to {}", tokenizer_json.display(), out.display()))?;
+    std::fs::copy(tokenizer_json, &tj)
+        .with_context(|| format!("{}: cannot copy to {}", tokenizer_json.display(), out.display()))?;
     let mut perm = std::fs::metadata(&tj)?.permissions();
     #[allow(clippy::permissions_set_readonly_false)]
     perm.set_readonly(false);
@@ -111,7 +125,9 @@ mod tests {
     #[test]
     fn template_renders_the_default_system_prompt_readably() {
         let t = chatml_template(Some("You are a helpful AI assistant named SmolLM, trained by Hugging Face"));
-        assert!(t.contains("<|im_start|>system\\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>"));
+        assert!(t.contains(
+            "<|im_start|>system\\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>"
+        ));
         assert!(t.contains("add_generation_prompt"));
     }
 }

@@ -27,7 +27,14 @@ pub(super) fn scalar<B: Backend>(t: Tensor<B, 1>) -> f64 {
 }
 
 /// Mean NLL per target token over `examples` (no gradients).
-pub fn evaluate<B: Backend>(model: &Llama<B>, rope: &Rope<B>, examples: &[Example], batch: usize, pad_id: u32, device: &B::Device) -> f64 {
+pub fn evaluate<B: Backend>(
+    model: &Llama<B>,
+    rope: &Rope<B>,
+    examples: &[Example],
+    batch: usize,
+    pad_id: u32,
+    device: &B::Device,
+) -> f64 {
     let lengths: Vec<usize> = examples.iter().map(|e| e.len()).collect();
     let (mut sum, mut n) = (0.0, 0usize);
     for idx in eval_batches(&lengths, batch) {
@@ -36,7 +43,11 @@ pub fn evaluate<B: Backend>(model: &Llama<B>, rope: &Rope<B>, examples: &[Exampl
         n += b.targets.len();
         sum += scalar(nll_sum(model, rope, &b, device));
     }
-    if n == 0 { f64::NAN } else { sum / n as f64 }
+    if n == 0 {
+        f64::NAN
+    } else {
+        sum / n as f64
+    }
 }
 
 #[cfg(test)]
@@ -53,7 +64,8 @@ mod tests {
         let m = build_llama::<Flex>(&w, &mcfg, &dev).unwrap();
         let rope = Rope::<Flex>::new(&mcfg, 256, &dev);
         let (a, b) = (&data.train[0], &data.train[1]);
-        let alone = scalar(nll_sum(&m, &rope, &make_batch(&[a], data.pad_id), &dev)) + scalar(nll_sum(&m, &rope, &make_batch(&[b], data.pad_id), &dev));
+        let alone = scalar(nll_sum(&m, &rope, &make_batch(&[a], data.pad_id), &dev))
+            + scalar(nll_sum(&m, &rope, &make_batch(&[b], data.pad_id), &dev));
         let together = scalar(nll_sum(&m, &rope, &make_batch(&[a, b], data.pad_id), &dev));
         assert!((alone - together).abs() < 1e-3 * alone.abs(), "{alone} vs {together}");
         // Changing a prompt token changes the loss only through context; changing a target changes it.

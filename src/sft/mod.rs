@@ -50,9 +50,9 @@ pub mod optim;
 pub mod plan;
 pub mod train;
 
+pub use config::SftConfig;
 pub use data::{read_dialogues, render, Example};
 pub use lora::LoraConfig;
-pub use config::SftConfig;
 pub use plan::SftData;
 pub use train::{train, Trained};
 
@@ -83,8 +83,14 @@ pub(crate) mod fixtures {
                     question: format!("What is the {c} thing number {i}?"),
                     answers: vec![format!("{c} {i}")],
                     turns: vec![
-                        Turn { input: format!("What is the {c} thing number {i}?"), output: format!("Retrieval Query: {c} thing {i}") },
-                        Turn { input: format!("Retrieved Document_1: The {c} thing {i} is a ball."), output: "Final Answer: a ball".into() },
+                        Turn {
+                            input: format!("What is the {c} thing number {i}?"),
+                            output: format!("Retrieval Query: {c} thing {i}"),
+                        },
+                        Turn {
+                            input: format!("Retrieved Document_1: The {c} thing {i} is a ball."),
+                            output: "Final Answer: a ball".into(),
+                        },
                     ],
                     iterations: 1,
                     final_answer: "a ball".into(),
@@ -112,7 +118,11 @@ pub(crate) mod fixtures {
             log_every: 1,
             valid_fraction: 0.2,
             warmup_ratio: 0.1,
-            lora: lora.then(|| LoraConfig { rank: 4, alpha: 8.0, targets: vec!["q_proj".into(), "v_proj".into(), "up_proj".into()] }),
+            lora: lora.then(|| LoraConfig {
+                rank: 4,
+                alpha: 8.0,
+                targets: vec!["q_proj".into(), "v_proj".into(), "up_proj".into()],
+            }),
             ..Default::default()
         }
     }

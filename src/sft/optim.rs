@@ -118,7 +118,6 @@ impl<B: Backend> GradAccum<B> {
     }
 }
 
-
 /// Optimizer state: update count and the moments of every trainable parameter (flattened).
 pub struct AdamW<B: Backend> {
     pub cfg: AdamWConfig,
@@ -186,7 +185,12 @@ impl<B: Backend> AdamW<B> {
 
     /// One update with the accumulated gradients (consumed), after clipping their global norm. Returns the
     /// model and the norm before clipping.
-    pub fn step<AB: AutodiffBackend<InnerBackend = B>, M: Module<AB>>(&mut self, model: M, grads: &mut GradAccum<B>, lr: f64) -> (M, f64) {
+    pub fn step<AB: AutodiffBackend<InnerBackend = B>, M: Module<AB>>(
+        &mut self,
+        model: M,
+        grads: &mut GradAccum<B>,
+        lr: f64,
+    ) -> (M, f64) {
         let norm = grads.norm();
         let grad_scale = match self.cfg.clip_norm {
             Some(max) if norm > max => max / (norm + 1e-6),
@@ -253,7 +257,8 @@ mod tests {
         let dev = Default::default();
         Toy {
             w: Param::from_tensor(Tensor::from_data(TensorData::new(vec![1.0f32, -2.0, 3.0, 0.5], [2, 2]), &dev)),
-            frozen: Param::from_tensor(Tensor::<AB, 1>::from_data(TensorData::new(vec![7.0f32], [1]), &dev)).set_require_grad(false),
+            frozen: Param::from_tensor(Tensor::<AB, 1>::from_data(TensorData::new(vec![7.0f32], [1]), &dev))
+                .set_require_grad(false),
             bias: Param::from_tensor(Tensor::from_data(TensorData::new(vec![0.25f32, -0.25], [2]), &dev)),
         }
     }

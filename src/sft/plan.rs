@@ -54,7 +54,11 @@ impl SftData {
         };
         let train = conv(&train_idx)?;
         let valid = conv(&valid_idx)?;
-        ensure!(!train.is_empty(), "no training dialogue left (all {} too long for max_len {max_len}?)", dialogues.len());
+        ensure!(
+            !train.is_empty(),
+            "no training dialogue left (all {} too long for max_len {max_len}?)",
+            dialogues.len()
+        );
         let pad_id = tok.token_id("<|endoftext|>").or_else(|| tok.stop_ids.first().copied()).unwrap_or(0);
         Ok(SftData { train, valid, pad_id, truncated, dropped })
     }
@@ -149,7 +153,10 @@ mod tests {
         // max_steps cuts the plan, and the schedule spans the cut run.
         let cut = plan(&data, &SftConfig { max_steps: Some(3), ..cfg.clone() }).unwrap();
         assert_eq!(cut.len(), 3);
-        assert_eq!(cut[..3].iter().map(|u| &u.micro).collect::<Vec<_>>(), p[..3].iter().map(|u| &u.micro).collect::<Vec<_>>());
+        assert_eq!(
+            cut[..3].iter().map(|u| &u.micro).collect::<Vec<_>>(),
+            p[..3].iter().map(|u| &u.micro).collect::<Vec<_>>()
+        );
         assert!(cut[2].lr < p[2].lr);
     }
 }

@@ -90,7 +90,11 @@ pub fn train<AB: AutodiffBackend>(
         }
         let t0 = Instant::now();
         let loss = evaluate(&model.valid(), &rope_eval, &data.valid, eval_bs, data.pad_id, device);
-        log(&format!("valid  step {step:>5}  loss {loss:.4}  ({} dialogues, {:.1}s)", data.valid.len(), t0.elapsed().as_secs_f64()));
+        log(&format!(
+            "valid  step {step:>5}  loss {loss:.4}  ({} dialogues, {:.1}s)",
+            data.valid.len(),
+            t0.elapsed().as_secs_f64()
+        ));
         state.valid.push(ValidLog { step, loss });
     };
     if state.step == 0 {
@@ -106,8 +110,11 @@ pub fn train<AB: AutodiffBackend>(
         }
         let up = &updates[state.step];
         let (epoch, lr) = (up.epoch, up.lr);
-        let micro: Vec<Batch> =
-            up.micro.iter().map(|idx| make_batch(&idx.iter().map(|&i| &data.train[i]).collect::<Vec<_>>(), data.pad_id)).collect();
+        let micro: Vec<Batch> = up
+            .micro
+            .iter()
+            .map(|idx| make_batch(&idx.iter().map(|&i| &data.train[i]).collect::<Vec<_>>(), data.pad_id))
+            .collect();
         let n_targets: usize = micro.iter().map(|b| b.targets.len()).sum();
         let tokens: usize = micro.iter().map(|b| b.tokens).sum();
         let t0 = Instant::now();
@@ -120,7 +127,16 @@ pub fn train<AB: AutodiffBackend>(
         let (m, norm) = opt.step::<AB, _>(model, &mut grads, lr);
         model = m;
         state.step += 1;
-        let row = StepLog { step: state.step, epoch, loss: loss_sum, lr, grad_norm: norm, tokens, target_tokens: n_targets, secs: t0.elapsed().as_secs_f64() };
+        let row = StepLog {
+            step: state.step,
+            epoch,
+            loss: loss_sum,
+            lr,
+            grad_norm: norm,
+            tokens,
+            target_tokens: n_targets,
+            secs: t0.elapsed().as_secs_f64(),
+        };
         if cfg.log_every > 0 && (state.step % cfg.log_every == 0 || state.step == total) {
             log(&format!(
                 "step {:>5}/{total}  epoch {}  loss {:.4}  lr {:.2e}  |g| {:.3}  {} tok ({} target)  {:.0} tok/s",
@@ -181,7 +197,8 @@ mod tests {
             let mut lines = Vec::new();
             let mut c = cfg.clone();
             c.stop_after = Some(n + 1);
-            let resumed = train::<AB>(&w, &mcfg, &data, &c, Some(&ck), &dev, &mut |l| lines.push(l.to_string())).unwrap();
+            let resumed =
+                train::<AB>(&w, &mcfg, &data, &c, Some(&ck), &dev, &mut |l| lines.push(l.to_string())).unwrap();
             assert!(lines[0].starts_with("resuming"), "{lines:?}");
             assert_eq!(resumed.state.history.len(), n + 1);
             let (a, b) = (full.state.history[n].loss, resumed.state.history[n].loss);

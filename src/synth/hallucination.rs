@@ -35,7 +35,9 @@ use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
 use crate::corpus::wikiextractor::Article;
-use crate::entities::{char_to_byte, compare_entities, entity_at_start, synthesis_candidates, Entity, EntityExtractor, Resources};
+use crate::entities::{
+    char_to_byte, compare_entities, entity_at_start, synthesis_candidates, Entity, EntityExtractor, Resources,
+};
 use crate::model::{Lm, Message, Sampler, Session};
 use crate::step::TokenStep;
 use crate::synth::store::{HalluExample, HalluStore, Manifest};
@@ -101,7 +103,13 @@ pub struct SynthConfig {
 
 impl Default for SynthConfig {
     fn default() -> Self {
-        SynthConfig { templates: vec![Template::Mind, Template::Radio], sentences: 5, max_entities: 0, extra_tokens: 16, seed: 42 }
+        SynthConfig {
+            templates: vec![Template::Mind, Template::Radio],
+            sentences: 5,
+            max_entities: 0,
+            extra_tokens: 16,
+            seed: 42,
+        }
     }
 }
 
@@ -132,8 +140,10 @@ pub fn truncation_points(article: &Article, extractor: &dyn EntityExtractor, cfg
     let opening = &article.text[..end];
     let ents = extractor.extract(opening);
     let body_start_char = article.text[..article.body_offset()].chars().count();
-    let mut cands: Vec<Entity> =
-        synthesis_candidates(opening, &article.title, &ents).into_iter().filter(|e| e.start >= body_start_char).collect();
+    let mut cands: Vec<Entity> = synthesis_candidates(opening, &article.title, &ents)
+        .into_iter()
+        .filter(|e| e.start >= body_start_char)
+        .collect();
     if cfg.max_entities > 0 && cands.len() > cfg.max_entities {
         // seeded partial Fisher-Yates on an xorshift stream, then back to text order
         let mut x = fnv(&article.id, cfg.seed) | 1;
@@ -251,7 +261,11 @@ impl Synthesizer<'_> {
             // entropy of the distribution the first continuation token is drawn from = the next-token
             // distribution at the last prompt token
             entropy_last: entropy_first,
-            entropy_entity_mean: if idx.is_empty() { f32::NAN } else { sel().map(|t| t.entropy).sum::<f32>() / idx.len() as f32 },
+            entropy_entity_mean: if idx.is_empty() {
+                f32::NAN
+            } else {
+                sel().map(|t| t.entropy).sum::<f32>() / idx.len() as f32
+            },
             hidden_final_last: last.hidden_final,
             hidden_mean_last: last.hidden_mean,
             hidden_final_entity: mean_rows(sel().map(|t| &t.hidden_final), d),
@@ -435,11 +449,17 @@ mod tests {
 
     #[test]
     fn prompt_ends_with_trimmed_truncation() {
-        let tok = crate::model::Tokenizer::from_file(&crate::require_data!("models/smollm2-135m-instruct/tokenizer.json")).unwrap();
+        let tok =
+            crate::model::Tokenizer::from_file(&crate::require_data!("models/smollm2-135m-instruct/tokenizer.json"))
+                .unwrap();
         let p = Template::Mind.prompt(&tok, "Ada Lovelace", "Ada Lovelace was born in ");
-        assert!(p.contains("<|im_start|>user\nTell me something about Ada Lovelace.<|im_end|>\n<|im_start|>assistant\n"));
+        assert!(
+            p.contains("<|im_start|>user\nTell me something about Ada Lovelace.<|im_end|>\n<|im_start|>assistant\n")
+        );
         assert!(p.ends_with("\nAda Lovelace was born in"), "{p:?}");
         let r = Template::Radio.prompt(&tok, "Ada Lovelace", "Ada was");
-        assert!(r.contains("Wikipedia article titled Ada Lovelace. Please continue the passage from where the sentence ends."));
+        assert!(r.contains(
+            "Wikipedia article titled Ada Lovelace. Please continue the passage from where the sentence ends."
+        ));
     }
 }

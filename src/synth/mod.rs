@@ -4,5 +4,5 @@
 //! - [`hallucination`]: the synthesis pipeline (`ragtime synth hallucination`): truncate, continue, compare, label.
 //! - [`store`]: the resumable Parquet dataset the synthesis loop writes and the detector trainer reads.
 
-pub mod store;
 pub mod hallucination;
+pub mod store;

@@ -14,10 +14,10 @@ use std::ops::Range;
 
 /// Abbreviations (without their final period) after which a period does not end a sentence.
 const ABBREVIATIONS: &[&str] = &[
-    "mr", "mrs", "ms", "dr", "st", "jr", "sr", "prof", "gen", "col", "lt", "capt", "sgt", "rev", "mt", "ft",
-    "no", "nos", "vs", "etc", "inc", "ltd", "co", "corp", "jan", "feb", "mar", "apr", "jun", "jul", "aug", "sep",
-    "sept", "oct", "nov", "dec", "ca", "approx", "gov", "sen", "rep", "adm", "maj", "cpl", "pvt", "hon", "fr",
-    "bros", "ave", "blvd", "rd", "vol", "pp", "fig", "op", "cf", "al", "esq", "messrs", "cmdr", "brig", "pres",
+    "mr", "mrs", "ms", "dr", "st", "jr", "sr", "prof", "gen", "col", "lt", "capt", "sgt", "rev", "mt", "ft", "no",
+    "nos", "vs", "etc", "inc", "ltd", "co", "corp", "jan", "feb", "mar", "apr", "jun", "jul", "aug", "sep", "sept",
+    "oct", "nov", "dec", "ca", "approx", "gov", "sen", "rep", "adm", "maj", "cpl", "pvt", "hon", "fr", "bros", "ave",
+    "blvd", "rd", "vol", "pp", "fig", "op", "cf", "al", "esq", "messrs", "cmdr", "brig", "pres",
 ];
 
 /// Byte ranges of the sentences of `text`, each trimmed of surrounding whitespace; empty ones are dropped.

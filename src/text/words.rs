@@ -35,6 +35,7 @@ use crate::step::TokenStep;
 /// spaCy's English stop words (`spacy/lang/en/stop_words.py`), the list behind `token.is_stop` in the
 /// `en_core_web_sm` model DRAGIN loads. spaCy also adds the contractions with curly apostrophes; we map `‘’` to
 /// `'` before the lookup instead.
+#[rustfmt::skip]
 pub static STOP_WORDS: &[&str] = &[
     "a", "about", "above", "across", "after", "afterwards", "again", "against", "all", "almost", "alone",
     "along", "already", "also", "although", "always", "am", "among", "amongst", "amount", "an", "and",
@@ -173,9 +174,9 @@ pub fn is_content_word(word: &str) -> bool {
 }
 
 const ABBREVIATIONS: &[&str] = &[
-    "mr", "mrs", "ms", "dr", "prof", "st", "jr", "sr", "vs", "etc", "e.g", "i.e", "inc", "ltd", "co", "corp",
-    "mt", "ft", "no", "vol", "gen", "col", "lt", "sgt", "capt", "gov", "sen", "rep", "rev", "u.s", "u.k", "jan",
-    "feb", "mar", "apr", "jun", "jul", "aug", "sep", "sept", "oct", "nov", "dec", "approx", "est", "fig",
+    "mr", "mrs", "ms", "dr", "prof", "st", "jr", "sr", "vs", "etc", "e.g", "i.e", "inc", "ltd", "co", "corp", "mt",
+    "ft", "no", "vol", "gen", "col", "lt", "sgt", "capt", "gov", "sen", "rep", "rev", "u.s", "u.k", "jan", "feb",
+    "mar", "apr", "jun", "jul", "aug", "sep", "sept", "oct", "nov", "dec", "approx", "est", "fig",
 ];
 
 /// Does a period, `!` or `?` at the end of token `i` close a sentence? (Newlines are handled by the scan.)
@@ -324,8 +325,8 @@ mod tests {
     #[test]
     fn sentence_boundaries() {
         let t = [
-            " Mr", ".", " J", ".", " Smith", " left", " the", " U", ".", "S", ".", " in", " 1", ".", "5", " h", "!", "\n",
-            "So", " it", " goes", "\n",
+            " Mr", ".", " J", ".", " Smith", " left", " the", " U", ".", "S", ".", " in", " 1", ".", "5", " h", "!",
+            "\n", "So", " it", " goes", "\n",
         ];
         // "Mr." abbreviation, "J." initial, "U." initial, "U.S." acronym, "1.5" digit after: no boundary;
         // "!" ends; the "\n" after it opens the next sentence; the final "\n" ends "So it goes".
@@ -351,8 +352,24 @@ mod tests {
         assert_eq!(texts.concat(), text, "decoding token by token must give the text back");
         let got: Vec<String> = words_from_texts(&texts).into_iter().map(|w| w.text).collect();
         let want = [
-            "The", "Eiffel", "Tower", ",", "completed", "in", "1889", ",", "is", "in", "Paris", ".", "It", "'s", "330",
-            "m", "tall", ".",
+            "The",
+            "Eiffel",
+            "Tower",
+            ",",
+            "completed",
+            "in",
+            "1889",
+            ",",
+            "is",
+            "in",
+            "Paris",
+            ".",
+            "It",
+            "'s",
+            "330",
+            "m",
+            "tall",
+            ".",
         ];
         assert_eq!(got, want, "tokens: {texts:?}");
         let content: Vec<&str> = want.iter().copied().filter(|w| is_content_word(w)).collect();

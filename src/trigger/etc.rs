@@ -90,19 +90,12 @@ pub fn smoothed_d2(h: &[f32], variant: Variant) -> Vec<Option<f32>> {
 
 /// The largest head-averaged attention the word's sub-tokens pay to any key.
 pub fn a_pay(tokens: &[TokenStep], w: &Word) -> f32 {
-    tokens[w.tokens.clone()]
-        .iter()
-        .map(|t| (0..=t.pos).map(|k| t.attn_mean(k)).fold(0.0, f32::max))
-        .fold(0.0, f32::max)
+    tokens[w.tokens.clone()].iter().map(|t| (0..=t.pos).map(|k| t.attn_mean(k)).fold(0.0, f32::max)).fold(0.0, f32::max)
 }
 
 impl Etc {
     pub fn new(alpha: f32, variant: Variant) -> Self {
-        Etc {
-            alpha,
-            variant,
-            pacing: Pacing::new(Truncate::Token, Lookahead::Sentence { max_tokens: 64 }, false),
-        }
+        Etc { alpha, variant, pacing: Pacing::new(Truncate::Token, Lookahead::Sentence { max_tokens: 64 }, false) }
     }
 
     /// Config keys: `alpha` (required), `variant` (`"paper"` | `"code"`), `truncate` (`"token"` default |
@@ -197,9 +190,18 @@ mod tests {
     /// Content words Paris(1.0) France(1.2) capital(1.1) Seine|land(1.0,2.0) river(3.0), stop words between.
     fn example() -> Vec<TokenStep> {
         tokens(&[
-            (" Paris", 1.0, 0.5), (" is", 4.0, 0.5), (" in", 4.0, 0.5), (" France", 1.2, 0.5), (",", 5.0, 0.5),
-            (" the", 4.0, 0.5), (" capital", 1.1, 0.5), (" on", 4.0, 0.5), (" Seine", 1.0, 0.6),
-            ("land", 2.0, 0.3), (" river", 3.0, 0.5), (".", 0.2, 0.5),
+            (" Paris", 1.0, 0.5),
+            (" is", 4.0, 0.5),
+            (" in", 4.0, 0.5),
+            (" France", 1.2, 0.5),
+            (",", 5.0, 0.5),
+            (" the", 4.0, 0.5),
+            (" capital", 1.1, 0.5),
+            (" on", 4.0, 0.5),
+            (" Seine", 1.0, 0.6),
+            ("land", 2.0, 0.3),
+            (" river", 3.0, 0.5),
+            (".", 0.2, 0.5),
         ])
     }
 
@@ -228,8 +230,12 @@ mod tests {
     #[test]
     fn paper_triggers_on_a_sustained_rise() {
         let ts = tokens(&[
-            (" Paris", 1.0, 0.1), (" France", 1.0, 0.1), (" tower", 1.0, 0.1), (" by", 4.0, 0.1),
-            (" architect", 9.0, 0.1), (" Gustave", 3.0, 0.1),
+            (" Paris", 1.0, 0.1),
+            (" France", 1.0, 0.1),
+            (" tower", 1.0, 0.1),
+            (" by", 4.0, 0.1),
+            (" architect", 9.0, 0.1),
+            (" Gustave", 3.0, 0.1),
         ]);
         // content words (not "by"): h = [1, 1, 1, 9, 3]; d1 = [_, 0, 0, 8, -6], d2 = [_, _, 0, 8, -14]
         // t=2: d̃2 = 0; t=3: E = 4, w = |0-4|/(|8-4|+|0-4|) = 0.5, d̃2 = 0.5*8 + 0.5*0 = 4.0 >= 0.5
@@ -263,8 +269,9 @@ mod tests {
         assert!(close(j.scores[10], 0.1166667 * 0.5));
         assert_eq!(j.decision, Decision::Retrieve { keep: 8, at: 8 });
         // truncate = "sentence": back to the start of the only sentence
-        let mut e = Etc::from_config(&toml::from_str("alpha = 0.5\nvariant = \"code\"\ntruncate = \"sentence\"").unwrap())
-            .unwrap();
+        let mut e =
+            Etc::from_config(&toml::from_str("alpha = 0.5\nvariant = \"code\"\ntruncate = \"sentence\"").unwrap())
+                .unwrap();
         let j = e.judge(&GenView { question: "q", tokens: &ts, new_from: 0 }).unwrap();
         assert_eq!(j.decision, Decision::Retrieve { keep: 0, at: 8 });
     }

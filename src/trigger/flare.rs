@@ -82,8 +82,16 @@ mod tests {
         // kept sentence (judged before), then the draft " It opened in 1889 ." with probs
         // 0.95 0.9 0.85 0.3 0.99: 0.3 < 0.8 at draft index 3 -> at = 5 + 3 = 8, keep = new_from = 5.
         let ts = steps(&[
-            (" The", 0.9), (" tower", 0.9), (" is", 0.9), (" tall", 0.1), (".", 0.9),
-            (" It", 0.95), (" opened", 0.9), (" in", 0.85), (" 1889", 0.3), (".", 0.99),
+            (" The", 0.9),
+            (" tower", 0.9),
+            (" is", 0.9),
+            (" tall", 0.1),
+            (".", 0.9),
+            (" It", 0.95),
+            (" opened", 0.9),
+            (" in", 0.85),
+            (" 1889", 0.3),
+            (".", 0.99),
         ]);
         let mut t = Flare::from_config(&toml::from_str("theta = 0.8").unwrap()).unwrap();
         assert!(t.before_generation("q"));

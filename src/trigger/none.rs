@@ -5,7 +5,7 @@
 use anyhow::Result;
 
 use super::params::{read_lookahead, Params};
-use super::{GenView, Judgement, Lookahead, Decision, Trigger};
+use super::{Decision, GenView, Judgement, Lookahead, Trigger};
 
 /// Never retrieves.
 #[derive(Debug, Clone)]
@@ -47,8 +47,9 @@ mod tests {
 
     #[test]
     fn never_retrieves() {
-        let toks: Vec<TokenStep> =
-            (0..5).map(|i| TokenStep { pos: 10 + i, text: " x".into(), entropy: 9.0, prob: 0.01, ..Default::default() }).collect();
+        let toks: Vec<TokenStep> = (0..5)
+            .map(|i| TokenStep { pos: 10 + i, text: " x".into(), entropy: 9.0, prob: 0.01, ..Default::default() })
+            .collect();
         let mut t = NoRetrieval::from_config(&toml::Value::Table(Default::default())).unwrap();
         assert!(!t.before_generation("q"));
         let j = t.judge(&GenView { question: "q", tokens: &toks, new_from: 2 }).unwrap();

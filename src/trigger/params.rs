@@ -196,7 +196,9 @@ pub fn read_lookahead(p: &Params, default: Lookahead) -> Result<Lookahead> {
         }),
         Some(Value::String(s)) if s == "sentence" => Ok(Lookahead::Sentence { max_tokens }),
         Some(Value::Integer(n)) if *n > 0 => Ok(Lookahead::Tokens(*n as usize)),
-        Some(v) => bail!("{}: config key 'lookahead': expected \"sentence\" or a positive integer, found {v}", p.method()),
+        Some(v) => {
+            bail!("{}: config key 'lookahead': expected \"sentence\" or a positive integer, found {v}", p.method())
+        }
     }
 }
 
@@ -238,7 +240,9 @@ mod tests {
         // the per-dataset merge reached the trigger: DRAGIN's HotpotQA threshold
         let root: Value = toml::from_str(&std::fs::read_to_string(dir.join("rind.toml")).unwrap()).unwrap();
         assert_eq!(resolve_dataset(&root, Some("hotpotqa")).unwrap()["trigger"]["theta"].as_float(), Some(1.4));
-        assert!(seen.contains(&("rind".into(), "qfs".into())) && seen.contains(&("flare".into(), "flare-masked".into())));
+        assert!(
+            seen.contains(&("rind".into(), "qfs".into())) && seen.contains(&("flare".into(), "flare-masked".into()))
+        );
         // switching rind.toml to the code form switches its block size too (nothing pinned in the file)
         let mut r = resolve_dataset(&root, None).unwrap();
         r["trigger"].as_table_mut().unwrap().insert("variant".into(), Value::String("code".into()));

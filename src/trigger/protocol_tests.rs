@@ -105,7 +105,10 @@ fn shipped_configs_drive_the_loop_as_worked_out_by_hand() {
 
     // FLARE, theta 0.8: the draft of sentence 2 has p(1889) = 0.3 < 0.8 -> drop the draft (keep 7), at = 11;
     // masked query (beta 0.4) removes " 1889"; the regenerated sentence is confident
-    assert_eq!(run("flare.toml"), (true, vec![(7, YEAR, "It was built in by Gustave Eiffel.".to_string())], full.clone()));
+    assert_eq!(
+        run("flare.toml"),
+        (true, vec![(7, YEAR, "It was built in by Gustave Eiffel.".to_string())], full.clone())
+    );
 
     // RIND (paper), theta 1.2: S(1889) = H 3.0 * a_max 0.9 (from " by") * s 1 = 2.7 > 1.2; every other word
     // has S <= 0.2 * 0.01. Truncate at the word (keep 11). QFS: question + content words before it, text order

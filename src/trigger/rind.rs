@@ -102,11 +102,7 @@ impl Rind {
             Variant::Paper => (Truncate::Token, Lookahead::Sentence { max_tokens: 64 }),
             Variant::Code => (Truncate::Sentence, Lookahead::Tokens(64)),
         };
-        Rind {
-            theta,
-            variant,
-            pacing: Pacing::new(truncate, lookahead, variant == Variant::Code),
-        }
+        Rind { theta, variant, pacing: Pacing::new(truncate, lookahead, variant == Variant::Code) }
     }
 
     /// Config keys: `theta` (DRAGIN's `hallucination_threshold`, required), `variant` (`"paper"` | `"code"`),
@@ -229,22 +225,28 @@ mod tests {
     /// " Yes ." (kept, judged before) then the block " The Eiff|el was built ." (indices 2..8).
     fn example() -> Vec<TokenStep> {
         let items = [
-            (" Yes", 0.2), (".", 0.1),
-            (" The", 0.5), (" Eiff", 2.0), ("el", 1.0), (" was", 3.0), (" built", 1.2), (".", 0.1),
+            (" Yes", 0.2),
+            (".", 0.1),
+            (" The", 0.5),
+            (" Eiff", 2.0),
+            ("el", 1.0),
+            (" was", 3.0),
+            (" built", 1.2),
+            (".", 0.1),
         ];
         let attn = [
-            (3, 2, 0.2, 0.4), // Eiff -> The
-            (4, 2, 0.5, 0.0), // el -> The
-            (4, 3, 0.6, 0.2), // el -> Eiff
+            (3, 2, 0.2, 0.4),   // Eiff -> The
+            (4, 2, 0.5, 0.0),   // el -> The
+            (4, 3, 0.6, 0.2),   // el -> Eiff
             (5, 2, 0.05, 0.05), // was -> The
-            (5, 4, 0.2, 0.2), // was -> el
-            (6, 3, 0.9, 0.5), // built -> Eiff
-            (6, 4, 0.3, 0.1), // built -> el
-            (6, 5, 0.8, 0.8), // built -> was
-            (7, 3, 0.2, 0.2), // . -> Eiff
-            (7, 5, 0.1, 0.1), // . -> was
-            (7, 6, 0.3, 0.1), // . -> built
-            (7, 7, 0.5, 0.3), // . -> itself (diagonal)
+            (5, 4, 0.2, 0.2),   // was -> el
+            (6, 3, 0.9, 0.5),   // built -> Eiff
+            (6, 4, 0.3, 0.1),   // built -> el
+            (6, 5, 0.8, 0.8),   // built -> was
+            (7, 3, 0.2, 0.2),   // . -> Eiff
+            (7, 5, 0.1, 0.1),   // . -> was
+            (7, 6, 0.3, 0.1),   // . -> built
+            (7, 7, 0.5, 0.3),   // . -> itself (diagonal)
         ];
         view_tokens(&items, &attn)
     }
@@ -331,18 +333,27 @@ mod tests {
         assert_eq!(j.decision, Decision::Continue);
         assert!(j.scores.iter().all(|s| s.is_nan()));
         assert_eq!(r.lookahead(), Lookahead::Tokens(64));
-        assert_eq!(r.judge(&GenView { question: "q", tokens: &ts, new_from: 2 }).unwrap().decision, Decision::Retrieve { keep: 2, at: 3 });
+        assert_eq!(
+            r.judge(&GenView { question: "q", tokens: &ts, new_from: 2 }).unwrap().decision,
+            Decision::Retrieve { keep: 2, at: 3 }
+        );
         // the paper form keeps judging
         let mut r = Rind::new(1.0, Variant::Paper);
         r.on_retrieval();
-        assert_eq!(r.judge(&GenView { question: "q", tokens: &ts, new_from: 2 }).unwrap().decision, Decision::Retrieve { keep: 3, at: 3 });
+        assert_eq!(
+            r.judge(&GenView { question: "q", tokens: &ts, new_from: 2 }).unwrap().decision,
+            Decision::Retrieve { keep: 3, at: 3 }
+        );
     }
 
     #[test]
     fn config_reads_variant_and_overrides() {
         let r = Rind::from_config(&toml::from_str("theta = 1.2\nvariant = \"code\"\ntruncate = \"token\"").unwrap())
             .unwrap();
-        assert_eq!((r.variant, r.pacing.truncate, r.pacing.lookahead), (Variant::Code, Truncate::Token, Lookahead::Tokens(64)));
+        assert_eq!(
+            (r.variant, r.pacing.truncate, r.pacing.lookahead),
+            (Variant::Code, Truncate::Token, Lookahead::Tokens(64))
+        );
         assert!(r.pacing.accept_after_retrieval);
         let e = Rind::from_config(&toml::from_str("variant = \"paper\"").unwrap()).unwrap_err().to_string();
         assert!(e.contains("'theta' is required"), "{e}");

@@ -51,8 +51,9 @@ mod tests {
 
     #[test]
     fn retrieves_only_before_generation() {
-        let toks: Vec<TokenStep> =
-            (0..4).map(|i| TokenStep { pos: i, text: " x".into(), entropy: 9.0, prob: 0.01, ..Default::default() }).collect();
+        let toks: Vec<TokenStep> = (0..4)
+            .map(|i| TokenStep { pos: i, text: " x".into(), entropy: 9.0, prob: 0.01, ..Default::default() })
+            .collect();
         let mut t = SingleRound::new(16);
         assert!(t.before_generation("q"));
         assert_eq!(t.lookahead(), Lookahead::Tokens(16));

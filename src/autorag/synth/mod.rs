@@ -126,9 +126,9 @@ pub struct Attempt {
 pub(crate) mod fixtures {
     //! Records for the tests of the synthesis modules.
 
+    use super::Attempt;
     use crate::autorag::dialogue::{Dialogue, Turn};
     use crate::autorag::filter::SubAnswer;
-    use super::Attempt;
 
     pub(crate) fn dialogue(id: &str) -> Dialogue {
         Dialogue {
@@ -138,7 +138,10 @@ pub(crate) mod fixtures {
             answers: vec!["A".into(), "a2".into()],
             turns: vec![
                 Turn { input: "Question: Q?".into(), output: "Analysis: x\n\nInitial Query: q".into() },
-                Turn { input: "Retrieved Document_1: d".into(), output: "Intermediate Answer_1: A.\n\nFinal Answer: A".into() },
+                Turn {
+                    input: "Retrieved Document_1: d".into(),
+                    output: "Intermediate Answer_1: A.\n\nFinal Answer: A".into(),
+                },
             ],
             iterations: 1,
             final_answer: "A".into(),

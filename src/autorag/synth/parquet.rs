@@ -68,28 +68,39 @@ pub fn write_parquet(path: &Path, dialogues: &[Dialogue]) -> Result<()> {
 pub fn read_parquet(path: &Path) -> Result<Vec<Dialogue>> {
     use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
     let f = File::open(path).with_context(|| format!("{}: cannot open", path.display()))?;
-    let reader = ParquetRecordBatchReaderBuilder::try_new(f).with_context(|| format!("{}: not a readable parquet file", path.display()))?.build()?;
+    let reader = ParquetRecordBatchReaderBuilder::try_new(f)
+        .with_context(|| format!("{}: not a readable parquet file", path.display()))?
+        .build()?;
     let mut out = Vec::new();
     for batch in reader {
         let b = batch.with_context(|| format!("{}: corrupt row group", path.display()))?;
-        let col = |name: &str| b.column_by_name(name).with_context(|| format!("{}: no column {name:?}", path.display()));
+        let col =
+            |name: &str| b.column_by_name(name).with_context(|| format!("{}: no column {name:?}", path.display()));
         let strs = |name: &str| -> Result<Vec<String>> {
-            let a = col(name)?.as_string_opt::<i32>().with_context(|| format!("{}: column {name:?} is not utf8", path.display()))?;
+            let a = col(name)?
+                .as_string_opt::<i32>()
+                .with_context(|| format!("{}: column {name:?} is not utf8", path.display()))?;
             Ok((0..a.len()).map(|i| a.value(i).to_string()).collect())
         };
         let lists = |name: &str| -> Result<Vec<Vec<String>>> {
-            let l = col(name)?.as_list_opt::<i32>().with_context(|| format!("{}: column {name:?} is not a list", path.display()))?;
+            let l = col(name)?
+                .as_list_opt::<i32>()
+                .with_context(|| format!("{}: column {name:?} is not a list", path.display()))?;
             (0..l.len())
                 .map(|i| {
                     let v = l.value(i);
-                    let s = v.as_string_opt::<i32>().with_context(|| format!("{}: column {name:?} is not a list of utf8", path.display()))?;
+                    let s = v
+                        .as_string_opt::<i32>()
+                        .with_context(|| format!("{}: column {name:?} is not a list of utf8", path.display()))?;
                     Ok((0..s.len()).map(|j| s.value(j).to_string()).collect())
                 })
                 .collect()
         };
         let (ids, ds, qs, fa) = (strs("id")?, strs("dataset")?, strs("question")?, strs("final_answer")?);
         let (ans, ins, outs) = (lists("answers")?, lists("turn_inputs")?, lists("turn_outputs")?);
-        let it = col("iterations")?.as_primitive_opt::<UInt32Type>().with_context(|| format!("{}: column \"iterations\" is not uint32", path.display()))?;
+        let it = col("iterations")?
+            .as_primitive_opt::<UInt32Type>()
+            .with_context(|| format!("{}: column \"iterations\" is not uint32", path.display()))?;
         for i in 0..b.num_rows() {
             if ins[i].len() != outs[i].len() {
                 bail!("{}: row {i}: {} turn inputs but {} outputs", path.display(), ins[i].len(), outs[i].len());

@@ -73,9 +73,9 @@ impl Stats {
 
 #[cfg(test)]
 mod tests {
-    use crate::autorag::synth::fixtures::attempt;
     use super::*;
     use crate::autorag::filter::SubAnswer;
+    use crate::autorag::synth::fixtures::attempt;
 
     #[test]
     fn stats_yield_and_histograms() {

@@ -20,10 +20,10 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use serde::de::DeserializeOwned;
 
-use crate::autorag::dialogue::Dialogue;
 use super::parquet::write_parquet;
 use super::stats::Stats;
 use super::Attempt;
+use crate::autorag::dialogue::Dialogue;
 use crate::io::{jsonl_bytes, pin_settings, read_jsonl, write_atomic};
 
 pub const CONFIG_FILE: &str = "config.json";
@@ -58,8 +58,13 @@ impl DialogueStore {
     pub fn open(dir: &Path, config: &serde_json::Value) -> Result<Self> {
         fs::create_dir_all(dir).with_context(|| format!("{}: cannot create", dir.display()))?;
         let text = serde_json::to_string_pretty(config)?;
-        if pin_settings(&dir.join(CONFIG_FILE), &text, |t| Ok(serde_json::from_str::<serde_json::Value>(t)?))?.is_some_and(|old| &old != config) {
-            bail!("{}: the directory holds dialogues synthesized with other settings; use another --out (or delete it)", dir.display());
+        if pin_settings(&dir.join(CONFIG_FILE), &text, |t| Ok(serde_json::from_str::<serde_json::Value>(t)?))?
+            .is_some_and(|old| &old != config)
+        {
+            bail!(
+                "{}: the directory holds dialogues synthesized with other settings; use another --out (or delete it)",
+                dir.display()
+            );
         }
         let apath = dir.join(ATTEMPTS_FILE);
         let dpath = dir.join(DIALOGUES_FILE);
@@ -80,7 +85,12 @@ impl DialogueStore {
             }
         }
         if good.len() != kept.len() {
-            bail!("{}: {} kept attempts but {} dialogues for them; the directory is damaged", dir.display(), kept.len(), good.len());
+            bail!(
+                "{}: {} kept attempts but {} dialogues for them; the directory is damaged",
+                dir.display(),
+                kept.len(),
+                good.len()
+            );
         }
         if a_trunc {
             write_atomic(&apath, &jsonl_bytes(&attempts)?)?;
@@ -88,8 +98,20 @@ impl DialogueStore {
         if d_trunc || good.len() != dialogues.len() {
             write_atomic(&dpath, &jsonl_bytes(&good)?)?;
         }
-        let open = |p: &Path| OpenOptions::new().create(true).append(true).open(p).with_context(|| format!("{}: cannot open for appending", p.display()));
-        Ok(DialogueStore { dir: dir.to_path_buf(), attempts_file: open(&apath)?, dialogues_file: open(&dpath)?, attempts, done })
+        let open = |p: &Path| {
+            OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(p)
+                .with_context(|| format!("{}: cannot open for appending", p.display()))
+        };
+        Ok(DialogueStore {
+            dir: dir.to_path_buf(),
+            attempts_file: open(&apath)?,
+            dialogues_file: open(&dpath)?,
+            attempts,
+            done,
+        })
     }
 
     pub fn dir(&self) -> &Path {
@@ -115,10 +137,16 @@ impl DialogueStore {
         }
         if let Some(d) = dialogue {
             let line = serde_json::to_string(d)? + "\n";
-            self.dialogues_file.write_all(line.as_bytes()).and_then(|_| self.dialogues_file.flush()).with_context(|| format!("{}: cannot write", self.dir.join(DIALOGUES_FILE).display()))?;
+            self.dialogues_file
+                .write_all(line.as_bytes())
+                .and_then(|_| self.dialogues_file.flush())
+                .with_context(|| format!("{}: cannot write", self.dir.join(DIALOGUES_FILE).display()))?;
         }
         let line = serde_json::to_string(attempt)? + "\n";
-        self.attempts_file.write_all(line.as_bytes()).and_then(|_| self.attempts_file.flush()).with_context(|| format!("{}: cannot write", self.dir.join(ATTEMPTS_FILE).display()))?;
+        self.attempts_file
+            .write_all(line.as_bytes())
+            .and_then(|_| self.attempts_file.flush())
+            .with_context(|| format!("{}: cannot write", self.dir.join(ATTEMPTS_FILE).display()))?;
         self.done.insert(attempt.id.clone());
         self.attempts.push(attempt.clone());
         Ok(())
@@ -147,10 +175,10 @@ pub fn read_dialogues(dir: &Path) -> Result<Vec<Dialogue>> {
 
 #[cfg(test)]
 mod tests {
-    use crate::autorag::synth::fixtures::{attempt, dialogue};
-    use crate::autorag::synth::parquet::read_parquet;
     use super::*;
     use crate::autorag::filter::SubAnswer;
+    use crate::autorag::synth::fixtures::{attempt, dialogue};
+    use crate::autorag::synth::parquet::read_parquet;
 
     #[test]
     fn store_resumes_and_repairs() {

@@ -7,12 +7,12 @@ use anyhow::Result;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
+use super::{Attempt, SynthConfig};
 use crate::autorag::dialogue::{Dialogue, Turn};
 use crate::autorag::filter::{self, SubAnswer};
 use crate::autorag::infer::{line_end, ChatGen};
 use crate::autorag::prompts::{self, AutoRagPrompts, Next};
 use crate::autorag::stop::{self, StopDecision};
-use super::{Attempt, SynthConfig};
 use crate::eval::metrics::normalize_answer;
 use crate::model::tokenizer::Message;
 use crate::model::Sampler;
@@ -51,7 +51,14 @@ impl<'a> Synthesizer<'a> {
     }
 
     /// Candidate queries for iteration t: the teacher's own, then sampled rewrites.
-    fn candidates(&self, qgen: &mut ChatGen<'_>, rng: &mut StdRng, ex: &Example, analysis: &str, own: Option<&str>) -> Result<Vec<String>> {
+    fn candidates(
+        &self,
+        qgen: &mut ChatGen<'_>,
+        rng: &mut StdRng,
+        ex: &Example,
+        analysis: &str,
+        own: Option<&str>,
+    ) -> Result<Vec<String>> {
         let n = self.cfg.candidates.max(1);
         let mut out: Vec<String> = Vec::new();
         let mut seen: HashSet<String> = HashSet::new();
@@ -80,7 +87,12 @@ impl<'a> Synthesizer<'a> {
     }
 
     /// Runs Algorithm 1 on one question: `tgen` is the teacher's session, `qgen` the query model's.
-    pub fn synthesize(&self, tgen: &mut ChatGen<'_>, qgen: &mut ChatGen<'_>, ex: &Example) -> Result<(Attempt, Option<Dialogue>)> {
+    pub fn synthesize(
+        &self,
+        tgen: &mut ChatGen<'_>,
+        qgen: &mut ChatGen<'_>,
+        ex: &Example,
+    ) -> Result<(Attempt, Option<Dialogue>)> {
         let t0 = std::time::Instant::now();
         let gen0 = tgen.generated + qgen.generated;
         let cfg = &self.cfg;
@@ -145,8 +157,10 @@ impl<'a> Synthesizer<'a> {
                 }
                 // iteration t + 1: candidates, sub-answer filter, documents, R_{t+1}
                 let cands = self.candidates(qgen, &mut rng, ex, &r, parsed.query.as_deref())?;
-                let docs: Vec<Vec<Passage>> =
-                    cands.iter().map(|q| self.retriever.search_excluding(q, cfg.top_k, &shown)).collect::<Result<_>>()?;
+                let docs: Vec<Vec<Passage>> = cands
+                    .iter()
+                    .map(|q| self.retriever.search_excluding(q, cfg.top_k, &shown))
+                    .collect::<Result<_>>()?;
                 let (pick, sub) = match filter::first_with_sub_answer(ex, &docs) {
                     Some((i, s)) => (i, Some(s)),
                     None => (rng.random_range(0..cands.len()), None),
@@ -173,7 +187,8 @@ impl<'a> Synthesizer<'a> {
             let mut seen = HashSet::new();
             !queries.iter().all(|q| seen.insert(normalize_answer(q)))
         };
-        let correct = !final_answer.is_empty() && filter::answer_matches(&final_answer, &ex.answers, cfg.max_answer_words);
+        let correct =
+            !final_answer.is_empty() && filter::answer_matches(&final_answer, &ex.answers, cfg.max_answer_words);
         // correctness first, then the quality filters, so stats tell correct-but-filtered dialogues apart
         let reason = if context_full {
             "context_full"

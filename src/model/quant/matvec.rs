@@ -1,9 +1,9 @@
 //! `y = W x` from the integer copy: rows split over the rayon pool for large matrices, vectors paired where a
 //! two-vector kernel exists, and the kernel picked by what the CPU offers (`super::x86`, else the portable one).
 
-use super::{Layout, QMatrix, ROWS};
 #[cfg(target_arch = "x86_64")]
 use super::x86;
+use super::{Layout, QMatrix, ROWS};
 
 impl QMatrix {
     /// `y[r] = sum_c W[r, c] x[c]` for each of the `x.len() / cols` row vectors in `x` (row-major), written to
@@ -25,7 +25,10 @@ impl QMatrix {
             let xs = &x[2 * p * self.cols..(2 * p + 2) * self.cols];
             if parallel {
                 use rayon::prelude::*;
-                pair_out.par_chunks_mut(2 * chunk).enumerate().for_each(|(c, out)| self.rows_into_x2(c * chunk, xs, out));
+                pair_out
+                    .par_chunks_mut(2 * chunk)
+                    .enumerate()
+                    .for_each(|(c, out)| self.rows_into_x2(c * chunk, xs, out));
             } else {
                 self.rows_into_x2(0, xs, &mut pair_out);
             }
@@ -36,7 +39,9 @@ impl QMatrix {
             }
         }
         let done = 2 * pairs;
-        for (xi, yi) in x[done * self.cols..].chunks_exact(self.cols).zip(y[done * self.rows..].chunks_exact_mut(self.rows)) {
+        for (xi, yi) in
+            x[done * self.cols..].chunks_exact(self.cols).zip(y[done * self.rows..].chunks_exact_mut(self.rows))
+        {
             if parallel {
                 use rayon::prelude::*;
                 yi.par_chunks_mut(chunk).enumerate().for_each(|(c, out)| self.rows_into(c * chunk, xi, out));
@@ -51,7 +56,9 @@ impl QMatrix {
     fn has_pair_kernel(&self) -> bool {
         #[cfg(target_arch = "x86_64")]
         {
-            !std::arch::is_x86_feature_detected!("avx512f") && std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+            !std::arch::is_x86_feature_detected!("avx512f")
+                && std::arch::is_x86_feature_detected!("avx2")
+                && std::arch::is_x86_feature_detected!("fma")
         }
         #[cfg(not(target_arch = "x86_64"))]
         {
@@ -184,7 +191,12 @@ mod tests {
     /// one-vector results, on one thread and split over a pool.
     #[test]
     fn several_vectors_equal_one_at_a_time_bit_for_bit() {
-        for (dtype, rows, cols) in [(GgmlDType::Q4_1, 37, 256), (GgmlDType::Q8_0, 37, 256), (GgmlDType::Q4_1, 1030, 4096), (GgmlDType::Q8_0, 1030, 4096)] {
+        for (dtype, rows, cols) in [
+            (GgmlDType::Q4_1, 37, 256),
+            (GgmlDType::Q8_0, 37, 256),
+            (GgmlDType::Q4_1, 1030, 4096),
+            (GgmlDType::Q8_0, 1030, 4096),
+        ] {
             let t = Tensor::from_vec(random(rows * cols, 7), (rows, cols), &Device::Cpu).unwrap();
             let qt = QTensor::quantize(&t, dtype).unwrap();
             let m = QMatrix::from_ggml(dtype, &qt.data().unwrap(), rows, cols).unwrap();

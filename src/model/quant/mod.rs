@@ -29,8 +29,8 @@ mod x86;
 use anyhow::{bail, Result};
 use candle_core::quantized::GgmlDType;
 
-use blocks::{block_layout, decode_block, Decoded};
 pub use blocks::supported;
+use blocks::{block_layout, decode_block, Decoded};
 
 /// Rows computed together by the kernels: they share each load of `x` and give the CPU independent
 /// accumulator chains.
@@ -209,7 +209,13 @@ mod tests {
             let got = m.dequantize();
             // bit for bit, except that 0 * (negative scale) + 0 offset gives +0.0 where candle gives -0.0
             let bad = got.iter().zip(&want).position(|(a, b)| a.to_bits() != b.to_bits() && !(*a == 0.0 && *b == 0.0));
-            assert_eq!(bad, None, "{dtype:?}: weight {bad:?} differs: {:?} vs {:?}", bad.map(|i| got[i]), bad.map(|i| want[i]));
+            assert_eq!(
+                bad,
+                None,
+                "{dtype:?}: weight {bad:?} differs: {:?} vs {:?}",
+                bad.map(|i| got[i]),
+                bad.map(|i| want[i])
+            );
         }
     }
 

@@ -19,7 +19,11 @@ pub(super) unsafe fn rows_avx512(m: &QMatrix, row0: usize, x: &[f32], out: &mut 
             let (row, g) = ($row, $g);
             let q = _mm_loadu_si128(qp.add(row * cols + g * GROUP) as *const __m128i);
             let qf = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q));
-            let w = _mm512_fmadd_ps(qf, _mm512_set1_ps(*sp.add(row * groups + g)), _mm512_set1_ps(*op.add(row * groups + g)));
+            let w = _mm512_fmadd_ps(
+                qf,
+                _mm512_set1_ps(*sp.add(row * groups + g)),
+                _mm512_set1_ps(*op.add(row * groups + g)),
+            );
             _mm512_fmadd_ps(w, $xv, $acc)
         }};
     }
@@ -133,8 +137,16 @@ pub(super) unsafe fn rows_avx2<const N: usize>(m: &QMatrix, row0: usize, x: &[f3
             let base = qp.add(row * cols + g * GROUP);
             let s = _mm256_set1_ps(*sp.add(row * groups + g));
             let o = _mm256_set1_ps(*op.add(row * groups + g));
-            let w0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(base as *const __m128i))), s, o);
-            let w1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(base.add(8) as *const __m128i))), s, o);
+            let w0 = _mm256_fmadd_ps(
+                _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(base as *const __m128i))),
+                s,
+                o,
+            );
+            let w1 = _mm256_fmadd_ps(
+                _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(base.add(8) as *const __m128i))),
+                s,
+                o,
+            );
             for (j, acc) in a.iter_mut().enumerate() {
                 let xj = xp.add(j * cols + g * GROUP);
                 acc[0] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(xj), acc[0]);

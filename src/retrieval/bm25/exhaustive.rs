@@ -119,7 +119,9 @@ impl Bm25Index {
                 for &(fi, field, ref infos, weight, ref tf_cache) in &lookups {
                     let Some(info) = &infos[ord] else { continue };
                     let norms = seg.get_fieldnorms_reader(field)?;
-                    let mut postings = seg.inverted_index(field)?.read_block_postings_from_terminfo(info, IndexRecordOption::WithFreqs)?;
+                    let mut postings = seg
+                        .inverted_index(field)?
+                        .read_block_postings_from_terminfo(info, IndexRecordOption::WithFreqs)?;
                     loop {
                         let docs = postings.docs();
                         if docs.is_empty() {

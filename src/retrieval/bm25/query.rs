@@ -28,7 +28,8 @@ impl Bm25Index {
             let clauses = terms
                 .iter()
                 .map(|t| {
-                    let q: Box<dyn Query> = Box::new(TermQuery::new(Term::from_field_text(field, t), IndexRecordOption::WithFreqs));
+                    let q: Box<dyn Query> =
+                        Box::new(TermQuery::new(Term::from_field_text(field, t), IndexRecordOption::WithFreqs));
                     (Occur::Should, q)
                 })
                 .collect();
@@ -40,7 +41,9 @@ impl Bm25Index {
                 let per_field = vec![disjunction(self.fields.title), disjunction(self.fields.text)];
                 match self.multi_field {
                     MultiField::Best => Box::new(DisjunctionMaxQuery::with_tie_breaker(per_field, self.tie_breaker)),
-                    MultiField::Most => Box::new(BooleanQuery::new(per_field.into_iter().map(|q| (Occur::Should, q)).collect())),
+                    MultiField::Most => {
+                        Box::new(BooleanQuery::new(per_field.into_iter().map(|q| (Occur::Should, q)).collect()))
+                    }
                 }
             }
         })

@@ -67,8 +67,7 @@ impl Manifest {
 pub fn load_manifest(dir: &Path) -> Result<Manifest> {
     let path = dir.join(MANIFEST);
     let text = std::fs::read_to_string(&path).with_context(|| format!("{}: cannot read manifest", path.display()))?;
-    let m: Manifest =
-        serde_json::from_str(&text).with_context(|| format!("{}: malformed manifest", path.display()))?;
+    let m: Manifest = serde_json::from_str(&text).with_context(|| format!("{}: malformed manifest", path.display()))?;
     ensure!(m.format == FORMAT, "{}: format is {:?}, expected {FORMAT:?}", path.display(), m.format);
     ensure!(
         m.schema_version == SCHEMA_VERSION,

@@ -16,11 +16,7 @@ use super::HalluExample;
 pub fn schema() -> SchemaRef {
     let list = DataType::List(Arc::new(Field::new_list_field(DataType::Float32, true)));
     let mut fields = Vec::new();
-    for name in [
-        "article_id",
-        "title",
-        "template",
-    ] {
+    for name in ["article_id", "title", "template"] {
         fields.push(Field::new(name, DataType::Utf8, false));
     }
     fields.push(Field::new("trunc_offset", DataType::UInt32, false));

@@ -56,7 +56,8 @@ impl HalluStore {
         for entry in fs::read_dir(&dir).with_context(|| format!("{}: cannot list", dir.display()))? {
             let entry = entry?;
             let name = entry.file_name().to_string_lossy().into_owned();
-            let orphan_shard = name.starts_with("part-") && name.ends_with(".parquet") && !listed.contains(name.as_str());
+            let orphan_shard =
+                name.starts_with("part-") && name.ends_with(".parquet") && !listed.contains(name.as_str());
             if name.ends_with(".tmp") || orphan_shard {
                 fs::remove_file(entry.path())
                     .with_context(|| format!("{}: cannot remove leftover of a killed run", entry.path().display()))?;
