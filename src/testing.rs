@@ -20,7 +20,7 @@ pub const ENV_REQUIRE: &str = "RAGTIME_REQUIRE_DATA";
 
 /// Whether missing data fails the test (`RAGTIME_REQUIRE_DATA` set to anything but empty or `0`).
 pub fn data_required() -> bool {
-    std::env::var(ENV_REQUIRE).map_or(false, |v| !v.is_empty() && v != "0")
+    std::env::var(ENV_REQUIRE).is_ok_and(|v| !v.is_empty() && v != "0")
 }
 
 /// The data file or folder `rel` (relative to the data folders) if present; else reports the skip and returns

@@ -180,7 +180,7 @@ fn batched_decode_loop_equals_one_question_at_a_time() {
         questions.iter().map(|q| rag.answer_in(&mut session, q, trigger().as_mut(), qf.as_ref()).unwrap()).collect();
 
     let batch = Batch::new(&lm, 3);
-    let triggers: Vec<_> = (0..3).map(|_| std::cell::RefCell::new(trigger())).collect();
+    let triggers: Vec<_> = (0..3).map(|_| std::cell::Cell::new(Some(trigger()))).collect();
     let mut queue = questions.iter().enumerate();
     let mut batched = vec![None; questions.len()];
     let (rag, qf, triggers) = (&rag, qf.as_ref(), &triggers);
@@ -190,8 +190,10 @@ fn batched_decode_loop_equals_one_question_at_a_time() {
                 let (i, q) = queue.next()?;
                 let mut d = batch.lane(lane);
                 Some(Box::pin(async move {
-                    let mut t = triggers[lane].borrow_mut();
-                    (i, rag.answer_with(&mut d, q, t.as_mut(), qf).await)
+                    let mut t = triggers[lane].take().expect("one question per lane at a time");
+                    let o = rag.answer_with(&mut d, q, t.as_mut(), qf).await;
+                    triggers[lane].set(Some(t));
+                    (i, o)
                 }))
             },
             |(i, o)| {

@@ -146,7 +146,7 @@ pub fn parse_blocks(unwrapped: &str) -> (String, Vec<Vec<Field>>) {
                 if !instruction.is_empty() {
                     instruction.push(' ');
                 }
-                instruction.push_str(&format!("{}: {}", f.label, f.value).trim_end().to_string());
+                instruction.push_str(format!("{}: {}", f.label, f.value).trim_end());
             }
         }
     }

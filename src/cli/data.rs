@@ -126,7 +126,7 @@ fn list() -> Result<()> {
         rows.push((name.clone(), status, place, splits.join(", ")));
     }
     let w = rows.iter().map(|r| r.0.len()).max().unwrap_or(4).max(7);
-    println!("{:w$}  {:14}  {:28}  {}", "dataset", "data", "splits", "file");
+    println!("{:w$}  {:14}  {:28}  file", "dataset", "data", "splits");
     for (name, status, place, splits) in rows {
         println!("{name:w$}  {status:14}  {splits:28}  {place}");
     }

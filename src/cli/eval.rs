@@ -1,7 +1,7 @@
 //! `ragtime eval`: run one controller over a QA dataset in the shared decode loop and write a run directory
 //! (config.toml, predictions.jsonl with per-question traces, metrics.json). Resumes an interrupted run.
 
-use std::cell::RefCell;
+use std::cell::Cell;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
@@ -169,9 +169,9 @@ pub fn run(args: Args) -> Result<()> {
         }
     } else {
         // one trigger per lane: triggers keep per-question state
-        let mut triggers = vec![RefCell::new(trigger)];
+        let mut triggers = vec![Cell::new(Some(trigger))];
         for _ in 1..args.batch {
-            triggers.push(RefCell::new(build_trigger()?));
+            triggers.push(Cell::new(Some(build_trigger()?)));
         }
         let batch = Batch::new(&lm, args.batch);
         let mut queue = todo.into_iter();
@@ -182,8 +182,10 @@ pub fn run(args: Args) -> Result<()> {
                 let ex = queue.next()?;
                 let mut decoder = batch.lane(lane);
                 Some(Box::pin(async move {
-                    let mut t = triggers[lane].borrow_mut();
+                    // the lane holds its trigger while it answers, and hands it back for the lane's next question
+                    let mut t = triggers[lane].take().expect("a lane answers one question at a time");
                     let o = rag.answer_with(&mut decoder, &ex.question, t.as_mut(), qf).await;
+                    triggers[lane].set(Some(t));
                     (ex, o)
                 }))
             },

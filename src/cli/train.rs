@@ -16,6 +16,8 @@ pub struct TrainArgs {
     pub what: TrainCommand,
 }
 
+/// Parsed once per run: the size difference of the variants costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand, Debug)]
 pub enum TrainCommand {
     /// Train MIND's hallucination detector (MLP over hidden states) on a `synth` dataset.

@@ -333,7 +333,6 @@ fn dump_plan(file: &Path, data: &SftData, cfg: &SftConfig) -> Result<()> {
     for (u, up) in updates.iter().enumerate() {
         line(serde_json::json!({"kind": "update", "step": u + 1, "epoch": up.epoch, "lr": up.lr, "micro": up.micro}))?;
     }
-    drop(line);
     w.flush().with_context(|| format!("{}: cannot write", file.display()))?;
     eprintln!("wrote the plan of {} updates to {}", updates.len(), file.display());
     Ok(())

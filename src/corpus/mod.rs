@@ -30,7 +30,7 @@ pub enum OnBadLine {
 
 /// Report a skipped line on stderr; after the first 20 only every 1000th is reported.
 pub fn warn_skip(count: u64, file: &Path, line: usize, why: &str) {
-    if count <= 20 || count % 1000 == 0 {
+    if count <= 20 || count.is_multiple_of(1000) {
         eprintln!("warning: {}:{line}: {why}; skipped (skipped lines so far: {count})", file.display());
     }
 }
@@ -65,7 +65,8 @@ pub fn for_each_line<T>(
         match parsed {
             None => {}
             Some(Ok(item)) => {
-                if !f(item, &wikiextractor::Origin { file: file.to_path_buf(), line: lineno })? {
+                let go_on = f(item, &wikiextractor::Origin { file: file.to_path_buf(), line: lineno })?;
+                if !go_on {
                     return Ok(false);
                 }
             }

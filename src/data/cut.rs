@@ -3,6 +3,10 @@
 
 use anyhow::{bail, Result};
 
+/// Cuts a downloaded text: the first `first` lines (JSON lines), or a JSON array's / object's entries minus the
+/// keys in `drop` and then the first `first`, re-laid out as Python's `json.dump(indent=1, ensure_ascii=False)`
+/// writes it (the layout of the shared derived files; their sources use 4-space indentation and, for PubMedQA,
+/// `\uXXXX` escapes).
 pub fn cut(text: &str, is_lines: bool, drop: &[String], first: Option<usize>) -> Result<String> {
     if is_lines {
         if !drop.is_empty() {
@@ -73,7 +77,7 @@ mod json {
 
     /// Whether a raw quoted key is the string `s` (keys with escapes compare unescaped).
     pub fn key_equals(raw: &str, s: &str) -> bool {
-        serde_json::from_str::<String>(raw).map_or(false, |k| k == s)
+        serde_json::from_str::<String>(raw).is_ok_and(|k| k == s)
     }
 
     /// Writes a raw quoted string re-escaped the way Python's `ensure_ascii=False` escapes (serde_json's string
@@ -195,7 +199,7 @@ mod json {
         let mut i = 0;
         let newline = |out: &mut String, d: usize| {
             out.push('\n');
-            out.extend(std::iter::repeat(' ').take(d));
+            out.extend(std::iter::repeat_n(' ', d));
         };
         while i < b.len() {
             match b[i] {
@@ -242,8 +246,6 @@ mod json {
         }
     }
 }
-
-/// Where a dataset's data stands: each data file's path and origin, or `None` where it is missing.
 
 #[cfg(test)]
 mod tests {

@@ -218,7 +218,7 @@ fn fetch_file_in(source: &Source, url: &str, dest: &Path, sha256: Option<&str>) 
             }
             None => Vec::new(),
         };
-        let is_lines = dest.extension().map_or(false, |e| e == "jsonl");
+        let is_lines = dest.extension().is_some_and(|e| e == "jsonl");
         bytes = Some(cut(&text, is_lines, &drop, source.first).with_context(|| url.to_string())?.into_bytes());
     }
     let out = match bytes {
@@ -234,11 +234,7 @@ fn fetch_file_in(source: &Source, url: &str, dest: &Path, sha256: Option<&str>) 
     Ok(sum)
 }
 
-/// Cuts a downloaded text: the first `first` lines (JSON lines), or a JSON array's / object's entries minus the
-/// keys in `drop` and then the first `first`, re-laid out as Python's `json.dump(indent=1, ensure_ascii=False)`
-/// writes it (the layout of the shared derived files; their sources use 4-space indentation and, for PubMedQA,
-/// `\uXXXX` escapes).
-
+/// Where a dataset's data stands: each data file's path and origin, or `None` where it is missing.
 pub fn locate(file: &Path, source: Option<&Source>) -> Vec<(PathBuf, Option<(PathBuf, Origin)>)> {
     let rels: Vec<PathBuf> = match source {
         Some(s) => s.items(file).into_iter().map(|(_, rel, _)| rel).collect(),

@@ -75,7 +75,7 @@ impl BertConfig {
                 bail!("model_type {t:?} is not a BERT-family encoder");
             }
         }
-        if self.num_attention_heads == 0 || self.hidden_size % self.num_attention_heads != 0 {
+        if self.num_attention_heads == 0 || !self.hidden_size.is_multiple_of(self.num_attention_heads) {
             bail!(
                 "hidden_size {} is not a multiple of num_attention_heads {}",
                 self.hidden_size,

@@ -155,7 +155,9 @@ impl WeightSource for SafetensorsFile {
     }
 }
 
-/// The model on the device it runs on.
+/// The model on the device it runs on. One per encoder, built once: the size difference of the variants costs
+/// nothing.
+#[allow(clippy::large_enum_variant)]
 enum Engine {
     Cpu(Bert<burn::backend::Flex>),
     #[cfg(feature = "cuda")]

@@ -201,7 +201,7 @@ mod tests {
 
     fn npy_bytes(header: &str, data: &[f32]) -> Vec<u8> {
         let mut h = header.to_string();
-        while (10 + h.len() + 1) % 64 != 0 {
+        while !(10 + h.len() + 1).is_multiple_of(64) {
             h.push(' ');
         }
         h.push('\n');

@@ -159,7 +159,7 @@ pub fn score(kind: AnswerKind, prediction: &str, golds: &[String]) -> Scores {
         }
         AnswerKind::YesNo | AnswerKind::YesNoMaybe => {
             let label = yes_no_label(prediction, kind == AnswerKind::YesNoMaybe);
-            let right = label.map_or(false, |l| golds.iter().any(|g| yes_no_label(g, true) == Some(l)));
+            let right = label.is_some_and(|l| golds.iter().any(|g| yes_no_label(g, true) == Some(l)));
             let v = if right { 1.0 } else { 0.0 };
             Scores { em: v, f1: v, precision: v, recall: v, accuracy: Some(v), contains: v }
         }

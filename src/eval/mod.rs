@@ -135,7 +135,7 @@ impl TryFrom<String> for SplitRange {
             "" => None,
             e => Some(e.parse::<usize>().map_err(|_| bad())?),
         };
-        if end.map_or(false, |e| e <= start) {
+        if end.is_some_and(|e| e <= start) {
             return Err(format!("split '{s}' is empty (END must be above START)"));
         }
         Ok(SplitRange { start, end })
@@ -163,7 +163,7 @@ impl DatasetSpec {
     pub fn load(name_or_path: &str) -> Result<Self> {
         let p = Path::new(name_or_path);
         if p.exists() {
-            if p.extension().map_or(false, |e| e == "toml") {
+            if p.extension().is_some_and(|e| e == "toml") {
                 return Self::from_toml_file(p);
             }
             return Self::from_data_file(p, None);

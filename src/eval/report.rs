@@ -221,12 +221,12 @@ pub fn html_page(runs: &[LoadedRun], selection: &Selection) -> String {
         s.push_str("</tr>\n");
     }
     s.push_str("</table>\n");
-    let _ = write!(
+    let _ = writeln!(
         s,
         "<p class=\"legend\">Token background: entropy, <span style=\"background:rgba(220,50,47,0.05)\">0</span>\
          <span style=\"background:rgba(220,50,47,0.5)\">{:.1}</span><span style=\"background:rgba(220,50,47,1)\">≥ {:.1} nats</span>; \
          blue underline: trigger score (relative to the question's highest); <span class=\"ret\">⟲R1</span> retrieval \
-         (hover for the query). Hover a token for its numbers.</p>\n",
+         (hover for the query). Hover a token for its numbers.</p>",
         ENTROPY_SCALE / 2.0,
         ENTROPY_SCALE
     );
@@ -239,12 +239,12 @@ pub fn html_page(runs: &[LoadedRun], selection: &Selection) -> String {
     let labels = labels(&refs);
     for id in &ids {
         let Some(first) = maps.iter().find_map(|m| m.get(id.as_str())) else {
-            let _ = write!(s, "<div class=\"q\"><h3>{}</h3><p>not in any run</p></div>\n", escape(id));
+            let _ = writeln!(s, "<div class=\"q\"><h3>{}</h3><p>not in any run</p></div>", escape(id));
             continue;
         };
-        let _ = write!(
+        let _ = writeln!(
             s,
-            "<div class=\"q\"><h3>{}</h3><p><small>id {}</small> · gold: <b>{}</b></p>\n",
+            "<div class=\"q\"><h3>{}</h3><p><small>id {}</small> · gold: <b>{}</b></p>",
             escape(&first.question),
             escape(id),
             escape(&first.gold.join(" | "))

@@ -116,6 +116,7 @@ pub fn matmul(x: &[f32], rows: usize, k: usize, w: &FlexTensor, n: usize, bias: 
     let yp = Ptr(y.as_mut_ptr());
     let run = |j0: usize| {
         let cols = chunk.min(n - j0);
+        #[allow(clippy::redundant_locals)] // moves the whole `Ptr` (Send) into the closure, not its raw field
         let yp = yp;
         // SAFETY: the weight view covers [k, n] from `woff` with strides `ws`; each block writes its own columns.
         unsafe {
@@ -207,6 +208,7 @@ pub fn causal_attention(
     let op = Ptr(out.as_mut_ptr());
     let head = |hh: usize, p: &mut [f32]| {
         let g = hh / rep;
+        #[allow(clippy::redundant_locals)] // moves the whole `Ptr` (Send) into the closure, not its raw field
         let op = op;
         // SAFETY: k/v views cover [1, kvh, keys, hd]; head hh writes only its own probs block and out columns.
         unsafe {

@@ -250,7 +250,7 @@ impl<B: Backend> Rope<B> {
         let mut sin = vec![0f32; max_pos * hd];
         for i in 0..half {
             // transformers: inv_freq = 1 / theta ** (arange(0, d, 2) / d), computed in float32
-            let inv_freq = 1.0f32 / (cfg.rope_theta as f32).powf((2 * i) as f32 / hd as f32);
+            let inv_freq = 1.0f32 / cfg.rope_theta.powf((2 * i) as f32 / hd as f32);
             for p in 0..max_pos {
                 let angle = p as f32 * inv_freq;
                 let (s, c) = angle.sin_cos();

@@ -4,6 +4,8 @@
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
+/// Greedy or nucleus sampling. The sampling variant carries its RNG inline (one sampler per generation).
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone)]
 pub enum Sampler {
     Greedy,

@@ -15,6 +15,9 @@ pub struct Message {
     pub content: String,
 }
 
+/// Token ids and the character span `(start, end)` of each.
+pub type IdsWithOffsets = (Vec<u32>, Vec<(usize, usize)>);
+
 impl Message {
     pub fn new(role: &str, content: impl Into<String>) -> Self {
         Message { role: role.to_string(), content: content.into() }
@@ -224,7 +227,7 @@ impl Tokenizer {
     }
 
     /// Character offsets (start, end) of each token of `text` (no BOS).
-    pub fn encode_with_offsets(&self, text: &str) -> Result<(Vec<u32>, Vec<(usize, usize)>)> {
+    pub fn encode_with_offsets(&self, text: &str) -> Result<IdsWithOffsets> {
         let enc =
             self.inner.encode(text, false).map_err(|e| anyhow::anyhow!("{}: cannot encode text ({e})", self.source))?;
         Ok((enc.get_ids().to_vec(), enc.get_offsets().to_vec()))
@@ -257,7 +260,7 @@ impl Tokenizer {
     /// `add_generation_prompt`.
     pub fn apply_chat_template(&self, messages: &[Message], add_generation_prompt: bool) -> String {
         let mut out = String::new();
-        if !messages.first().is_some_and(|m| m.role == "system") {
+        if messages.first().is_none_or(|m| m.role != "system") {
             if let Some(sys) = &self.default_system {
                 out.push_str(&format!("<|im_start|>system\n{sys}<|im_end|>\n"));
             }

@@ -22,7 +22,7 @@ pub fn json_files(dir: &Path) -> Result<Vec<PathBuf>> {
             let p = entry?.path();
             if p.is_dir() {
                 stack.push(p);
-            } else if p.extension().map_or(false, |e| e == "json") {
+            } else if p.extension().is_some_and(|e| e == "json") {
                 out.push(p);
             }
         }

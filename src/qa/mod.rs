@@ -221,7 +221,7 @@ pub fn detect_layout(path: &Path) -> Result<Layout> {
             let has = |k: &str| first.get(k).is_some();
             if has("questions") && (has("text") || has("title")) {
                 Ok(Layout::Iirc)
-            } else if has("qid") && first.get("answer").map_or(false, Value::is_boolean) {
+            } else if has("qid") && first.get("answer").is_some_and(Value::is_boolean) {
                 Ok(Layout::StrategyqaOriginal)
             } else if (has("test_id") || has("_id")) && has("question") && has("answer") {
                 Ok(Layout::TwoWiki)
@@ -232,11 +232,11 @@ pub fn detect_layout(path: &Path) -> Result<Layout> {
             }
         }
         Some(Value::Object(map)) => {
-            if map.get("examples").map_or(false, Value::is_array) {
+            if map.get("examples").is_some_and(Value::is_array) {
                 Ok(Layout::StrategyqaBigbench)
-            } else if map.get("questions").map_or(false, Value::is_array) {
+            } else if map.get("questions").is_some_and(Value::is_array) {
                 Ok(Layout::Bioasq)
-            } else if map.values().next().map_or(false, |v| v.get("QUESTION").is_some()) {
+            } else if map.values().next().is_some_and(|v| v.get("QUESTION").is_some()) {
                 Ok(Layout::Pubmedqa)
             } else if map.contains_key("question") {
                 // A one-line JSON-lines file.

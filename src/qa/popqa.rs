@@ -10,6 +10,9 @@ use serde_json::Value;
 
 use super::{non_empty_answers, read_jsonl, read_text, str_field, str_list, AnswerKind, At, Example};
 
+/// A parsed CSV row: its line number and fields.
+type CsvRow = (usize, Vec<String>);
+
 pub fn load(path: &Path) -> Result<Vec<Example>> {
     let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("").to_ascii_lowercase();
     match ext.as_str() {
@@ -81,10 +84,7 @@ fn load_table(path: &Path, delim: u8) -> Result<Vec<Example>> {
 /// Splits delimited text into rows of fields: `(1-based line where the row starts, fields)`. Fields may be quoted
 /// with `"` (a doubled `""` inside is one quote; quoted fields may hold delimiters and newlines). Blank lines are
 /// skipped. Errors give the line and what is wrong.
-pub(crate) fn parse_delimited(
-    text: &str,
-    delim: u8,
-) -> std::result::Result<Vec<(usize, Vec<String>)>, (usize, String)> {
+pub(crate) fn parse_delimited(text: &str, delim: u8) -> std::result::Result<Vec<CsvRow>, (usize, String)> {
     let delim = delim as char;
     let mut rows = Vec::new();
     let mut line = 1usize;

@@ -67,10 +67,10 @@ impl HnswIndex {
         let last = std::sync::Mutex::new(Instant::now());
         (0..m.rows()).into_par_iter().try_for_each(|r| -> Result<()> {
             index
-                .add(r as u64, &*m.row_f32(r))
+                .add(r as u64, &m.row_f32(r))
                 .map_err(|e| anyhow::anyhow!("usearch: adding vector {r} failed: {e}"))?;
             let n = done.fetch_add(1, Ordering::Relaxed) + 1;
-            if progress && n % 4096 == 0 {
+            if progress && n.is_multiple_of(4096) {
                 let mut l = last.lock().unwrap();
                 if l.elapsed().as_secs_f64() >= 2.0 {
                     *l = Instant::now();

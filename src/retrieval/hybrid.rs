@@ -18,10 +18,13 @@ use super::{Passage, Retriever};
 /// RRF's constant, as in the paper.
 pub const RRF_K: f32 = 60.0;
 
+/// A passage being fused: (fused score, best rank, first (ranking, position) seen, passage).
+type Fused<'a> = (f32, usize, (usize, usize), &'a Passage);
+
 /// Fuses `rankings` (each best first) by reciprocal rank; returns the top `top`, `score` = the fused score.
 pub fn reciprocal_rank_fusion(rankings: &[Vec<Passage>], k: f32, top: usize) -> Vec<Passage> {
     // id -> (fused score, best rank, first (ranking, position) seen, passage)
-    let mut fused: HashMap<&str, (f32, usize, (usize, usize), &Passage)> = HashMap::new();
+    let mut fused: HashMap<&str, Fused> = HashMap::new();
     for (r, ranking) in rankings.iter().enumerate() {
         for (i, p) in ranking.iter().enumerate() {
             let rank = i + 1;

@@ -248,10 +248,10 @@ pub fn build_index(corpus: &Path, out: &Path, opts: &IndexOptions) -> Result<Man
             doc.add_text(c, format!("{}\n{}", p.title, p.text));
         }
         writer.add_document(doc)?;
-        if seen % opts.commit_every == 0 {
+        if seen.is_multiple_of(opts.commit_every) {
             commit(&mut writer, seen)?;
         }
-        if opts.progress && seen % 1024 == 0 && last_report.elapsed().as_secs_f64() >= 2.0 {
+        if opts.progress && seen.is_multiple_of(1024) && last_report.elapsed().as_secs_f64() >= 2.0 {
             last_report = Instant::now();
             let rate = (seen - skip) as f64 / t_index.elapsed().as_secs_f64();
             eprint!("\rindexed {seen} passages ({rate:.0}/s)   ");

@@ -17,7 +17,7 @@ use super::{Passage, Retriever};
 /// when it has at most `n` tokens; an empty string when `n == 0`. Leading whitespace of the suffix is
 /// trimmed. Offsets that are out of range or not on a character boundary are clamped/skipped
 /// backwards to the nearest boundary.
-pub fn truncate_to_last_tokens<'a, F>(query: &'a str, n: usize, tokenize: F) -> &'a str
+pub fn truncate_to_last_tokens<F>(query: &str, n: usize, tokenize: F) -> &str
 where
     F: FnOnce(&str) -> Vec<(usize, usize)>,
 {

@@ -137,7 +137,7 @@ pub fn train<AB: AutodiffBackend>(
             target_tokens: n_targets,
             secs: t0.elapsed().as_secs_f64(),
         };
-        if cfg.log_every > 0 && (state.step % cfg.log_every == 0 || state.step == total) {
+        if cfg.log_every > 0 && (state.step.is_multiple_of(cfg.log_every) || state.step == total) {
             log(&format!(
                 "step {:>5}/{total}  epoch {}  loss {:.4}  lr {:.2e}  |g| {:.3}  {} tok ({} target)  {:.0} tok/s",
                 row.step,
@@ -152,12 +152,12 @@ pub fn train<AB: AutodiffBackend>(
         }
         state.history.push(row);
         let last = state.step == total;
-        if last || (cfg.eval_every > 0 && state.step % cfg.eval_every == 0) {
+        if last || (cfg.eval_every > 0 && state.step.is_multiple_of(cfg.eval_every)) {
             validate(&model, state.step, &mut state, log);
         }
         let halting = cfg.stop_after.is_some_and(|s| state.step >= s);
         if let Some(dir) = ckpt {
-            if last || halting || (cfg.save_every > 0 && state.step % cfg.save_every == 0) {
+            if last || halting || (cfg.save_every > 0 && state.step.is_multiple_of(cfg.save_every)) {
                 save_checkpoint(dir, &model, &opt, &state, model_cfg, cfg.lora.as_ref())?;
                 log(&format!("checkpoint at update {} -> {}", state.step, dir.display()));
             }

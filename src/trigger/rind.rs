@@ -309,7 +309,7 @@ mod tests {
         //   .     0.4/2.8*0.1*5  = 0.0714286
         let mut r = Rind::new(2.0, Variant::Code);
         let j = r.judge(&GenView { question: "q", tokens: &ts, new_from: 2 }).unwrap();
-        let e = [0.4017857, 2.5446429, 2.5446429, 4.2857143, 0.4285714, 0.0714286];
+        let e = [0.4017857, 2.544_643, 2.544_643, 4.285_714, 0.4285714, 0.0714286];
         assert!(close(&j.scores, &e), "{:?}", j.scores);
         // first value > 2.0 is Eiffel (index 3); the code truncates at its sentence start (index 2)
         assert_eq!(j.decision, Decision::Retrieve { keep: 2, at: 3 });

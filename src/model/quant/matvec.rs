@@ -68,7 +68,7 @@ impl QMatrix {
 
     /// Rows `row0..row0 + out.len() / 2` of `W x_0` and `W x_1` (`x` = `[2, cols]`), interleaved in `out`.
     fn rows_into_x2(&self, row0: usize, x: &[f32], out: &mut [f32]) {
-        assert!(row0 + out.len() / 2 <= self.rows && x.len() == 2 * self.cols && out.len() % 2 == 0);
+        assert!(row0 + out.len() / 2 <= self.rows && x.len() == 2 * self.cols && out.len().is_multiple_of(2));
         #[cfg(target_arch = "x86_64")]
         {
             if self.has_pair_kernel() {

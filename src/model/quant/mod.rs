@@ -87,7 +87,7 @@ impl QMatrix {
     /// From the raw ggml blocks of a `[rows, cols]` tensor (candle's `QTensor::data()`).
     pub fn from_ggml(dtype: GgmlDType, bytes: &[u8], rows: usize, cols: usize) -> Result<QMatrix> {
         let Some((bs, size)) = block_layout(dtype) else { bail!("no integer form for {dtype:?} blocks") };
-        if cols % bs != 0 {
+        if !cols.is_multiple_of(bs) {
             bail!("{cols} columns is not a multiple of the {dtype:?} block size {bs}");
         }
         let blocks = rows * cols / bs;
