@@ -4,7 +4,7 @@ Markdown table.
 1. Encoding: the first --passages HotpotQA paragraphs ("title\\ntext"), all-MiniLM-L6-v2, batch --batch, --threads
    threads for both (ragtime: RAYON_NUM_THREADS; torch: set_num_threads). ragtime's rate is over encoding only
    (model load excluded), like sentence-transformers' encode() call.
-2. Vectors: --n synthetic unit vectors x --dim (clustered by default, --clusters 0 for uniform) (the same bytes for both, written by examples/bench_hnsw.rs), HNSW with
+2. Vectors: --n synthetic unit vectors x --dim (clustered by default, --clusters 0 for uniform) (the same bytes for both, written by scripts/bench_hnsw.rs), HNSW with
    the same M / efConstruction / efSearch: build time, peak resident memory of the process (data included), query
    latency p50/p99 one query at a time, recall@10 against exact search.
 """

@@ -46,7 +46,7 @@ pub fn require_checkpoint(name: &str) -> Option<PathBuf> {
     if p.exists() {
         return Some(p);
     }
-    missing(&p, "run scripts/setup.sh to download it")
+    missing(&p, "run scripts/setup.sh to download it (`scripts/setup.sh --help` lists the optional models)")
 }
 
 fn missing(path: &Path, how: &str) -> Option<PathBuf> {

@@ -24,17 +24,8 @@ fn cosine(a: &[f32], b: &[f32]) -> f64 {
 #[test]
 fn minilm_matches_sentence_transformers() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let model = root.join("checkpoints/all-MiniLM-L6-v2");
-    if !model.join("model.safetensors").exists() {
-        if std::env::var("RAGTIME_REQUIRE_DATA").is_ok_and(|v| v == "1") {
-            panic!("{} is missing and RAGTIME_REQUIRE_DATA=1: run scripts/setup.sh --minilm", model.display());
-        }
-        eprintln!(
-            "SKIPPED minilm_matches_sentence_transformers: {} is missing; run `scripts/setup.sh --minilm`",
-            model.display()
-        );
-        return;
-    }
+    let Some(weights) = ragtime::testing::require_checkpoint("all-MiniLM-L6-v2/model.safetensors") else { return };
+    let model = weights.parent().unwrap().to_path_buf();
     let reference: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(root.join("tests/data/minilm_reference.json")).unwrap()).unwrap();
     let texts: Vec<String> =
