@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# What each bad input gets: runs ragtime on a list of bad inputs and prints a Markdown table of the case, the exit
+# code and the first line ragtime wrote to stderr. Exit codes: 0 success, 1 an error, 2 a usage error (clap);
+# anything else (a panic's 101, an abort's 134, a signal) is a bug.
+#
+#   scripts/probe.sh            # uses target/release/ragtime (built if missing) and the default SmolLM2 checkpoint
+#
+# The cases need no data beyond a tiny corpus the script writes; the prompt cases load the default model
+# (scripts/setup.sh).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+[[ -x target/release/ragtime ]] || cargo build --release -q
+BIN="$(pwd)/target/release/ragtime"
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+
+printf 'id\ttext\ttitle\n1\tParis is the capital of France.\tParis\n2\tBerlin is the capital of Germany.\tBerlin\n' >"$WORK/c.tsv"
+"$BIN" index --corpus "$WORK/c.tsv" --out "$WORK/idx" >/dev/null 2>&1 || { echo "probe: cannot build the tiny index" >&2; exit 1; }
+printf 'Paris\nBerlin\nFrance\n' >"$WORK/queries.txt"
+printf '{"id":1,"title":"A","text":"a"}\n{"id":2,"title":"\xff","text":"b"}\n{"id":3,"title":"C","text":"c"}\n' >"$WORK/bad-utf8.jsonl"
+printf '[trigger\nname = "rind"\n' >"$WORK/broken.toml"
+
+echo "| case | exit | first line on stderr |"
+echo "|---|---:|---|"
+row() { # case, then the command: one run; the first "error:" line on stderr, else its first line
+  local name="$1"; shift
+  "$@" >/dev/null 2>"$WORK/err"
+  local code=$?
+  local err
+  err=$( (grep -m1 '^error' "$WORK/err" || grep -m1 -v '^[[:space:]]*$' "$WORK/err") | cut -c1-160 | sed 's/|/\\|/g')
+  printf '| %s | %s | %s |\n' "$name" "$code" "$err"
+}
+row "search -k 4294967296" "$BIN" search --index "$WORK/idx" --query Paris -k 4294967296
+row "search -k 0" "$BIN" search --index "$WORK/idx" --query Paris -k 0
+row "search, missing index" "$BIN" search --index "$WORK/none" --query Paris
+row "index, missing corpus" "$BIN" index --corpus "$WORK/none.tsv" --out "$WORK/idx2"
+row "index, a line not UTF-8" "$BIN" index --corpus "$WORK/bad-utf8.jsonl" --out "$WORK/idx3"
+row "index, not UTF-8, --skip-bad-lines" "$BIN" index --corpus "$WORK/bad-utf8.jsonl" --out "$WORK/idx4" --skip-bad-lines
+row "eval --batch 1000000" "$BIN" eval --dataset hotpotqa --trigger rind --index "$WORK/idx" --batch 1000000
+row "eval -k 4294967296" "$BIN" eval --dataset hotpotqa --trigger rind --index "$WORK/idx" -k 4294967296
+row "eval --set triger.theta=0.3 (typo)" "$BIN" eval --dataset hotpotqa --trigger rind --index "$WORK/idx" --set triger.theta=0.3 --limit 1 --out "$WORK/run1"
+row "eval --set trigger.theta=nan" "$BIN" eval --dataset hotpotqa --trigger rind --index "$WORK/idx" --set trigger.theta=nan --limit 1 --out "$WORK/run2"
+row "eval --config broken.toml" "$BIN" eval --dataset hotpotqa --trigger rind --index "$WORK/idx" --config "$WORK/broken.toml" --limit 1 --out "$WORK/run3"
+row "eval --split nope" "$BIN" eval --dataset hotpotqa --trigger rind --index "$WORK/idx" --split nope --limit 1 --out "$WORK/run4"
+row "train detector --lr nan" "$BIN" train detector --lr nan
+row "train detector --hidden-layers 0,0" "$BIN" train detector --hidden-layers 0,0
+row "train detector --dropout 1.5" "$BIN" train detector --dropout 1.5
+row "train detector --device tpu" "$BIN" train detector --device tpu
+row "train autorag --lr nan" "$BIN" train autorag --lr nan
+row "generate --top-p 0" "$BIN" generate --prompt hi --top-p 0
+row "generate --temperature -1" "$BIN" generate --prompt hi --temperature=-1
+row "inspect --prompt ''" "$BIN" inspect --prompt ''
+row "generate, missing model" "$BIN" generate --prompt hi --model "$WORK/none.gguf"
+# stdout to a full device: the OS error, exit 1
+row "search > /dev/full" bash -c "\"$BIN\" search --index \"$WORK/idx\" --query Paris >/dev/full"
+# a closed pipe: quiet (SIGPIPE's default action: 141 in the shell, or 0 when all output fit before head closed)
+{ "$BIN" search --index "$WORK/idx" --queries "$WORK/queries.txt" --json 2>"$WORK/pipe.err"; echo $? >"$WORK/pipe.code"; } | head -c 1 >/dev/null
+printf '| %s | %s | %s |\n' "search --queries ... \\| head -c 1" "$(cat "$WORK/pipe.code")" "$(grep -m1 -v '^[[:space:]]*$' "$WORK/pipe.err" | cut -c1-160)"
