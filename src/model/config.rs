@@ -67,8 +67,11 @@ impl ModelConfig {
         let num_heads = get("num_attention_heads")?;
         let num_kv_heads =
             v.get("num_key_value_heads").and_then(|x| x.as_u64()).map(|x| x as usize).unwrap_or(num_heads);
-        let head_dim =
-            v.get("head_dim").and_then(|x| x.as_u64()).map(|x| x as usize).unwrap_or(hidden_size / num_heads);
+        let head_dim = v
+            .get("head_dim")
+            .and_then(|x| x.as_u64())
+            .map(|x| x as usize)
+            .unwrap_or_else(|| hidden_size.checked_div(num_heads).unwrap_or(0));
         let rope_theta = v
             .get("rope_theta")
             .and_then(|x| x.as_f64())
@@ -85,7 +88,7 @@ impl ModelConfig {
             Some(serde_json::Value::Array(a)) => a.iter().filter_map(|x| x.as_u64()).map(|x| x as u32).collect(),
             _ => vec![],
         };
-        Ok(ModelConfig {
+        let cfg = ModelConfig {
             arch,
             hidden_size,
             intermediate_size: get("intermediate_size")?,
@@ -100,7 +103,47 @@ impl ModelConfig {
             tie_word_embeddings: v.get("tie_word_embeddings").and_then(|x| x.as_bool()).unwrap_or(false),
             bos_token_id: v.get("bos_token_id").and_then(|x| x.as_u64()).map(|x| x as u32),
             eos_token_ids,
-        })
+        };
+        cfg.validate(&path.display().to_string(), |k| k.to_string())?;
+        Ok(cfg)
+    }
+
+    /// Checks the whole config once, at load, so that a bad value is an error naming the file and its key instead
+    /// of a division by zero or an absurd allocation later. `key` maps a Hugging Face `config.json` key to the
+    /// file's own name for it (GGUF metadata keys differ).
+    pub fn validate(&self, file: &str, key: impl Fn(&str) -> String) -> Result<()> {
+        let count = |k: &str, v: usize, max: usize| -> Result<()> {
+            if v == 0 || v > max {
+                bail!("{file}: {} = {v}: expected 1..={max}", key(k));
+            }
+            Ok(())
+        };
+        count("hidden_size", self.hidden_size, 1 << 16)?;
+        count("intermediate_size", self.intermediate_size, 1 << 18)?;
+        count("num_hidden_layers", self.num_layers, 1 << 10)?;
+        count("num_attention_heads", self.num_heads, 1 << 10)?;
+        count("num_key_value_heads", self.num_kv_heads, 1 << 10)?;
+        count("head_dim", self.head_dim, 1 << 12)?;
+        count("vocab_size", self.vocab_size, 1 << 22)?;
+        count("max_position_embeddings", self.max_position_embeddings, 1 << 24)?;
+        if self.num_heads % self.num_kv_heads != 0 {
+            bail!(
+                "{file}: {} = {} is not a multiple of {} = {} (each key/value head serves a whole group of heads)",
+                key("num_attention_heads"),
+                self.num_heads,
+                key("num_key_value_heads"),
+                self.num_kv_heads
+            );
+        }
+        if self.head_dim % 2 != 0 {
+            bail!("{file}: {} = {}: rotary embeddings need an even head size", key("head_dim"), self.head_dim);
+        }
+        for (k, v) in [("rope_theta", self.rope_theta), ("rms_norm_eps", self.rms_norm_eps)] {
+            if !(v.is_finite() && v > 0.0) {
+                bail!("{file}: {} = {v}: expected a finite number above 0", key(k));
+            }
+        }
+        Ok(())
     }
 
     /// The `config.json` transformers expects for these weights.
@@ -149,5 +192,40 @@ impl ModelConfig {
             bos_token_id: None,
             eos_token_ids: vec![],
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hf_config(dir: &Path, fields: &str) -> std::path::PathBuf {
+        let p = dir.join("config.json");
+        let base = r#""model_type": "llama", "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
+            "vocab_size": 100, "rms_norm_eps": 1e-5"#;
+        std::fs::write(&p, format!("{{{base}, {fields}}}")).unwrap();
+        p
+    }
+
+    /// Bad metadata is an error naming the file and the key, never a division by zero or a huge allocation.
+    #[test]
+    fn bad_values_name_the_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let ok = hf_config(dir.path(), r#""num_attention_heads": 4, "num_key_value_heads": 2"#);
+        assert_eq!(ModelConfig::from_hf_config(&ok).unwrap().head_dim, 8);
+        for (fields, want) in [
+            (r#""num_attention_heads": 0"#, "num_attention_heads = 0: expected 1..=1024"),
+            (r#""num_attention_heads": 4, "num_key_value_heads": 3"#, "num_attention_heads = 4 is not a multiple of"),
+            (r#""num_attention_heads": 4, "head_dim": 7"#, "head_dim = 7: rotary embeddings need an even head size"),
+            (r#""num_attention_heads": 4, "rope_theta": -1.0"#, "rope_theta = -1: expected a finite number above 0"),
+            (r#""num_attention_heads": 4, "max_position_embeddings": 1099511627776"#, "max_position_embeddings = "),
+        ] {
+            let p = hf_config(dir.path(), fields);
+            let e = format!("{:#}", ModelConfig::from_hf_config(&p).unwrap_err());
+            assert!(e.contains("config.json") && e.contains(want), "{fields}: {e}");
+        }
+        let mut c = ModelConfig::tiny(Arch::Llama, 10);
+        c.rms_norm_eps = f32::NAN;
+        assert!(c.validate("m", |k| k.to_string()).unwrap_err().to_string().contains("m: rms_norm_eps = NaN"));
     }
 }

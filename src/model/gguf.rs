@@ -76,7 +76,7 @@ impl GgufFile {
             meta_u64(&content, &format!("{a}.attention.head_count_kv")).map(|x| x as usize).unwrap_or(num_heads);
         let head_dim = meta_u64(&content, &format!("{a}.attention.key_length"))
             .map(|x| x as usize)
-            .unwrap_or(hidden_size / num_heads);
+            .unwrap_or_else(|| hidden_size.checked_div(num_heads).unwrap_or(0));
         let vocab_size = match content.metadata.get("tokenizer.ggml.tokens") {
             Some(Value::Array(v)) => v.len(),
             _ => content
@@ -108,6 +108,7 @@ impl GgufFile {
             bos_token_id: meta_u64(&content, "tokenizer.ggml.bos_token_id").map(|x| x as u32),
             eos_token_ids,
         };
+        config.validate(&path.display().to_string(), |k| gguf_key(a, k))?;
         Ok(GgufFile { path: path.to_path_buf(), content, arch, config })
     }
 
@@ -185,6 +186,24 @@ impl GgufFile {
             .map_err(|e| anyhow::anyhow!("{}: tensor '{gguf_name}': {e}", self.path.display()))?;
         Ok(Some(HostTensor { data, shape }))
     }
+}
+
+/// The GGUF metadata key that holds a Hugging Face `config.json` key, for error messages.
+fn gguf_key(arch: &str, hf: &str) -> String {
+    let k = match hf {
+        "hidden_size" => "embedding_length",
+        "intermediate_size" => "feed_forward_length",
+        "num_hidden_layers" => "block_count",
+        "num_attention_heads" => "attention.head_count",
+        "num_key_value_heads" => "attention.head_count_kv",
+        "head_dim" => "attention.key_length",
+        "max_position_embeddings" => "context_length",
+        "rope_theta" => "rope.freq_base",
+        "rms_norm_eps" => "attention.layer_norm_rms_epsilon",
+        "vocab_size" => return "tokenizer.ggml.tokens (its length)".to_string(),
+        other => other,
+    };
+    format!("{arch}.{k}")
 }
 
 /// For undoing llama.cpp's Q/K row permutation: the stored row that holds each original row. Rows were reordered
@@ -276,6 +295,22 @@ mod tests {
         assert_eq!(
             unpermute_rows(&stored, 2).data,
             vec![0., 0., 1., 1., 2., 2., 3., 3., 4., 4., 5., 5., 6., 6., 7., 7.]
+        );
+    }
+
+    /// Bad GGUF metadata is named by its GGUF key.
+    #[test]
+    fn validation_names_gguf_keys() {
+        let mut c = ModelConfig::tiny(Arch::Qwen2, 10);
+        c.num_layers = 0;
+        let e = c.validate("m.gguf", |k| gguf_key("qwen2", k)).unwrap_err().to_string();
+        assert!(e.contains("m.gguf: qwen2.block_count = 0"), "{e}");
+        let mut c = ModelConfig::tiny(Arch::Llama, 10);
+        c.num_kv_heads = 3;
+        let e = c.validate("m.gguf", |k| gguf_key("llama", k)).unwrap_err().to_string();
+        assert!(
+            e.contains("llama.attention.head_count = 4 is not a multiple of llama.attention.head_count_kv = 3"),
+            "{e}"
         );
     }
 
