@@ -126,7 +126,7 @@ impl ModelConfig {
         count("head_dim", self.head_dim, 1 << 12)?;
         count("vocab_size", self.vocab_size, 1 << 22)?;
         count("max_position_embeddings", self.max_position_embeddings, 1 << 24)?;
-        if self.num_heads % self.num_kv_heads != 0 {
+        if !self.num_heads.is_multiple_of(self.num_kv_heads) {
             bail!(
                 "{file}: {} = {} is not a multiple of {} = {} (each key/value head serves a whole group of heads)",
                 key("num_attention_heads"),
@@ -135,7 +135,7 @@ impl ModelConfig {
                 self.num_kv_heads
             );
         }
-        if self.head_dim % 2 != 0 {
+        if !self.head_dim.is_multiple_of(2) {
             bail!("{file}: {} = {}: rotary embeddings need an even head size", key("head_dim"), self.head_dim);
         }
         for (k, v) in [("rope_theta", self.rope_theta), ("rms_norm_eps", self.rms_norm_eps)] {
