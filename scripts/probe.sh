@@ -19,6 +19,8 @@ printf 'id\ttext\ttitle\n1\tParis is the capital of France.\tParis\n2\tBerlin is
 printf 'Paris\nBerlin\nFrance\n' >"$WORK/queries.txt"
 printf '{"id":1,"title":"A","text":"a"}\n{"id":2,"title":"\xff","text":"b"}\n{"id":3,"title":"C","text":"c"}\n' >"$WORK/bad-utf8.jsonl"
 printf '[trigger\nname = "rind"\n' >"$WORK/broken.toml"
+mkdir -p "$WORK/zero-heads"
+printf '{"model_type": "llama", "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 0, "vocab_size": 100}' >"$WORK/zero-heads/config.json"
 
 echo "| case | exit | first line on stderr |"
 echo "|---|---:|---|"
@@ -50,6 +52,7 @@ row "train autorag --lr nan" "$BIN" train autorag --lr nan
 row "generate --top-p 0" "$BIN" generate --prompt hi --top-p 0
 row "generate --temperature -1" "$BIN" generate --prompt hi --temperature=-1
 row "inspect --prompt ''" "$BIN" inspect --prompt ''
+row "generate, config.json with 0 heads" "$BIN" generate --prompt hi --model "$WORK/zero-heads"
 row "generate, missing model" "$BIN" generate --prompt hi --model "$WORK/none.gguf"
 # stdout to a full device: the OS error, exit 1
 row "search > /dev/full" bash -c "\"$BIN\" search --index \"$WORK/idx\" --query Paris >/dev/full"
