@@ -6,6 +6,8 @@ tokenization + retrieval of the top 10, for both systems, on queries already in 
 """
 import argparse, json, os, re, shutil, subprocess, sys, time
 
+import hotpot_gold
+
 ap = argparse.ArgumentParser()
 ap.add_argument("--ragtime", required=True)
 ap.add_argument("--corpus", required=True)
@@ -17,35 +19,8 @@ args = ap.parse_args()
 KS = (1, 3, 5, 10)
 THREADS = os.cpu_count()
 
-
-def norm(s):
-    return re.sub(r"\s+", " ", s).strip()
-
-
 # --- corpus and gold ---------------------------------------------------------------------------
-ids, titles, texts = [], [], []
-with open(args.corpus, encoding="utf-8") as f:
-    for i, line in enumerate(f):
-        parts = line.rstrip("\n").split("\t")
-        if i == 0 and parts == ["id", "text", "title"]:
-            continue
-        ids.append(parts[0]); texts.append(parts[1]); titles.append(parts[2])
-key_to_id = {(norm(t), norm(x)): i for i, t, x in zip(ids, titles, texts)}
-questions, gold, missing = [], [], 0
-with open(args.questions, encoding="utf-8") as f:
-    for line in f:
-        q = json.loads(line)
-        sup = set()
-        for c in q["contexts"]:
-            if c["is_supporting"]:
-                pid = key_to_id.get((norm(c["title"]), norm(c["paragraph_text"])))
-                if pid is None:
-                    missing += 1
-                else:
-                    sup.add(pid)
-        questions.append(q["question_text"]); gold.append(sup)
-if missing:
-    print(f"warning: {missing} supporting paragraphs not found in the corpus", file=sys.stderr)
+(ids, titles, texts), (questions, gold) = hotpot_gold.load(args.corpus, args.questions)
 
 
 def recall(ranked):

@@ -1,9 +1,10 @@
 """Helper of bench-recall.sh: recall@1/3/5/10 of the supporting paragraphs of the shared HotpotQA questions for
 ragtime's retrievers (`ragtime search --retriever bm25|dense|hybrid`), one index built with `--encoder`.
-Gold matching as in bench_retrieval.py: a supporting paragraph is the corpus row with the same title and text
-(whitespace collapsed). Standard library only.
+Gold matching: hotpot_gold.py. Standard library only.
 """
-import argparse, json, re, subprocess, sys
+import argparse, json, subprocess, sys
+
+import hotpot_gold
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--ragtime", required=True)
@@ -15,34 +16,8 @@ ap.add_argument("--retrievers", default="bm25,dense,hybrid")
 args = ap.parse_args()
 KS = (1, 3, 5, 10)
 
-
-def norm(s):
-    return re.sub(r"\s+", " ", s).strip()
-
-
-key_to_id = {}
-with open(args.corpus, encoding="utf-8") as f:
-    for i, line in enumerate(f):
-        parts = line.rstrip("\n").split("\t")
-        if i == 0 and parts == ["id", "text", "title"]:
-            continue
-        key_to_id[(norm(parts[2]), norm(parts[1]))] = parts[0]
-questions, gold, missing = [], [], 0
-with open(args.questions, encoding="utf-8") as f:
-    for line in f:
-        q = json.loads(line)
-        sup = set()
-        for c in q["contexts"]:
-            if c["is_supporting"]:
-                pid = key_to_id.get((norm(c["title"]), norm(c["paragraph_text"])))
-                if pid is None:
-                    missing += 1
-                else:
-                    sup.add(pid)
-        questions.append(q["question_text"].replace("\n", " "))
-        gold.append(sup)
-if missing:
-    print(f"warning: {missing} supporting paragraphs not found in the corpus", file=sys.stderr)
+_, (questions, gold) = hotpot_gold.load(args.corpus, args.questions)
+questions = [q.replace("\n", " ") for q in questions]
 with open(args.queries_file, "w", encoding="utf-8") as f:
     f.write("".join(q + "\n" for q in questions))
 
