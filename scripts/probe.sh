@@ -35,6 +35,8 @@ row() { # case, then the command: one run; the first "error:" line on stderr, el
 row "search -k 4294967296" "$BIN" search --index "$WORK/idx" --query Paris -k 4294967296
 row "search -k 0" "$BIN" search --index "$WORK/idx" --query Paris -k 0
 row "search, missing index" "$BIN" search --index "$WORK/none" --query Paris
+row "index --encoder ... --hnsw-m 0" "$BIN" index --corpus "$WORK/c.tsv" --out "$WORK/idx5" --encoder "$WORK/none" --hnsw-m 0
+row "embed --batch 0" "$BIN" embed --model "$WORK/none" --input "$WORK/c.tsv" --out "$WORK/e.jsonl" --batch 0
 row "index, missing corpus" "$BIN" index --corpus "$WORK/none.tsv" --out "$WORK/idx2"
 row "index, a line not UTF-8" "$BIN" index --corpus "$WORK/bad-utf8.jsonl" --out "$WORK/idx3"
 row "index, not UTF-8, --skip-bad-lines" "$BIN" index --corpus "$WORK/bad-utf8.jsonl" --out "$WORK/idx4" --skip-bad-lines

@@ -25,7 +25,7 @@ pub struct EmbedArgs {
     #[arg(long)]
     out: PathBuf,
     /// Texts per forward pass.
-    #[arg(long, default_value_t = 32)]
+    #[arg(long, default_value_t = 32, value_parser = super::ranges::int::<1, 4096>)]
     batch: usize,
     /// The texts are queries: put the query prefix before them.
     #[arg(long, conflicts_with = "passage")]

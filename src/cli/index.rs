@@ -58,22 +58,22 @@ pub struct IndexArgs {
     #[arg(long, default_value = "f32")]
     dtype: VectorDtype,
     /// HNSW: neighbours per node (M).
-    #[arg(long, default_value_t = HnswParams::default().m)]
+    #[arg(long, default_value_t = HnswParams::default().m, value_parser = super::ranges::int::<2, 1024>)]
     hnsw_m: usize,
     /// HNSW: candidate list while inserting (efConstruction).
-    #[arg(long, default_value_t = HnswParams::default().ef_construction)]
+    #[arg(long, default_value_t = HnswParams::default().ef_construction, value_parser = super::ranges::int::<1, 100_000>)]
     ef_construction: usize,
     /// HNSW: candidate list while searching (efSearch; `search --ef-search` overrides it).
-    #[arg(long, default_value_t = HnswParams::default().ef_search)]
+    #[arg(long, default_value_t = HnswParams::default().ef_search, value_parser = super::ranges::int::<1, 100_000>)]
     ef_search: usize,
     /// HNSW: queries of the build-time recall@10 check against exact search (0: skip it).
-    #[arg(long, default_value_t = 1000)]
+    #[arg(long, default_value_t = 1000, value_parser = super::ranges::int::<0, 1_000_000>)]
     recall_sample: usize,
     /// Passages per encoder batch.
-    #[arg(long, default_value_t = 32)]
+    #[arg(long, default_value_t = 32, value_parser = super::ranges::int::<1, 4096>)]
     batch: usize,
     /// Passages per embedding chunk file (a re-run resumes after the last complete chunk).
-    #[arg(long, default_value_t = 4096)]
+    #[arg(long, default_value_t = 4096, value_parser = super::ranges::int::<1, 10_000_000>)]
     chunk_rows: usize,
     /// Encoder prefixes: folder, none, e5 or bge (see `ragtime embed --help`).
     #[arg(long, default_value = "folder")]

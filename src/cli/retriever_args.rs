@@ -20,13 +20,13 @@ pub struct RetrieverArgs {
     #[arg(long)]
     pub dense_kind: Option<DenseKind>,
     /// HNSW search width (default: as the index was built).
-    #[arg(long)]
+    #[arg(long, value_parser = super::ranges::int::<1, 100_000>)]
     pub ef_search: Option<usize>,
     /// Where the query encoder runs: cpu, cuda or cuda:N.
     #[arg(long, default_value = "cpu")]
     pub encoder_device: DeviceKind,
     /// Hybrid: passages taken from each ranking before fusing.
-    #[arg(long, default_value_t = 100)]
+    #[arg(long, default_value_t = 100, value_parser = super::ranges::int::<1, 10_000>)]
     pub rrf_depth: usize,
 }
 
