@@ -168,6 +168,39 @@ fn complete_chunks(dir: &Path) -> usize {
     n
 }
 
+/// Removes what a dense build writes in `dir` (the settings, the manifest, the HNSW graph, the chunk files and
+/// their temporary files) and nothing else: a file someone else put in the folder stays.
+fn clear_own_files(dir: &Path) -> Result<()> {
+    let remove = |p: &Path| -> Result<()> {
+        match std::fs::remove_file(p) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                Err(anyhow::Error::new(e).context(format!("cannot remove {}", p.display())))
+            }
+            _ => Ok(()),
+        }
+    };
+    for name in [PROGRESS, DENSE_MANIFEST, HNSW_FILE] {
+        remove(&dir.join(name))?;
+        remove(&crate::io::tmp_path(&dir.join(name)))?;
+    }
+    let chunks = dir.join("chunks");
+    if chunks.is_dir() {
+        for entry in std::fs::read_dir(&chunks).with_context(|| format!("cannot list {}", chunks.display()))? {
+            let entry = entry?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            // NNNNNN.ids / NNNNNN.bin, or their temporary `.NNNNNN.bin.tmp`
+            let stem = name.trim_start_matches('.').trim_end_matches(".tmp");
+            let own = stem.len() == 10
+                && stem[..6].bytes().all(|b| b.is_ascii_digit())
+                && matches!(&stem[6..], ".ids" | ".bin");
+            if own {
+                remove(&entry.path())?;
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Build (or resume) the dense index of `corpus` in `index_dir/dense` with `encoder`.
 pub fn build_dense(
     corpus: &Path,
@@ -201,7 +234,7 @@ pub fn build_dense(
             if !ours {
                 bail!("{}: exists and is not a ragtime dense index; refusing to overwrite it", dir.display());
             }
-            std::fs::remove_dir_all(&dir).with_context(|| format!("cannot clear {}", dir.display()))?;
+            clear_own_files(&dir)?;
         }
         std::fs::create_dir_all(dir.join("chunks")).with_context(|| format!("cannot create {}", dir.display()))?;
         write_atomic(&dir.join(PROGRESS), serde_json::to_string_pretty(&want)?.as_bytes())?;
@@ -419,5 +452,37 @@ impl DenseIndex {
             }
         };
         Ok(Self { manifest, ids, search, dir })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Starting over removes the build's own files and leaves a foreign one in place.
+    #[test]
+    fn clearing_keeps_foreign_files() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path();
+        std::fs::create_dir_all(dir.join("chunks")).unwrap();
+        for f in
+            [PROGRESS, DENSE_MANIFEST, HNSW_FILE, "chunks/000000.ids", "chunks/000000.bin", "chunks/.000001.bin.tmp"]
+        {
+            std::fs::write(dir.join(f), b"x").unwrap();
+        }
+        std::fs::write(dir.join("notes.txt"), b"mine").unwrap();
+        std::fs::write(dir.join("chunks/keep.bin"), b"mine").unwrap();
+        clear_own_files(dir).unwrap();
+        let mut left = vec![];
+        for sub in ["", "chunks"] {
+            for e in std::fs::read_dir(dir.join(sub)).unwrap() {
+                let p = e.unwrap().path();
+                if p.is_file() {
+                    left.push(p.strip_prefix(dir).unwrap().to_string_lossy().into_owned());
+                }
+            }
+        }
+        left.sort();
+        assert_eq!(left, ["chunks/keep.bin", "notes.txt"]);
     }
 }
