@@ -5,12 +5,12 @@
 #
 # ragtime: `ragtime generate --stats` (internals captured at every decoded token: entropy, last-layer attention,
 # final hidden state, mean over layers), CPU unless DEVICE=cuda. On the CPU, decoding multiplies the GGUF's own
-# quantized blocks held as 4-bit or 8-bit integers (src/model/quant.rs); RAGTIME_F32_DECODE=1 makes it use the f32 weights instead.
+# quantized blocks held as 4-bit or 8-bit integers (src/model/quant/); `--f32-decode` makes it use the f32 weights instead.
 # transformers: scripts/bench_decode_hf.py, float32, the GGUF de-quantized by transformers, KV cache, greedy; the
 # same prompt (the 153-token case of ../shared/reference/smollm2_135m_q4_1.json) and 64 new tokens. Its venv
 # (torch, transformers, gguf, accelerate from PyPI) is made once under ${RAGTIME_CACHE:-~/.cache/ragtime}/bench-venv;
-# HF=0 skips it. BURN_OPS=1 adds a third row: ragtime with RAGTIME_BURN_OPS=1, burn's generic tensor ops instead of
-# the flex kernels (src/model/flex.rs), to show what those kernels change. Peak memory is each process's peak
+# HF=0 skips it. REFERENCE=1 adds a third row: ragtime's reference engine (`--engine reference`: burn's tensor ops,
+# the training forward pass) instead of the CPU engine (src/model/engine/cpu.rs), to show what the CPU engine changes. Peak memory is each process's peak
 # resident set (VmHWM / ru_maxrss).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,7 +19,7 @@ DEVICE="${DEVICE:-cpu}"
 MODEL="${MODEL:-checkpoints/smollm2-135m-instruct-q4_1.gguf}"
 NEW="${NEW:-64}"
 HF="${HF:-1}"
-BURN_OPS="${BURN_OPS:-0}"
+REFERENCE="${REFERENCE:-0}"
 CACHE="${RAGTIME_CACHE:-$HOME/.cache/ragtime}"
 VENV="$CACHE/bench-venv"
 [[ -f $MODEL ]] || { echo "bench-decode: $MODEL missing (run scripts/setup.sh)" >&2; exit 1; }
@@ -36,9 +36,9 @@ fi
 for r in $(seq "$RUNS"); do
   $BIN generate --model "$MODEL" --device "$DEVICE" --prompt-file "$WORK/prompt.txt" --max-new-tokens "$NEW" \
     --ignore-eos --stats 2>&1 >/dev/null | tail -1 >>"$WORK/ragtime.txt"
-  if [[ $BURN_OPS == 1 ]]; then
-    RAGTIME_BURN_OPS=1 $BIN generate --model "$MODEL" --device "$DEVICE" --prompt-file "$WORK/prompt.txt" \
-      --max-new-tokens "$NEW" --ignore-eos --stats 2>&1 >/dev/null | tail -1 >>"$WORK/ragtime-burn-ops.txt"
+  if [[ $REFERENCE == 1 ]]; then
+    $BIN generate --engine reference --model "$MODEL" --device "$DEVICE" --prompt-file "$WORK/prompt.txt" \
+      --max-new-tokens "$NEW" --ignore-eos --stats 2>&1 >/dev/null | tail -1 >>"$WORK/ragtime-reference.txt"
   fi
   if [[ $HF == 1 ]]; then
     "$VENV/bin/python" scripts/bench_decode_hf.py "$MODEL" "$WORK/prompt.txt" "$NEW" 2>/dev/null | tail -1 >>"$WORK/hf.txt"
@@ -50,9 +50,9 @@ work, runs = sys.argv[1], int(sys.argv[2])
 pat = re.compile(r"prompt (\d+) tokens in [0-9.]+s \(([0-9.]+) tok/s\); generated (\d+) tokens in [0-9.]+s "
                  r"\(([0-9.]+) tok/s\); peak rss ([0-9.]+) MiB")
 rows = {}
-engines = (("ragtime (flex f32 kernels prefill, 4/8-bit block decode, internals captured)", "ragtime.txt"),
+engines = (("ragtime, CPU engine (f32 kernels prefill, 4/8-bit block decode, internals captured)", "ragtime.txt"),
            ("transformers (torch, f32)", "hf.txt"),
-           ("ragtime, burn's generic ops (RAGTIME_BURN_OPS=1)", "ragtime-burn-ops.txt"))
+           ("ragtime, reference engine (burn's ops, --engine reference)", "ragtime-reference.txt"))
 for name, f in engines:
     p = os.path.join(work, f)
     if not os.path.exists(p):

@@ -6,7 +6,7 @@ use anyhow::Result;
 use clap::Args;
 
 use ragtime::device::DeviceKind;
-use ragtime::model::Lm;
+use ragtime::model::{EngineKind, Lm};
 
 /// Default model, as installed by `scripts/setup.sh`.
 pub const DEFAULT_MODEL: &str = "checkpoints/smollm2-135m-instruct-q4_1.gguf";
@@ -22,10 +22,21 @@ pub struct ModelArgs {
     /// cpu, cuda or cuda:N.
     #[arg(long, default_value = "cpu")]
     pub device: DeviceKind,
+    /// Inference engine: auto (the device's: ragtime's CPU kernels with integer-weight decoding on cpu, burn's
+    /// CUDA backend on cuda) or reference (burn's tensor ops, the training forward pass: slower, the ground truth).
+    #[arg(long, default_value = "auto")]
+    pub engine: EngineKind,
+    /// Decode on the f32 weights, not on a quantized GGUF's integer blocks (CPU engine; for comparisons).
+    #[arg(long)]
+    pub f32_decode: bool,
 }
 
 impl ModelArgs {
     pub fn load(&self) -> Result<Lm> {
-        Lm::load(&self.model, self.device, self.tokenizer.as_deref())
+        let mut lm = Lm::load_on(&self.model, self.device, self.engine, self.tokenizer.as_deref())?;
+        if self.f32_decode {
+            lm.f32_decode();
+        }
+        Ok(lm)
     }
 }

@@ -58,7 +58,7 @@ pub struct Args {
 }
 
 fn load_model(path: &Path, base: &ModelArgs) -> Result<Lm> {
-    ModelArgs { model: path.to_path_buf(), tokenizer: base.tokenizer.clone(), device: base.device }.load()
+    ModelArgs { model: path.to_path_buf(), ..base.clone() }.load()
 }
 
 pub fn run(args: Args) -> Result<()> {

@@ -17,6 +17,7 @@ use burn::tensor::activation::{gelu, softmax};
 use burn::tensor::{Int, Tensor, TensorData};
 use serde::Deserialize;
 
+use crate::model::engine::kernels;
 use crate::model::llama::Linear;
 use crate::model::weights::{HostTensor, WeightSource};
 
@@ -158,19 +159,26 @@ impl<B: Backend> Bert<B> {
         let scale = 1.0 / (self.head_dim as f64).sqrt();
         for layer in &self.layers {
             let heads = |y: Tensor<B, 3>| y.reshape([b, t, self.num_heads, self.head_dim]).swap_dims(1, 2); // [b, h, t, hd]
-            let q = heads(layer.query.forward(x.clone()));
-            let k = heads(layer.key.forward(x.clone()));
-            let v = heads(layer.value.forward(x.clone()));
+            let q = heads(dense(&layer.query, x.clone()));
+            let k = heads(dense(&layer.key, x.clone()));
+            let v = heads(dense(&layer.value, x.clone()));
             let scores = q.matmul(k.swap_dims(2, 3)) * scale + key_bias.clone(); // [b, h, t, t]
             let probs = softmax(scores, 3);
             let ctx = probs.matmul(v).swap_dims(1, 2).reshape([b, t, d]); // [b, t, d]
-            let h = layer.attn_norm.forward(x + layer.attn_out.forward(ctx)); // [b, t, d]
-            let inner = layer.intermediate.forward(h.clone()); // [b, t, ff]
+            let h = layer.attn_norm.forward(x + dense(&layer.attn_out, ctx)); // [b, t, d]
+            let inner = dense(&layer.intermediate, h.clone()); // [b, t, ff]
             let inner = if self.tanh_gelu { burn::tensor::activation::gelu_approximate(inner) } else { gelu(inner) };
-            x = layer.out_norm.forward(h + layer.output.forward(inner)); // [b, t, d]
+            x = layer.out_norm.forward(h + dense(&layer.output, inner)); // [b, t, d]
         }
         x
     }
+}
+
+/// `l.forward(x)`, through the CPU engine's column-split gemm ([`kernels::flex_linear`]) on the flex backend.
+fn dense<B: Backend>(l: &Linear<B>, x: Tensor<B, 3>) -> Tensor<B, 3> {
+    let fast =
+        l.lora.is_none().then(|| kernels::flex_linear(&x, &l.weight.val(), l.bias.as_ref().map(|b| b.val()).as_ref()));
+    fast.flatten().unwrap_or_else(|| l.forward(x))
 }
 
 /// The weight prefix of `src`: "" for `BertModel` checkpoints, "bert." for `BertFor*` ones.
@@ -214,7 +222,6 @@ pub fn build_bert<B: Backend>(src: &dyn WeightSource, cfg: &BertConfig, device: 
             weight: Param::from_tensor(Tensor::from_data(TensorData::new(wt, [inp, out]), device)),
             bias: Some(Param::from_tensor(tensor1(bias, device))),
             lora: None,
-            quant: None,
         })
     };
     let norm = |name: &str| -> Result<LayerNorm<B>> {

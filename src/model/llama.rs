@@ -1,5 +1,7 @@
-//! The decoder: one forward pass for Llama-family and Qwen2 models, used for inference (with a KV cache and
-//! captured internals) and for training (autodiff backend, no cache). Written like nanoGPT: shapes in comments.
+//! The decoder: the one reference forward pass for Llama-family and Qwen2 models, in burn's tensor ops. Training
+//! runs it under autodiff (no cache); the reference inference engine ([`super::engine::reference`]) runs it with a
+//! KV cache and captured internals, and the other engines are tested against it. Written like nanoGPT: shapes in
+//! comments.
 //!
 //! Matches Hugging Face transformers' `LlamaForCausalLM` / `Qwen2ForCausalLM` in float32:
 //! RMSNorm `x * rsqrt(mean(x^2) + eps) * w`, rotate-half RoPE with `inv_freq = theta^(-2i/d)`, grouped-query
@@ -10,11 +12,7 @@ use burn::prelude::Backend;
 use burn::tensor::activation::{silu, softmax};
 use burn::tensor::{Bool, Int, Tensor, TensorData};
 
-use std::sync::Arc;
-
 use super::config::ModelConfig;
-use super::flex;
-use super::quant::QMatrix;
 
 /// `y = x W + b` with `W` stored `[in, out]` (the transpose of Hugging Face's `[out, in]`), plus an optional
 /// low-rank adapter `scale * (x A) B` during LoRA fine-tuning (`None` for inference: no cost).
@@ -23,10 +21,6 @@ pub struct Linear<B: Backend> {
     pub weight: Param<Tensor<B, 2>>,
     pub bias: Option<Param<Tensor<B, 1>>>,
     pub lora: Option<LoraAdapter<B>>,
-    /// The same weight as 4- or 8-bit integer blocks ([`QMatrix`], `[out, in]`) for CPU decoding, set only on
-    /// inference models loaded from a quantized GGUF (`model::attach_quantized`). Not a parameter: training, which
-    /// builds its model with `model::build_llama`, never sees it.
-    pub quant: Option<Arc<QMatrix>>,
 }
 
 /// LoRA (Hu et al., 2021): `delta W = scale * A B`, `scale = alpha / r`. Stored `[in, r]` and `[r, out]`, the
@@ -42,37 +36,9 @@ pub struct LoraAdapter<B: Backend> {
     pub scale: f64,
 }
 
-/// Rows (tokens) up to which a product with a [`QMatrix`] copy uses it instead of the f32 matmul: decoding
-/// feeds one token at a time, and a rewind feeds a few.
-const QUANT_MAX_ROWS: usize = 4;
-
 impl<B: Backend> Linear<B> {
     pub fn forward(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
         // x: [b, t, in] -> [b, t, out]
-        let [b, t, _] = x.dims();
-        if let (Some(q), None) = (&self.quant, &self.lora) {
-            if b * t <= QUANT_MAX_ROWS {
-                let device = x.device();
-                let xs = x.into_data().convert::<f32>().to_vec::<f32>().unwrap();
-                let mut y = vec![0f32; b * t * q.rows];
-                q.matvec(&xs, &mut y);
-                let y = Tensor::<B, 3>::from_data(TensorData::new(y, [b, t, q.rows]), &device);
-                return match &self.bias {
-                    Some(bias) => y + bias.val().unsqueeze::<3>(),
-                    None => y,
-                };
-            }
-        }
-        if self.lora.is_none() {
-            if let (Some(xf), Some(wf)) = (flex::as_flex(&x), flex::as_flex(&self.weight.val())) {
-                // CPU inference on flex: column-split gemm on the raw buffers (see `flex::matmul`).
-                let [k, n] = self.weight.dims();
-                let bias = self.bias.as_ref().and_then(|b| flex::as_flex(&b.val()));
-                let bias = bias.as_ref().map(flex::contiguous);
-                let y = flex::matmul(&flex::contiguous(&xf), b * t, k, &wf, n, bias.as_deref());
-                return Tensor::from_data(TensorData::new(y, [b, t, n]), &x.device());
-            }
-        }
         let y = match &self.lora {
             None => x.matmul(self.weight.val().unsqueeze::<3>()),
             Some(l) => {
@@ -86,60 +52,6 @@ impl<B: Backend> Linear<B> {
             None => y,
         }
     }
-
-    /// [`Linear::forward`] for the segments of a batched forward ([`Llama::forward_many`]). The segments of up to
-    /// `QUANT_MAX_ROWS` rows (decoding) share one product with the integer weights, [`QMatrix::matvec`] over all
-    /// their rows, which reads and de-quantizes each weight block once per two rows; every row comes out bit for bit as
-    /// `forward` gives it alone. Longer segments (prefill) and f32 weights go through `forward` one by one.
-    pub fn forward_many(&self, xs: Vec<Tensor<B, 3>>) -> Vec<Tensor<B, 3>> {
-        match (&self.quant, &self.lora) {
-            (Some(q), None) if count_small(&xs) >= 2 => {
-                matvec_segments(q, xs, self.bias.as_ref().map(|b| b.val()), |x| self.forward(x))
-            }
-            _ => xs.into_iter().map(|x| self.forward(x)).collect(),
-        }
-    }
-}
-
-fn is_small<B: Backend>(x: &Tensor<B, 3>) -> bool {
-    let [b, t, _] = x.dims();
-    b * t <= QUANT_MAX_ROWS
-}
-
-fn count_small<B: Backend>(xs: &[Tensor<B, 3>]) -> usize {
-    xs.iter().filter(|x| is_small(x)).count()
-}
-
-/// `x W^T (+ bias)` for each of `xs` (`[b, t, in]`): the small ones (decoding) in one [`QMatrix::matvec`] over
-/// all their rows, each row exactly as a product of its own, the others through `other`.
-fn matvec_segments<B: Backend>(
-    q: &QMatrix,
-    xs: Vec<Tensor<B, 3>>,
-    bias: Option<Tensor<B, 1>>,
-    mut other: impl FnMut(Tensor<B, 3>) -> Tensor<B, 3>,
-) -> Vec<Tensor<B, 3>> {
-    let mut host = Vec::new();
-    for x in xs.iter().filter(|x| is_small(x)) {
-        host.extend(x.clone().into_data().convert::<f32>().to_vec::<f32>().unwrap());
-    }
-    let mut y = vec![0f32; host.len() / q.cols * q.rows];
-    q.matvec(&host, &mut y);
-    let mut at = 0;
-    xs.into_iter()
-        .map(|x| {
-            if !is_small(&x) {
-                return other(x);
-            }
-            let [b, t, _] = x.dims();
-            let n = b * t * q.rows;
-            let yi = Tensor::<B, 3>::from_data(TensorData::new(y[at..at + n].to_vec(), [b, t, q.rows]), &x.device());
-            at += n;
-            match &bias {
-                Some(bias) => yi + bias.clone().unsqueeze::<3>(),
-                None => yi,
-            }
-        })
-        .collect()
 }
 
 #[derive(Module, Debug)]
@@ -151,11 +63,6 @@ pub struct RmsNorm<B: Backend> {
 impl<B: Backend> RmsNorm<B> {
     pub fn forward(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
         // x: [b, t, d]
-        if let (Some(xf), Some(wf)) = (flex::as_flex(&x), flex::as_flex(&self.weight.val())) {
-            let dims = x.dims();
-            let y = flex::rms_norm(&flex::contiguous(&xf), dims[2], &flex::contiguous(&wf), self.eps);
-            return Tensor::from_data(TensorData::new(y, dims), &x.device());
-        }
         let var = x.clone().powi_scalar(2).mean_dim(2); // [b, t, 1]
         x * var.add_scalar(self.eps).sqrt().recip() * self.weight.val().unsqueeze::<3>()
     }
@@ -181,37 +88,7 @@ pub struct Mlp<B: Backend> {
 
 impl<B: Backend> Mlp<B> {
     pub fn forward(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
-        if flex::is_flex::<B>() && self.gate_proj.lora.is_none() && self.up_proj.lora.is_none() {
-            let g = self.gate_proj.forward(x.clone()); // [b, t, ff]
-            let u = self.up_proj.forward(x);
-            let dims = g.dims();
-            let (Some(gf), Some(uf)) = (flex::as_flex(&g), flex::as_flex(&u)) else { unreachable!("flex tensors") };
-            let mut h = flex::contiguous(&gf).into_owned();
-            flex::silu_mul(&mut h, &flex::contiguous(&uf));
-            return self.down_proj.forward(Tensor::from_data(TensorData::new(h, dims), &g.device()));
-        }
         self.down_proj.forward(silu(self.gate_proj.forward(x.clone())) * self.up_proj.forward(x))
-    }
-
-    /// [`Mlp::forward`] for the segments of a batched forward (see [`Linear::forward_many`]).
-    pub fn forward_many(&self, xs: Vec<Tensor<B, 3>>) -> Vec<Tensor<B, 3>> {
-        if xs.len() < 2 || !flex::is_flex::<B>() || self.gate_proj.lora.is_some() || self.up_proj.lora.is_some() {
-            return xs.into_iter().map(|x| self.forward(x)).collect();
-        }
-        let g = self.gate_proj.forward_many(xs.clone()); // [1, t_i, ff] each
-        let u = self.up_proj.forward_many(xs);
-        let h = g
-            .into_iter()
-            .zip(u)
-            .map(|(g, u)| {
-                let dims = g.dims();
-                let (Some(gf), Some(uf)) = (flex::as_flex(&g), flex::as_flex(&u)) else { unreachable!("flex tensors") };
-                let mut h = flex::contiguous(&gf).into_owned();
-                flex::silu_mul(&mut h, &flex::contiguous(&uf));
-                Tensor::from_data(TensorData::new(h, dims), &g.device())
-            })
-            .collect();
-        self.down_proj.forward_many(h)
     }
 }
 
@@ -231,8 +108,6 @@ pub struct Llama<B: Backend> {
     pub norm: RmsNorm<B>,
     /// `[d, vocab]`; `None` when tied to `embed_tokens`.
     pub lm_head: Option<Param<Tensor<B, 2>>>,
-    /// The output projection (`lm_head`, or the tied embedding) as integer blocks `[vocab, d]` for CPU decoding.
-    pub lm_head_quant: Option<Arc<QMatrix>>,
 }
 
 /// Precomputed RoPE tables, `[max_pos, head_dim]` each (frequencies repeated over both halves, as transformers).
@@ -242,24 +117,31 @@ pub struct Rope<B: Backend> {
     pub sin: Tensor<B, 2>,
 }
 
+/// RoPE's `cos` and `sin` tables, `[max_pos, head_dim]` each, computed on the host as transformers does.
+pub fn rope_tables(cfg: &ModelConfig, max_pos: usize) -> (Vec<f32>, Vec<f32>) {
+    let hd = cfg.head_dim;
+    let half = hd / 2;
+    let mut cos = vec![0f32; max_pos * hd];
+    let mut sin = vec![0f32; max_pos * hd];
+    for i in 0..half {
+        // transformers: inv_freq = 1 / theta ** (arange(0, d, 2) / d), computed in float32
+        let inv_freq = 1.0f32 / cfg.rope_theta.powf((2 * i) as f32 / hd as f32);
+        for p in 0..max_pos {
+            let angle = p as f32 * inv_freq;
+            let (s, c) = angle.sin_cos();
+            cos[p * hd + i] = c;
+            cos[p * hd + i + half] = c;
+            sin[p * hd + i] = s;
+            sin[p * hd + i + half] = s;
+        }
+    }
+    (cos, sin)
+}
+
 impl<B: Backend> Rope<B> {
     pub fn new(cfg: &ModelConfig, max_pos: usize, device: &B::Device) -> Self {
         let hd = cfg.head_dim;
-        let half = hd / 2;
-        let mut cos = vec![0f32; max_pos * hd];
-        let mut sin = vec![0f32; max_pos * hd];
-        for i in 0..half {
-            // transformers: inv_freq = 1 / theta ** (arange(0, d, 2) / d), computed in float32
-            let inv_freq = 1.0f32 / cfg.rope_theta.powf((2 * i) as f32 / hd as f32);
-            for p in 0..max_pos {
-                let angle = p as f32 * inv_freq;
-                let (s, c) = angle.sin_cos();
-                cos[p * hd + i] = c;
-                cos[p * hd + i + half] = c;
-                sin[p * hd + i] = s;
-                sin[p * hd + i + half] = s;
-            }
-        }
+        let (cos, sin) = rope_tables(cfg, max_pos);
         Rope {
             cos: Tensor::from_data(TensorData::new(cos, [max_pos, hd]), device),
             sin: Tensor::from_data(TensorData::new(sin, [max_pos, hd]), device),
@@ -400,77 +282,6 @@ impl<B: Backend> Attention<B> {
         let out = out.reshape([b, h, t, hd]).swap_dims(1, 2).reshape([b, t, h * hd]);
         (self.o_proj.forward(out), kept)
     }
-
-    /// [`Attention::forward`] for the segments of a batched forward ([`Llama::forward_many`]): on the flex
-    /// backend (CPU inference, batch 1 per segment) the projections of all segments run together
-    /// ([`Linear::forward_many`]) and the rest on each segment's raw buffers (`flex`); elsewhere each segment goes
-    /// through `forward`. Returns each segment's output and, where `keep[i]`, its probabilities.
-    fn forward_many(
-        &self,
-        xs: Vec<Tensor<B, 3>>,
-        rope: &Rope<B>,
-        segs: &mut [Segment<'_, B>],
-        layer: usize,
-        keep: &[bool],
-    ) -> (Vec<Tensor<B, 3>>, Vec<Option<Tensor<B, 4>>>) {
-        if !flex::is_flex::<B>() || xs.iter().any(|x| x.dims()[0] != 1) {
-            return xs
-                .into_iter()
-                .zip(segs.iter_mut())
-                .zip(keep)
-                .map(|((x, s), &k)| self.forward(x, rope, s.start, s.cache.as_deref_mut().map(|c| (c, layer)), k))
-                .unzip();
-        }
-        let raw = |y: Tensor<B, 3>| flex::contiguous(&flex::as_flex(&y).expect("flex tensor")).into_owned();
-        let q = self.q_proj.forward_many(xs.clone()); // [1, t_i, h * hd] each
-        let k = self.k_proj.forward_many(xs.clone()); // [1, t_i, kv * hd]
-        let v = self.v_proj.forward_many(xs); // [1, t_i, kv * hd]
-        let mut outs = Vec::with_capacity(segs.len());
-        let mut probs = Vec::with_capacity(segs.len());
-        for (((q, k), v), (s, &kp)) in q.into_iter().zip(k).zip(v).zip(segs.iter_mut().zip(keep)) {
-            let (o, p) =
-                self.attend_flex(raw(q), raw(k), raw(v), rope, s.start, s.cache.as_deref_mut().map(|c| (c, layer)), kp);
-            outs.push(o);
-            probs.push(p);
-        }
-        (self.o_proj.forward_many(outs), probs)
-    }
-
-    /// The flex path of attention after the projections, for one segment of `t` tokens at `start..start + t`:
-    /// RoPE in place, the cache appended through burn, causal attention per head on the raw buffers.
-    /// q: [t, h * hd], k/v: [t, kv * hd] -> (o_proj input [1, t, h * hd], probs [1, h, t, keys] if asked)
-    #[allow(clippy::too_many_arguments)]
-    fn attend_flex(
-        &self,
-        mut q: Vec<f32>,
-        mut k: Vec<f32>,
-        v: Vec<f32>,
-        rope: &Rope<B>,
-        start: usize,
-        cache: Option<(&mut KvCache<B>, usize)>,
-        keep_probs: bool,
-    ) -> (Tensor<B, 3>, Option<Tensor<B, 4>>) {
-        let (h, kvh, hd) = (self.num_heads, self.num_kv_heads, self.head_dim);
-        let t = q.len() / (h * hd);
-        let device = rope.cos.device();
-        let (cos, sin) =
-            (flex::as_flex(&rope.cos).expect("flex tensor"), flex::as_flex(&rope.sin).expect("flex tensor"));
-        let (cos, sin) = (flex::contiguous(&cos), flex::contiguous(&sin)); // [max_pos, hd], no copy
-        flex::rope(&mut q, t, h, hd, start, &cos, &sin);
-        flex::rope(&mut k, t, kvh, hd, start, &cos, &sin);
-        let k = Tensor::<B, 4>::from_data(TensorData::new(flex::heads_first(&k, t, kvh, hd), [1, kvh, t, hd]), &device);
-        let v = Tensor::<B, 4>::from_data(TensorData::new(flex::heads_first(&v, t, kvh, hd), [1, kvh, t, hd]), &device);
-        let (k, v) = match cache {
-            Some((c, layer)) => c.append(layer, start, k, v), // [1, kv, keys, hd]
-            None => (k, v),
-        };
-        let keys = k.dims()[2];
-        let (kf, vf) = (flex::as_flex(&k).expect("flex tensor"), flex::as_flex(&v).expect("flex tensor"));
-        let (out, probs) = flex::causal_attention(&q, t, h, kvh, hd, &kf, &vf, keys); // [t, h*hd], [h, t, keys]
-        let out = Tensor::<B, 3>::from_data(TensorData::new(out, [1, t, h * hd]), &device);
-        let kept = keep_probs.then(|| Tensor::<B, 4>::from_data(TensorData::new(probs, [1, h, t, keys]), &device));
-        (out, kept)
-    }
 }
 
 /// One sequence of a batched forward ([`Llama::forward_many`]): its tokens, their first position, its cache.
@@ -504,7 +315,7 @@ impl<B: Backend> Llama<B> {
 
     /// Several sequences in one pass, each at its own positions with its own cache (dynamic RAG answering
     /// several questions at once). Each segment's results are bit for bit those of [`Llama::forward`] on it
-    /// alone: the segments only share the weight products that can be shared exactly ([`Linear::forward_many`]).
+    /// alone: each goes through the layers on its own (burn's ops; the CPU engine shares the decoding rows' products).
     pub fn forward_many(&self, mut segs: Vec<Segment<'_, B>>, rope: &Rope<B>) -> Vec<ForwardOut<B>> {
         let [_, d] = self.embed_tokens.dims();
         let ns = segs.len();
@@ -524,13 +335,23 @@ impl<B: Backend> Llama<B> {
             let last = l + 1 == n;
             let keep: Vec<bool> =
                 segs.iter().zip(&lens).map(|(s, &t)| last && s.capture.attn_from.is_some_and(|f| f < t)).collect();
-            let normed = xs.iter().map(|x| block.input_layernorm.forward(x.clone())).collect();
-            let (a, probs) = block.self_attn.forward_many(normed, rope, &mut segs, l, &keep);
+            let normed: Vec<Tensor<B, 3>> = xs.iter().map(|x| block.input_layernorm.forward(x.clone())).collect();
+            let (a, probs): (Vec<_>, Vec<_>) = normed
+                .into_iter()
+                .zip(segs.iter_mut())
+                .zip(&keep)
+                .map(|((x, s), &k)| {
+                    block.self_attn.forward(x, rope, s.start, s.cache.as_deref_mut().map(|c| (c, l)), k)
+                })
+                .unzip();
             let hmid: Vec<Tensor<B, 3>> = xs.into_iter().zip(a).map(|(x, a)| x + a).collect();
-            let m = block
-                .mlp
-                .forward_many(hmid.iter().map(|h| block.post_attention_layernorm.forward(h.clone())).collect());
-            xs = hmid.into_iter().zip(m).map(|(h, m)| h + m).collect();
+            xs = hmid
+                .into_iter()
+                .map(|h| {
+                    let m = block.mlp.forward(block.post_attention_layernorm.forward(h.clone()));
+                    h + m
+                })
+                .collect();
             for (i, p) in probs.into_iter().enumerate() {
                 if let Some(p) = p {
                     let from = segs[i].capture.attn_from.unwrap();
@@ -562,25 +383,8 @@ impl<B: Backend> Llama<B> {
         outs
     }
 
-    /// [`Llama::logits`] for several segments: the decoding ones share one pass over the integer output
-    /// projection (see [`Linear::forward_many`]).
-    pub fn logits_many(&self, hs: Vec<Tensor<B, 3>>) -> Vec<Tensor<B, 3>> {
-        match &self.lm_head_quant {
-            Some(q) if count_small(&hs) >= 2 => matvec_segments(q, hs, None, |h| self.logits(h)),
-            _ => hs.into_iter().map(|h| self.logits(h)).collect(),
-        }
-    }
-
     /// hidden: [b, t, d] -> logits [b, t, vocab]
     pub fn logits(&self, hidden: Tensor<B, 3>) -> Tensor<B, 3> {
-        let [b, t, _] = hidden.dims();
-        if let Some(q) = self.lm_head_quant.as_ref().filter(|_| b * t <= QUANT_MAX_ROWS) {
-            let device = hidden.device();
-            let xs = hidden.into_data().convert::<f32>().to_vec::<f32>().unwrap();
-            let mut y = vec![0f32; b * t * q.rows];
-            q.matvec(&xs, &mut y);
-            return Tensor::from_data(TensorData::new(y, [b, t, q.rows]), &device);
-        }
         match &self.lm_head {
             Some(w) => hidden.matmul(w.val().unsqueeze::<3>()), // [d, vocab]
             None => {

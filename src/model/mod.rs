@@ -10,7 +10,7 @@
 //! ```
 
 pub mod config;
-pub mod flex;
+pub mod engine;
 pub mod gguf;
 pub mod llama;
 pub mod params;
@@ -25,12 +25,14 @@ use std::path::Path;
 use anyhow::{bail, Context, Result};
 use burn::module::Param;
 use burn::prelude::Backend;
-use burn::tensor::{Int, Tensor, TensorData};
+use burn::tensor::{Tensor, TensorData};
 
 use crate::device::DeviceKind;
 use crate::step::TokenStep;
 pub use config::{Arch, ModelConfig};
-use llama::{Attention, Block, Capture, KvCache, Linear, Llama, Mlp, RmsNorm, Rope, Segment};
+pub use engine::EngineKind;
+use engine::{Cache, ChunkOut, Engine, SeqIn, Want};
+use llama::{Attention, Block, Linear, Llama, Mlp, RmsNorm, Rope};
 pub use sampling::Sampler;
 pub use tokenizer::{Message, Tokenizer};
 pub use weights::{random_weights, MemoryWeights};
@@ -65,7 +67,7 @@ pub fn build_llama<B: Backend>(src: &dyn WeightSource, cfg: &ModelConfig, device
         } else {
             None
         };
-        Ok(Linear { weight: Param::from_tensor(transposed(w, device)), bias: b, lora: None, quant: None })
+        Ok(Linear { weight: Param::from_tensor(transposed(w, device)), bias: b, lora: None })
     };
     let norm = |name: &str| -> Result<RmsNorm<B>> {
         Ok(RmsNorm {
@@ -101,51 +103,7 @@ pub fn build_llama<B: Backend>(src: &dyn WeightSource, cfg: &ModelConfig, device
     } else {
         Some(Param::from_tensor(transposed(src.require(params::LM_HEAD, &[cfg.vocab_size, d])?, device)))
     };
-    Ok(Llama { embed_tokens, layers, norm: norm(params::FINAL_NORM)?, lm_head, lm_head_quant: None })
-}
-
-/// Gives each linear layer (and the output projection) whose weight the source stores in a quantized block
-/// format its integer copy ([`quant::QMatrix`]) for CPU decoding. Returns the bytes attached.
-pub fn attach_quantized<B: Backend>(m: &mut Llama<B>, src: &dyn WeightSource, cfg: &ModelConfig) -> Result<usize> {
-    let mut bytes = 0;
-    let mut get = |name: &str, dims: [usize; 2]| -> Result<Option<std::sync::Arc<quant::QMatrix>>> {
-        let Some(q) = src.quantized(name)? else { return Ok(None) };
-        if [q.rows, q.cols] != dims {
-            bail!(
-                "{}: tensor '{name}' is {}x{} as blocks but {}x{} de-quantized",
-                src.describe(),
-                q.rows,
-                q.cols,
-                dims[0],
-                dims[1]
-            );
-        }
-        bytes += q.bytes();
-        Ok(Some(std::sync::Arc::new(q)))
-    };
-    let out_in = |l: &Linear<B>| -> [usize; 2] {
-        let [i, o] = l.weight.dims();
-        [o, i]
-    };
-    for (l, b) in m.layers.iter_mut().enumerate() {
-        let p = params::block_prefix(l);
-        for (spec, lin) in params::BLOCK_LINEARS.iter().zip(b.linears_mut()) {
-            lin.quant = get(&format!("{p}.{}.weight", spec.path), out_in(lin))?;
-        }
-    }
-    let name = if cfg.tie_word_embeddings { params::EMBED } else { params::LM_HEAD };
-    m.lm_head_quant = get(name, [cfg.vocab_size, cfg.hidden_size])?;
-    Ok(bytes)
-}
-
-/// Removes the integer copies: every product then uses the f32 weights.
-pub fn detach_quantized<B: Backend>(m: &mut Llama<B>) {
-    for b in &mut m.layers {
-        for lin in b.linears_mut() {
-            lin.quant = None;
-        }
-    }
-    m.lm_head_quant = None;
+    Ok(Llama { embed_tokens, layers, norm: norm(params::FINAL_NORM)?, lm_head })
 }
 
 /// The decoder's weights back in Hugging Face names and layout (for saving safetensors).
@@ -182,137 +140,6 @@ pub fn export_llama<B: Backend>(m: &Llama<B>) -> Vec<(String, HostTensor)> {
     out
 }
 
-/// What one forward call should hand back, for a chunk of `t` tokens.
-#[derive(Debug, Clone, Copy)]
-struct Want {
-    /// Logits for chunk rows `>= logits_from`.
-    logits_from: usize,
-    /// Attention rows and hidden states for chunk rows `>= capture_from` (`None`: none).
-    capture_from: Option<usize>,
-}
-
-#[derive(Debug, Default)]
-struct ChunkOut {
-    logits: Vec<Vec<f32>>,
-    attn: Vec<Vec<Vec<f32>>>,
-    hidden_final: Vec<Vec<f32>>,
-    hidden_mean: Vec<Vec<f32>>,
-}
-
-/// A sequence's KV cache as its engine made it, type-erased so that [`Session`] need not name the backend.
-trait Cache: std::any::Any {
-    fn truncate(&mut self, len: usize);
-    fn len(&self) -> usize;
-    fn as_any_mut(&mut self) -> &mut dyn std::any::Any;
-}
-
-impl<B: Backend> Cache for KvCache<B> {
-    fn truncate(&mut self, len: usize) {
-        KvCache::truncate(self, len);
-    }
-
-    fn len(&self) -> usize {
-        self.len
-    }
-
-    fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
-        self
-    }
-}
-
-/// One sequence of an engine forward: its cache (made by the same engine), the tokens to append, what to return.
-struct SeqIn<'a> {
-    cache: &'a mut dyn Cache,
-    ids: &'a [u32],
-    want: Want,
-}
-
-trait Engine: Send + Sync {
-    fn new_cache(&self, capacity: usize) -> Box<dyn Cache>;
-    /// Feeds each sequence its tokens in one forward pass and returns what each asked for; every sequence's
-    /// results equal those of a pass of its own.
-    fn forward(&self, seqs: &mut [SeqIn<'_>]) -> Result<Vec<ChunkOut>>;
-    /// Drops the integer decode weights (see [`Lm::f32_decode`]).
-    fn detach_quantized(&mut self);
-}
-
-/// The burn decoder on one backend.
-pub struct BurnEngine<B: Backend> {
-    pub model: Llama<B>,
-    pub rope: Rope<B>,
-    pub cfg: ModelConfig,
-    pub device: B::Device,
-}
-
-fn rows<B: Backend>(t: Tensor<B, 3>) -> Vec<Vec<f32>> {
-    let [_, n, d] = t.dims();
-    let v = t.into_data().convert::<f32>().to_vec::<f32>().unwrap();
-    (0..n).map(|i| v[i * d..(i + 1) * d].to_vec()).collect()
-}
-
-impl<B: Backend> Engine for BurnEngine<B>
-where
-    Llama<B>: Send + Sync,
-    Rope<B>: Send + Sync,
-{
-    fn new_cache(&self, capacity: usize) -> Box<dyn Cache> {
-        Box::new(KvCache::<B>::new(&self.cfg, 1, capacity, &self.device))
-    }
-
-    fn forward(&self, seqs: &mut [SeqIn<'_>]) -> Result<Vec<ChunkOut>> {
-        let d = self.cfg.hidden_size;
-        let meta: Vec<(usize, usize, Want)> = seqs.iter().map(|s| (s.cache.len(), s.ids.len(), s.want)).collect();
-        let mut segs = Vec::with_capacity(seqs.len());
-        for s in seqs.iter_mut() {
-            let (start, t) = (s.cache.len(), s.ids.len());
-            if start + t > self.rope.max_pos() {
-                bail!("sequence of {} tokens exceeds the model's {} positions", start + t, self.rope.max_pos());
-            }
-            let data: Vec<i32> = s.ids.iter().map(|&i| i as i32).collect();
-            let ids = Tensor::<B, 2, Int>::from_data(TensorData::new(data, [1, t]), &self.device);
-            let capture = Capture { attn_from: s.want.capture_from, layer_sum: s.want.capture_from.is_some() };
-            let cache = s.cache.as_any_mut().downcast_mut::<KvCache<B>>().expect("a cache made by this engine");
-            segs.push(Segment { ids, start, cache: Some(cache), capture });
-        }
-        let outs = self.model.forward_many(segs, &self.rope);
-        // logits of the asked rows, all sequences together (the decoding ones share the output projection)
-        let asked: Vec<Tensor<B, 3>> = outs
-            .iter()
-            .zip(&meta)
-            .filter(|(_, (_, t, w))| w.logits_from < *t)
-            .map(|(o, (_, t, w))| o.hidden.clone().slice([0..1, w.logits_from..*t, 0..d]))
-            .collect();
-        let mut logits = self.model.logits_many(asked).into_iter();
-        let mut res = Vec::with_capacity(outs.len());
-        for (out, (start, t, want)) in outs.into_iter().zip(meta) {
-            let mut r = ChunkOut::default();
-            if want.logits_from < t {
-                r.logits = rows(logits.next().expect("one logits tensor per asking sequence"));
-            }
-            if let Some(from) = want.capture_from.filter(|&f| f < t) {
-                r.hidden_final = rows(out.hidden.slice([0..1, from..t, 0..d]));
-                let n = self.cfg.num_layers as f64;
-                r.hidden_mean = rows(out.layer_sum.unwrap().slice([0..1, from..t, 0..d]).div_scalar(n));
-                let a = out.attn.unwrap(); // [1, h, rows, keys]
-                let [_, nh, nr, nk] = a.dims();
-                let v = a.into_data().convert::<f32>().to_vec::<f32>().unwrap();
-                for row in 0..nr {
-                    let pos = start + from + row;
-                    r.attn.push(
-                        (0..nh).map(|hh| v[(hh * nr + row) * nk..(hh * nr + row) * nk + pos + 1].to_vec()).collect(),
-                    );
-                }
-            }
-            res.push(r);
-        }
-        Ok(res)
-    }
-
-    fn detach_quantized(&mut self) {
-        detach_quantized(&mut self.model);
-    }
-}
-
 /// A loaded language model: decoder + tokenizer.
 pub struct Lm {
     engine: Box<dyn Engine>,
@@ -329,9 +156,14 @@ pub struct Lm {
 const MAX_POSITIONS: usize = 32768;
 
 impl Lm {
-    /// Loads a `.gguf` file or a Hugging Face folder (config.json + safetensors + tokenizer.json).
-    /// `tokenizer` overrides the tokenizer (a tokenizer.json).
+    /// Loads a `.gguf` file or a Hugging Face folder (config.json + safetensors + tokenizer.json) onto the
+    /// device's inference engine. `tokenizer` overrides the tokenizer (a tokenizer.json).
     pub fn load(path: &Path, device: DeviceKind, tokenizer: Option<&Path>) -> Result<Lm> {
+        Self::load_on(path, device, EngineKind::Auto, tokenizer)
+    }
+
+    /// [`Lm::load`] onto the engine `engine` picks (see [`engine`]).
+    pub fn load_on(path: &Path, device: DeviceKind, engine: EngineKind, tokenizer: Option<&Path>) -> Result<Lm> {
         if !path.exists() {
             bail!("{}: model not found (run scripts/setup.sh to fetch the default model)", path.display());
         }
@@ -364,10 +196,10 @@ impl Lm {
         if tok.bos_id.is_none() {
             tok.bos_id = cfg.bos_token_id;
         }
-        Self::from_source(src.as_ref(), cfg, tok, name, device)
+        Self::from_source_on(src.as_ref(), cfg, tok, name, device, engine)
     }
 
-    /// Builds from any weight source (used by [`Lm::load`] and by tests with random weights).
+    /// Builds from any weight source onto the device's inference engine (used by tests with random weights).
     pub fn from_source(
         src: &dyn WeightSource,
         cfg: ModelConfig,
@@ -375,40 +207,55 @@ impl Lm {
         name: String,
         device: DeviceKind,
     ) -> Result<Lm> {
+        Self::from_source_on(src, cfg, tokenizer, name, device, EngineKind::Auto)
+    }
+
+    /// Builds from any weight source onto the engine `engine` picks for `device`.
+    pub fn from_source_on(
+        src: &dyn WeightSource,
+        cfg: ModelConfig,
+        tokenizer: Tokenizer,
+        name: String,
+        device: DeviceKind,
+        engine: EngineKind,
+    ) -> Result<Lm> {
         let max_pos = cfg.max_position_embeddings.min(MAX_POSITIONS);
-        let mut int8_decode_bytes = 0;
-        let engine: Box<dyn Engine> = match device {
-            DeviceKind::Cpu => {
+        let engine: Box<dyn Engine> = match (device, engine) {
+            // the CPU engine: ragtime's kernels, decoding on the file's 4- or 8-bit integer blocks
+            (DeviceKind::Cpu, EngineKind::Auto) => Box::new(engine::cpu::CpuEngine::load(src, &cfg, max_pos)?),
+            (DeviceKind::Cpu, EngineKind::Reference) => {
                 let dev = burn::backend::flex::FlexDevice;
-                let mut model = build_llama::<burn::backend::Flex>(src, &cfg, &dev)?;
-                // decode on the file's quantized blocks (4- or 8-bit integers in memory) unless asked not to
-                if std::env::var_os("RAGTIME_F32_DECODE").is_none() {
-                    int8_decode_bytes = attach_quantized(&mut model, src, &cfg)?;
-                }
+                let model = build_llama::<burn::backend::Flex>(src, &cfg, &dev)?;
                 let rope = Rope::new(&cfg, max_pos, &dev);
-                Box::new(BurnEngine { model, rope, cfg: cfg.clone(), device: dev })
+                Box::new(engine::reference::ReferenceEngine { model, rope, cfg: cfg.clone(), device: dev })
             }
-            DeviceKind::Cuda(n) => {
+            (DeviceKind::Cuda(n), _) => {
                 crate::device::check_cuda(n)?;
                 #[cfg(feature = "cuda")]
                 {
                     let dev = burn::backend::cuda::CudaDevice::new(n);
                     let model = build_llama::<burn::backend::Cuda>(src, &cfg, &dev)?;
                     let rope = crate::device::guard("CUDA initialisation failed", || Rope::new(&cfg, max_pos, &dev))?;
-                    Box::new(BurnEngine { model, rope, cfg: cfg.clone(), device: dev })
+                    Box::new(engine::reference::ReferenceEngine { model, rope, cfg: cfg.clone(), device: dev })
                 }
                 #[cfg(not(feature = "cuda"))]
                 unreachable!()
             }
         };
+        let int8_decode_bytes = engine.int_decode_bytes();
         Ok(Lm { engine, tokenizer, config: cfg, name, device, int8_decode_bytes })
     }
 
-    /// Decodes with the f32 weights only, dropping the integer copies of a quantized GGUF (as `RAGTIME_F32_DECODE=1`
-    /// does at load time). Numbers agree with the integer path up to the order of f32 additions.
+    /// Decodes with the f32 weights only, dropping the integer copies of a quantized GGUF (`--f32-decode`).
+    /// Numbers agree with the integer path up to the order of f32 additions.
     pub fn f32_decode(&mut self) {
-        self.engine.detach_quantized();
-        self.int8_decode_bytes = 0;
+        self.engine.drop_int_weights();
+        self.int8_decode_bytes = self.engine.int_decode_bytes();
+    }
+
+    /// The engine running this model, in words (`cpu (integer decode)`, `reference (Flex)`, ...).
+    pub fn engine(&self) -> String {
+        self.engine.describe()
     }
 
     /// A fresh decoding session (empty KV cache).

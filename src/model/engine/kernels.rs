@@ -1,11 +1,10 @@
-//! CPU inference kernels for burn's `flex` backend: the same forward pass as [`super::llama`], with the hot parts
-//! done on the flex tensors' own f32 buffers instead of through burn's generic tensor ops.
+//! CPU inference kernels on plain f32 buffers, for the CPU engine ([`super::cpu`]): the hot steps of the
+//! decoder's forward pass without burn's generic tensor ops.
 //!
 //! Why: on a 153-token prefill a third of the time went outside the matrix products, into strided copies
 //! (`swap_dims` + `reshape` around attention), RoPE's `narrow`/`cat`, a boolean causal mask built on the host
 //! every layer, and one allocation per element-wise op. And gemm's own two-thread split of a 153-row product
-//! scales poorly. So, for an inference model on the flex backend (never under autodiff, never on CUDA: those
-//! keep burn's ops, see [`as_flex`]):
+//! scales poorly. So:
 //! - [`matmul`]: `x [rows, k] @ w [k, n]` with the weight's output columns split over the rayon pool, one
 //!   single-threaded gemm per block (each thread packs only its block of the weight);
 //! - [`rope`] in place on `[t, heads * hd]` rows (the rotate-half form transformers uses, same products and sums);
@@ -14,25 +13,43 @@
 //! - [`rms_norm`] and [`silu_mul`] in one pass each.
 //!
 //! The results equal burn's ops up to the order of f32 additions inside reductions (tested against them below and
-//! by the reference tests against transformers).
+//! by the reference tests against transformers). [`flex_linear`] lets a burn model on the flex backend (the
+//! sentence encoder) use [`matmul`] for its dense layers.
 
 use std::any::{Any, TypeId};
 
 use burn::backend::flex::FlexTensor;
 use burn::prelude::Backend;
-use burn::tensor::{DType, Tensor, TensorPrimitive};
+use burn::tensor::{DType, Tensor, TensorData, TensorPrimitive};
 use rayon::prelude::*;
 
-/// True when `B` is burn's flex backend (its float primitive is a [`FlexTensor`]) and the kernels here are on.
-/// `RAGTIME_BURN_OPS=1` turns them off (burn's generic ops everywhere: for comparison and debugging).
+/// A weight matrix `[k, n]` in memory: its elements and their row and column strides.
+#[derive(Debug, Clone, Copy)]
+pub struct Strided<'a> {
+    pub data: &'a [f32],
+    pub row_stride: isize,
+    pub col_stride: isize,
+}
+
+impl<'a> Strided<'a> {
+    /// A row-major `[k, n]` matrix.
+    pub fn rows(data: &'a [f32], n: usize) -> Self {
+        Strided { data, row_stride: n as isize, col_stride: 1 }
+    }
+
+    /// The transpose of a row-major `[n, k]` matrix, read as `[k, n]` without copying.
+    pub fn transposed(data: &'a [f32], k: usize) -> Self {
+        Strided { data, row_stride: 1, col_stride: k as isize }
+    }
+}
+
+/// True when `B`'s float tensors are burn-flex ones (CPU, no autodiff).
 pub fn is_flex<B: Backend>() -> bool {
-    static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     TypeId::of::<B::FloatTensorPrimitive>() == TypeId::of::<FlexTensor>()
-        && !*OFF.get_or_init(|| std::env::var("RAGTIME_BURN_OPS").is_ok_and(|v| v == "1"))
 }
 
 /// The flex tensor behind `t` (an `Arc` clone, no copy), or `None` on any other backend or dtype.
-pub fn as_flex<B: Backend, const D: usize>(t: &Tensor<B, D>) -> Option<FlexTensor> {
+fn as_flex<B: Backend, const D: usize>(t: &Tensor<B, D>) -> Option<FlexTensor> {
     if !is_flex::<B>() {
         return None;
     }
@@ -46,16 +63,33 @@ pub fn as_flex<B: Backend, const D: usize>(t: &Tensor<B, D>) -> Option<FlexTenso
 }
 
 /// A row-major contiguous f32 slice of `t` (borrowed when it already is one; copied otherwise).
-pub fn contiguous(t: &FlexTensor) -> std::borrow::Cow<'_, [f32]> {
+fn contiguous(t: &FlexTensor) -> std::borrow::Cow<'_, [f32]> {
     match t.layout().contiguous_offsets() {
         Some((a, b)) => std::borrow::Cow::Borrowed(&t.storage::<f32>()[a..b]),
         None => std::borrow::Cow::Owned(t.to_contiguous().storage::<f32>().to_vec()),
     }
 }
 
-/// Element strides and start offset of a flex tensor.
-fn strides(t: &FlexTensor) -> (Vec<isize>, usize) {
-    (t.layout().strides().to_vec(), t.layout().start_offset())
+/// `x [b, t, k] @ w [k, n] (+ bias)` through [`matmul`] when every operand is a flex f32 tensor (CPU inference);
+/// `None` otherwise (the caller then uses burn's ops).
+pub fn flex_linear<B: Backend>(
+    x: &Tensor<B, 3>,
+    w: &Tensor<B, 2>,
+    bias: Option<&Tensor<B, 1>>,
+) -> Option<Tensor<B, 3>> {
+    let (xf, wf) = (as_flex(x)?, as_flex(w)?);
+    let bias = match bias {
+        Some(b) => Some(as_flex(b)?),
+        None => None,
+    };
+    let [b, t, k] = x.dims();
+    let [_, n] = w.dims();
+    let (ws, woff) = (wf.layout().strides().to_vec(), wf.layout().start_offset());
+    let wdata = &wf.storage::<f32>()[woff..];
+    let w = Strided { data: wdata, row_stride: ws[0], col_stride: ws[1] };
+    let bias = bias.as_ref().map(contiguous);
+    let y = matmul(&contiguous(&xf), b * t, k, w, n, bias.as_deref());
+    Some(Tensor::from_data(TensorData::new(y, [b, t, n]), &x.device()))
 }
 
 /// A raw pointer that crosses into rayon workers; every worker writes a disjoint part of it.
@@ -104,10 +138,12 @@ unsafe fn gemm1(
 
 /// `x [rows, k] @ w [k, n] (+ bias)` -> `[rows, n]`, the weight's output columns split into one block per rayon
 /// thread (a multiple of 16 columns each).
-pub fn matmul(x: &[f32], rows: usize, k: usize, w: &FlexTensor, n: usize, bias: Option<&[f32]>) -> Vec<f32> {
+pub fn matmul(x: &[f32], rows: usize, k: usize, w: Strided<'_>, n: usize, bias: Option<&[f32]>) -> Vec<f32> {
     debug_assert_eq!(x.len(), rows * k);
-    let (ws, woff) = strides(w);
-    let wdata = w.storage::<f32>();
+    let ws = [w.row_stride, w.col_stride];
+    let max = (k as isize - 1) * ws[0] + (n as isize - 1) * ws[1];
+    assert!(k > 0 && n > 0 && (max as usize) < w.data.len(), "matmul: the weight view exceeds its buffer");
+    let wdata = w.data;
     let mut y = vec![0f32; rows * n];
     let threads = rayon::current_num_threads().max(1);
     // Few rows (decoding a float model): one call; splitting would only add thread wake-ups.
@@ -118,7 +154,7 @@ pub fn matmul(x: &[f32], rows: usize, k: usize, w: &FlexTensor, n: usize, bias: 
         let cols = chunk.min(n - j0);
         #[allow(clippy::redundant_locals)] // moves the whole `Ptr` (Send) into the closure, not its raw field
         let yp = yp;
-        // SAFETY: the weight view covers [k, n] from `woff` with strides `ws`; each block writes its own columns.
+        // SAFETY: the weight view covers [k, n] with strides `ws` (checked above); each block writes its own columns.
         unsafe {
             gemm1(
                 rows,
@@ -129,7 +165,7 @@ pub fn matmul(x: &[f32], rows: usize, k: usize, w: &FlexTensor, n: usize, bias: 
                 x.as_ptr(),
                 k as isize,
                 1,
-                wdata.as_ptr().add(woff).offset(j0 as isize * ws[1]),
+                wdata.as_ptr().offset(j0 as isize * ws[1]),
                 ws[0],
                 ws[1],
             )
@@ -169,23 +205,11 @@ pub fn rope(x: &mut [f32], t: usize, heads: usize, hd: usize, start: usize, cos:
     }
 }
 
-/// `[t, heads * hd]` -> `[heads, t, hd]` (the KV cache's layout, batch 1).
-pub fn heads_first(x: &[f32], t: usize, heads: usize, hd: usize) -> Vec<f32> {
-    let mut out = vec![0f32; x.len()];
-    for i in 0..t {
-        for h in 0..heads {
-            out[(h * t + i) * hd..(h * t + i + 1) * hd]
-                .copy_from_slice(&x[(i * heads + h) * hd..(i * heads + h + 1) * hd]);
-        }
-    }
-    out
-}
-
-/// Causal grouped-query attention for one sequence (batch 1).
+/// Causal grouped-query attention for one sequence.
 ///
-/// `q [t, h * hd]` (RoPE applied): the last `t` of the `keys` positions; `k`, `v`: flex views `[1, kvh, keys, hd]`
-/// (the cache up to and including the new positions). Query `i` sees keys `0..=keys - t + i`. Query head `hh`
-/// reads key/value head `hh / (h / kvh)`.
+/// `q [t, h * hd]` (RoPE applied): the last `t` of the `keys` positions; `k`, `v`: the cache, key/value head `g`'s
+/// position `p` at `g * head_stride + p * hd` (so positions `0..keys` of every head, the new ones included, are
+/// written). Query `i` sees keys `0..=keys - t + i`. Query head `hh` reads key/value head `hh / (h / kvh)`.
 /// Returns the output `[t, h * hd]` and the probabilities `[h, t, keys]` (zero above the diagonal).
 #[allow(clippy::too_many_arguments)]
 pub fn causal_attention(
@@ -194,15 +218,20 @@ pub fn causal_attention(
     h: usize,
     kvh: usize,
     hd: usize,
-    k: &FlexTensor,
-    v: &FlexTensor,
+    k: &[f32],
+    v: &[f32],
+    head_stride: usize,
     keys: usize,
 ) -> (Vec<f32>, Vec<f32>) {
+    assert!(t <= keys && q.len() == t * h * hd, "causal_attention: {t} queries of {h}x{hd} over {keys} keys");
+    assert!(
+        kvh > 0 && h % kvh == 0 && (kvh - 1) * head_stride + keys * hd <= k.len().min(v.len()),
+        "causal_attention: the cache holds fewer than {keys} positions"
+    );
+    let ks = [0isize, head_stride as isize, hd as isize, 1];
+    let vs = ks;
     let rep = h / kvh;
     let scale = (1.0 / (hd as f64).sqrt()) as f32;
-    let (ks, koff) = strides(k);
-    let (vs, voff) = strides(v);
-    let (kd, vd) = (k.storage::<f32>(), v.storage::<f32>());
     let mut out = vec![0f32; t * h * hd];
     let mut probs = vec![0f32; h * t * keys];
     let op = Ptr(out.as_mut_ptr());
@@ -210,7 +239,7 @@ pub fn causal_attention(
         let g = hh / rep;
         #[allow(clippy::redundant_locals)] // moves the whole `Ptr` (Send) into the closure, not its raw field
         let op = op;
-        // SAFETY: k/v views cover [1, kvh, keys, hd]; head hh writes only its own probs block and out columns.
+        // SAFETY: k/v cover [kvh, keys, hd] at these strides (checked above); head hh writes only its own probs block and out columns.
         unsafe {
             // scores [t, keys] = Q_hh [t, hd] @ K_g^T [hd, keys]
             gemm1(
@@ -222,7 +251,7 @@ pub fn causal_attention(
                 q.as_ptr().add(hh * hd),
                 (h * hd) as isize,
                 1,
-                kd.as_ptr().add(koff).offset(g as isize * ks[1]),
+                k.as_ptr().offset(g as isize * ks[1]),
                 ks[3],
                 ks[2],
             );
@@ -255,7 +284,7 @@ pub fn causal_attention(
                 p.as_ptr(),
                 keys as isize,
                 1,
-                vd.as_ptr().add(voff).offset(g as isize * vs[1]),
+                v.as_ptr().offset(g as isize * vs[1]),
                 vs[2],
                 vs[3],
             );
@@ -330,8 +359,22 @@ mod tests {
     fn only_flex_is_flex() {
         assert!(is_flex::<Flex>());
         assert!(!is_flex::<burn::backend::Autodiff<Flex>>());
-        let a = Tensor::<burn::backend::Autodiff<Flex>, 2>::zeros([2, 2], &Default::default());
-        assert!(as_flex(&a).is_none());
+        let a = Tensor::<burn::backend::Autodiff<Flex>, 3>::zeros([1, 2, 2], &Default::default());
+        let w = Tensor::<burn::backend::Autodiff<Flex>, 2>::zeros([2, 2], &Default::default());
+        assert!(flex_linear(&a, &w, None).is_none());
+    }
+
+    /// The burn-model entry: a transposed (strided) flex weight and a bias, against burn's matmul.
+    #[test]
+    fn flex_linear_equals_burn_matmul() {
+        let (b, t, k, n) = (2, 3, 16, 24);
+        let dev = Default::default();
+        let x = Tensor::<B, 3>::from_data(TensorData::new(rand_vec(b * t * k, 11), [b, t, k]), &dev);
+        let w = t2(rand_vec(n * k, 12), [n, k]).transpose(); // [k, n], column stride k
+        let bias = Tensor::<B, 1>::from_data(TensorData::new(rand_vec(n, 13), [n]), &dev);
+        let want = x.clone().matmul(w.clone().unsqueeze::<3>()) + bias.clone().unsqueeze::<3>();
+        let got = flex_linear(&x, &w, Some(&bias)).unwrap();
+        close(&got.into_data().to_vec::<f32>().unwrap(), &want.into_data().to_vec::<f32>().unwrap(), 1e-5);
     }
 
     #[test]
@@ -343,12 +386,11 @@ mod tests {
             let w = t2(wv.clone(), [k, n]);
             let want = t2(x.clone(), [rows, k]).matmul(w.clone()) + t2(bias.clone(), [1, n]);
             let want = want.into_data().to_vec::<f32>().unwrap();
-            let got = matmul(&x, rows, k, &as_flex(&w).unwrap(), n, Some(&bias));
+            let got = matmul(&x, rows, k, Strided::rows(&wv, n), n, Some(&bias));
             close(&got, &want, 1e-5);
-            // the same weight stored [n, k] and viewed transposed: strided columns
-            let wt = t2(wv, [k, n]).transpose().into_data().to_vec::<f32>().unwrap();
-            let wt = t2(wt, [n, k]).transpose();
-            let got = matmul(&x, rows, k, &as_flex(&wt).unwrap(), n, Some(&bias));
+            // the same weight stored [n, k] and read transposed: strided columns (the tied output projection)
+            let wt = w.transpose().into_data().to_vec::<f32>().unwrap();
+            let got = matmul(&x, rows, k, Strided::transposed(&wt, k), n, Some(&bias));
             close(&got, &want, 1e-5);
         }
     }
@@ -378,9 +420,18 @@ mod tests {
         let kc = rand_vec(kvh * keys * hd, 5);
         let vc = rand_vec(kvh * keys * hd, 6);
         let dev = Default::default();
-        let k4 = Tensor::<B, 4>::from_data(TensorData::new(kc, [1, kvh, keys, hd]), &dev);
-        let v4 = Tensor::<B, 4>::from_data(TensorData::new(vc, [1, kvh, keys, hd]), &dev);
-        let (out, probs) = causal_attention(&q, t, h, kvh, hd, &as_flex(&k4).unwrap(), &as_flex(&v4).unwrap(), keys);
+        let k4 = Tensor::<B, 4>::from_data(TensorData::new(kc.clone(), [1, kvh, keys, hd]), &dev);
+        let v4 = Tensor::<B, 4>::from_data(TensorData::new(vc.clone(), [1, kvh, keys, hd]), &dev);
+        // the cache as the CPU engine holds it: [kvh, capacity, hd], capacity beyond the keys
+        let cap = keys + 3;
+        let in_cache = |c: &[f32]| {
+            let mut buf = vec![f32::NAN; kvh * cap * hd];
+            for g in 0..kvh {
+                buf[g * cap * hd..g * cap * hd + keys * hd].copy_from_slice(&c[g * keys * hd..(g + 1) * keys * hd]);
+            }
+            buf
+        };
+        let (out, probs) = causal_attention(&q, t, h, kvh, hd, &in_cache(&kc), &in_cache(&vc), cap * hd, keys);
 
         let qt =
             Tensor::<B, 3>::from_data(TensorData::new(q, [1, t, h * hd]), &dev).reshape([1, t, h, hd]).swap_dims(1, 2);

@@ -1,0 +1,124 @@
+//! Inference engines: what runs a decoder's forward pass for [`super::Lm`] and its sessions.
+//!
+//! The burn decoder ([`super::llama::Llama`]) is the one reference forward pass: training runs it under autodiff,
+//! and [`reference::ReferenceEngine`] runs it for inference on any burn backend (the ground truth the other
+//! engines are tested against, and the CUDA engine for now). An inference engine may instead use its own kernels:
+//! [`cpu::CpuEngine`] runs the same pass on plain f32 buffers with ragtime's CPU kernels ([`kernels`]) and
+//! decodes on the GGUF file's integer blocks ([`super::quant`]).
+//!
+//! The engine is chosen from the device and [`EngineKind`] ([`super::Lm::load`]), never from the environment:
+//! `cpu` gets the CPU engine, `cuda[:N]` the reference engine on burn's CUDA backend, and `--engine reference`
+//! the reference engine on either device.
+//!
+//! What every engine promises ([`Engine::forward`]): several sequences, each with its own cache and at its own
+//! positions, go through one call, and each gets exactly (bit for bit) what a call of its own would give it.
+
+pub mod cpu;
+pub mod kernels;
+pub mod reference;
+
+use anyhow::Result;
+
+/// Which engine runs a model's forward pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum EngineKind {
+    /// The device's inference engine: the CPU engine on `cpu`, burn's CUDA backend on `cuda`.
+    #[default]
+    Auto,
+    /// burn's tensor ops (the training forward pass) on the chosen device: slower; the ground truth.
+    Reference,
+}
+
+impl std::str::FromStr for EngineKind {
+    type Err = anyhow::Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "auto" => Ok(EngineKind::Auto),
+            "reference" => Ok(EngineKind::Reference),
+            _ => anyhow::bail!("unknown engine '{s}' (expected auto or reference)"),
+        }
+    }
+}
+
+impl std::fmt::Display for EngineKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            EngineKind::Auto => "auto",
+            EngineKind::Reference => "reference",
+        })
+    }
+}
+
+/// What one forward call should hand back for a chunk of `t` tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Want {
+    /// Logits for chunk rows `>= logits_from`.
+    pub logits_from: usize,
+    /// Attention rows and hidden states for chunk rows `>= capture_from` (`None`: none).
+    pub capture_from: Option<usize>,
+}
+
+/// What one forward call hands back for one sequence: only the rows its [`Want`] asked for.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct ChunkOut {
+    /// `[rows >= logits_from][vocab]`: next-token logits after each asked row.
+    pub logits: Vec<Vec<f32>>,
+    /// `[rows >= capture_from][heads][pos + 1]`: the last layer's attention probabilities of each captured row
+    /// over the positions it sees (`pos` is the row's absolute position).
+    pub attn: Vec<Vec<Vec<f32>>>,
+    /// `[rows >= capture_from][d]`: the last layer's output after the final norm.
+    pub hidden_final: Vec<Vec<f32>>,
+    /// `[rows >= capture_from][d]`: the mean over layers of the decoder-layer outputs, the last one after the
+    /// final norm (transformers' `hidden_states[1:]`).
+    pub hidden_mean: Vec<Vec<f32>>,
+}
+
+/// A sequence's KV cache as its engine made it, type-erased so that a session need not name the engine.
+pub trait Cache: std::any::Any + Send {
+    /// Keeps positions `0..len` (a rewind: the kept keys and values are not recomputed).
+    fn truncate(&mut self, len: usize);
+    /// Positions held.
+    fn len(&self) -> usize;
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    fn as_any_mut(&mut self) -> &mut dyn std::any::Any;
+}
+
+/// One sequence of an engine forward: its cache (made by the same engine), the tokens to append, what to return.
+pub struct SeqIn<'a> {
+    pub cache: &'a mut dyn Cache,
+    pub ids: &'a [u32],
+    pub want: Want,
+}
+
+/// A decoder forward pass with a KV cache per sequence.
+pub trait Engine: Send + Sync {
+    /// An empty cache with room for `capacity` positions (it grows when a sequence outgrows it).
+    fn new_cache(&self, capacity: usize) -> Box<dyn Cache>;
+    /// Positions the engine can encode (its RoPE table).
+    fn max_positions(&self) -> usize;
+    /// Appends each sequence's tokens to its cache in one forward pass and returns what each asked for; every
+    /// sequence's results equal (bit for bit) those of a pass of its own. Fails, changing no cache, when a
+    /// sequence would exceed [`Engine::max_positions`].
+    fn forward(&self, seqs: &mut [SeqIn<'_>]) -> Result<Vec<ChunkOut>>;
+    /// Bytes of integer weight copies used for decoding (0: decoding multiplies f32 weights).
+    fn int_decode_bytes(&self) -> usize {
+        0
+    }
+    /// Drops the integer decode weights: every product then uses the f32 weights.
+    fn drop_int_weights(&mut self) {}
+    /// Short description for logs (`cpu`, `reference (flex)`, ...).
+    fn describe(&self) -> String;
+}
+
+/// Checks, before any cache changes, that every sequence fits in `max_pos` positions.
+pub(crate) fn check_positions(seqs: &[SeqIn<'_>], max_pos: usize) -> Result<()> {
+    for s in seqs {
+        let end = s.cache.len() + s.ids.len();
+        if end > max_pos {
+            anyhow::bail!("sequence of {end} tokens exceeds the model's {max_pos} positions");
+        }
+    }
+    Ok(())
+}
