@@ -1,5 +1,6 @@
-//! `y = W x` from the integer copy: rows split over the rayon pool for large matrices, vectors paired where a
-//! two-vector kernel exists, and the kernel picked by what the CPU offers (`super::x86`, else the portable one).
+//! `y = W x` from the integer copy: rows split over the rayon pool for large matrices, several vectors per pass
+//! over the weights where a several-vector kernel exists, and the kernel picked by what the CPU offers
+//! (`super::x86`, else the portable one).
 
 #[cfg(target_arch = "x86_64")]
 use super::x86;
@@ -7,10 +8,11 @@ use super::{Layout, QMatrix, ROWS};
 
 impl QMatrix {
     /// `y[r] = sum_c W[r, c] x[c]` for each of the `x.len() / cols` row vectors in `x` (row-major), written to
-    /// `y` (`[n, rows]`). Splits the rows over the rayon pool for large matrices. Vectors go two at a time
-    /// through one pass over the weights where a two-vector kernel exists (AVX2): the integer blocks are read and
-    /// de-quantized once for both, and each result is bit for bit the one-vector product (several questions
-    /// decoded together, `Lm::feed_many`, give the same tokens as one at a time).
+    /// `y` (`[n, rows]`). Splits the rows over the rayon pool for large matrices. Several vectors go through one
+    /// pass over the weights where a several-vector kernel exists (AVX-512: up to 8 at a time; AVX2: 2): the
+    /// integer blocks are read and de-quantized once for all of them, and each result is bit for bit the
+    /// one-vector product (several sequences decoded together, `Lm::feed_many`, give the same tokens as one at a
+    /// time).
     pub fn matvec(&self, x: &[f32], y: &mut [f32]) {
         assert_eq!(x.len() % self.cols, 0, "matvec: input length {} is not a multiple of {}", x.len(), self.cols);
         let n = x.len() / self.cols;
@@ -18,60 +20,78 @@ impl QMatrix {
         let threads = rayon::current_num_threads();
         let parallel = threads > 1 && self.rows * self.cols >= PARALLEL_MIN;
         let chunk = self.rows.div_ceil(threads * 2).next_multiple_of(ROWS);
-        let pairs = if self.has_pair_kernel() { n / 2 } else { 0 };
-        let mut pair_out = vec![0f32; if pairs > 0 { 2 * self.rows } else { 0 }];
-        for p in 0..pairs {
-            // two vectors, results interleaved [rows][2]
-            let xs = &x[2 * p * self.cols..(2 * p + 2) * self.cols];
-            if parallel {
-                use rayon::prelude::*;
-                pair_out
-                    .par_chunks_mut(2 * chunk)
-                    .enumerate()
-                    .for_each(|(c, out)| self.rows_into_x2(c * chunk, xs, out));
+        let width = self.vectors_per_pass();
+        let mut done = 0;
+        while done < n {
+            // the widest kernel that fits what is left: 8, 4, 2 or 1 vectors
+            let k = [8, 4, 2, 1].into_iter().find(|&k| k <= width && k <= n - done).unwrap_or(1);
+            let xs = &x[done * self.cols..(done + k) * self.cols];
+            let ys = &mut y[done * self.rows..(done + k) * self.rows];
+            if k == 1 {
+                if parallel {
+                    use rayon::prelude::*;
+                    ys.par_chunks_mut(chunk).enumerate().for_each(|(c, out)| self.rows_into(c * chunk, xs, out));
+                } else {
+                    self.rows_into(0, xs, ys);
+                }
             } else {
-                self.rows_into_x2(0, xs, &mut pair_out);
+                // k vectors, results interleaved [rows][k]
+                let mut inter = vec![0f32; k * self.rows];
+                if parallel {
+                    use rayon::prelude::*;
+                    inter
+                        .par_chunks_mut(k * chunk)
+                        .enumerate()
+                        .for_each(|(c, out)| self.rows_into_n(k, c * chunk, xs, out));
+                } else {
+                    self.rows_into_n(k, 0, xs, &mut inter);
+                }
+                for (r, v) in inter.chunks_exact(k).enumerate() {
+                    for (j, &val) in v.iter().enumerate() {
+                        ys[j * self.rows + r] = val;
+                    }
+                }
             }
-            let (ya, yb) = y[2 * p * self.rows..(2 * p + 2) * self.rows].split_at_mut(self.rows);
-            for r in 0..self.rows {
-                ya[r] = pair_out[2 * r];
-                yb[r] = pair_out[2 * r + 1];
-            }
-        }
-        let done = 2 * pairs;
-        for (xi, yi) in
-            x[done * self.cols..].chunks_exact(self.cols).zip(y[done * self.rows..].chunks_exact_mut(self.rows))
-        {
-            if parallel {
-                use rayon::prelude::*;
-                yi.par_chunks_mut(chunk).enumerate().for_each(|(c, out)| self.rows_into(c * chunk, xi, out));
-            } else {
-                self.rows_into(0, xi, yi);
-            }
+            done += k;
         }
     }
 
-    /// Whether [`QMatrix::rows_into_x2`] has a kernel on this CPU (AVX2 + FMA without AVX-512; an AVX-512 CPU
-    /// keeps its one-vector kernels, which have no two-vector twin yet).
-    fn has_pair_kernel(&self) -> bool {
+    /// How many vectors one pass over the weights can take on this CPU: 8 with AVX-512, 2 with AVX2 + FMA
+    /// (`rows_avx2::<2>`), else 1.
+    fn vectors_per_pass(&self) -> usize {
         #[cfg(target_arch = "x86_64")]
         {
-            !std::arch::is_x86_feature_detected!("avx512f")
-                && std::arch::is_x86_feature_detected!("avx2")
-                && std::arch::is_x86_feature_detected!("fma")
+            if std::arch::is_x86_feature_detected!("avx512f") {
+                return 8;
+            }
+            if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+                return 2;
+            }
         }
-        #[cfg(not(target_arch = "x86_64"))]
-        {
-            false
-        }
+        1
     }
 
-    /// Rows `row0..row0 + out.len() / 2` of `W x_0` and `W x_1` (`x` = `[2, cols]`), interleaved in `out`.
-    fn rows_into_x2(&self, row0: usize, x: &[f32], out: &mut [f32]) {
-        assert!(row0 + out.len() / 2 <= self.rows && x.len() == 2 * self.cols && out.len().is_multiple_of(2));
+    /// Rows `row0..row0 + out.len() / k` of `W x_j` for the `k` vectors of `x` (`[k, cols]`), interleaved in `out`
+    /// (`[rows][k]`); `k` is one that [`QMatrix::vectors_per_pass`] allows.
+    fn rows_into_n(&self, k: usize, row0: usize, x: &[f32], out: &mut [f32]) {
+        assert!(row0 + out.len() / k <= self.rows && x.len() == k * self.cols && out.len().is_multiple_of(k));
         #[cfg(target_arch = "x86_64")]
         {
-            if self.has_pair_kernel() {
+            if std::arch::is_x86_feature_detected!("avx512f") {
+                // SAFETY: the CPU has AVX-512F; the bounds were checked above.
+                unsafe {
+                    return match (self.layout, k) {
+                        (Layout::I8, 2) => x86::rows_avx512_n::<2>(self, row0, x, out),
+                        (Layout::I8, 4) => x86::rows_avx512_n::<4>(self, row0, x, out),
+                        (Layout::I8, 8) => x86::rows_avx512_n::<8>(self, row0, x, out),
+                        (Layout::U4, 2) => x86::rows_u4_avx512_n::<2>(self, row0, x, out),
+                        (Layout::U4, 4) => x86::rows_u4_avx512_n::<4>(self, row0, x, out),
+                        (Layout::U4, 8) => x86::rows_u4_avx512_n::<8>(self, row0, x, out),
+                        _ => unreachable!("no {k}-vector AVX-512 kernel"),
+                    };
+                }
+            }
+            if k == 2 && std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
                 // SAFETY: the CPU has AVX2 and FMA; the bounds were checked above.
                 return unsafe {
                     match self.layout {
@@ -81,7 +101,7 @@ impl QMatrix {
                 };
             }
         }
-        unreachable!("rows_into_x2 without a two-vector kernel")
+        unreachable!("rows_into_n: no {k}-vector kernel on this CPU")
     }
 
     /// Rows `row0..row0 + out.len()` of `W x`.
@@ -187,8 +207,8 @@ mod tests {
         assert_eq!(y, y1);
     }
 
-    /// Vectors that go through the two-vector kernels (pairs, with a leftover third) give exactly the
-    /// one-vector results, on one thread and split over a pool.
+    /// Vectors that go through the several-vector kernels (15 = 8 + 4 + 2 + 1 with AVX-512, 7 pairs and a leftover
+    /// with AVX2) give exactly the one-vector results, on one thread and split over a pool.
     #[test]
     fn several_vectors_equal_one_at_a_time_bit_for_bit() {
         for (dtype, rows, cols) in [
@@ -200,14 +220,15 @@ mod tests {
             let t = Tensor::from_vec(random(rows * cols, 7), (rows, cols), &Device::Cpu).unwrap();
             let qt = QTensor::quantize(&t, dtype).unwrap();
             let m = QMatrix::from_ggml(dtype, &qt.data().unwrap(), rows, cols).unwrap();
-            let x = random(3 * cols, 8);
-            let mut one = vec![0f32; 3 * rows];
-            for j in 0..3 {
+            let nv = 15;
+            let x = random(nv * cols, 8);
+            let mut one = vec![0f32; nv * rows];
+            for j in 0..nv {
                 m.rows_into(0, &x[j * cols..(j + 1) * cols], &mut one[j * rows..(j + 1) * rows]);
             }
             for threads in [1, 3] {
                 let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
-                let mut y = vec![0f32; 3 * rows];
+                let mut y = vec![0f32; nv * rows];
                 pool.install(|| m.matvec(&x, &mut y));
                 assert_eq!(y, one, "{dtype:?} {rows}x{cols}, {threads} threads");
             }

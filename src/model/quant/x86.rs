@@ -190,3 +190,93 @@ pub(super) unsafe fn rows_u4_avx2<const N: usize>(m: &QMatrix, row0: usize, x: &
         }
     }
 }
+
+/// [`rows_avx512`] for `N` vectors at once: `x` is `[N, cols]`, `out` is `[rows][N]`. Each group is read and
+/// de-quantized once and multiplied into every vector, so several sequences decoding together stream each weight
+/// block once. Every vector's sum is formed by the same FMAs in the same order as [`rows_avx512`] forms it (rows of
+/// the full four-row blocks: even and odd groups in two accumulators; the remaining rows: one accumulator), so each
+/// result is bit for bit the one-vector result.
+#[target_feature(enable = "avx512f")]
+pub(super) unsafe fn rows_avx512_n<const N: usize>(m: &QMatrix, row0: usize, x: &[f32], out: &mut [f32]) {
+    let (cols, groups) = (m.cols, m.cols / GROUP);
+    let (qp, sp, op, xp) = (m.q.as_ptr(), m.scale.as_ptr(), m.offset.as_ptr(), x.as_ptr());
+    // the de-quantized weights of group g of `row`
+    macro_rules! w {
+        ($row:expr, $g:expr) => {{
+            let (row, g) = ($row, $g);
+            let q = _mm_loadu_si128(qp.add(row * cols + g * GROUP) as *const __m128i);
+            _mm512_fmadd_ps(
+                _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)),
+                _mm512_set1_ps(*sp.add(row * groups + g)),
+                _mm512_set1_ps(*op.add(row * groups + g)),
+            )
+        }};
+    }
+    let n = out.len() / N;
+    let blocked = n - n % ROWS;
+    for r in 0..n {
+        let row = row0 + r;
+        if r < blocked {
+            let mut a = [[_mm512_setzero_ps(); 2]; N];
+            let mut g = 0;
+            while g + 2 <= groups {
+                let (w0, w1) = (w!(row, g), w!(row, g + 1));
+                for (j, acc) in a.iter_mut().enumerate() {
+                    let xj = xp.add(j * cols + g * GROUP);
+                    acc[0] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(xj), acc[0]);
+                    acc[1] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(xj.add(GROUP)), acc[1]);
+                }
+                g += 2;
+            }
+            if g < groups {
+                let w0 = w!(row, g);
+                for (j, acc) in a.iter_mut().enumerate() {
+                    acc[0] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(xp.add(j * cols + g * GROUP)), acc[0]);
+                }
+            }
+            for (j, acc) in a.iter().enumerate() {
+                out[N * r + j] = _mm512_reduce_add_ps(_mm512_add_ps(acc[0], acc[1]));
+            }
+        } else {
+            let mut a = [_mm512_setzero_ps(); N];
+            for g in 0..groups {
+                let w0 = w!(row, g);
+                for (j, acc) in a.iter_mut().enumerate() {
+                    *acc = _mm512_fmadd_ps(w0, _mm512_loadu_ps(xp.add(j * cols + g * GROUP)), *acc);
+                }
+            }
+            for (j, acc) in a.iter().enumerate() {
+                out[N * r + j] = _mm512_reduce_add_ps(*acc);
+            }
+        }
+    }
+}
+
+/// [`rows_u4_avx512`] for `N` vectors at once (layout and guarantee as [`rows_avx512_n`]).
+#[target_feature(enable = "avx512f")]
+pub(super) unsafe fn rows_u4_avx512_n<const N: usize>(m: &QMatrix, row0: usize, x: &[f32], out: &mut [f32]) {
+    let (cols, groups) = (m.cols, m.cols / 32);
+    let rb = m.cols / 2;
+    let (qp, sp, op, xp) = (m.q.as_ptr(), m.scale.as_ptr(), m.offset.as_ptr(), x.as_ptr());
+    let mask = _mm_set1_epi8(0x0F);
+    for r in 0..out.len() / N {
+        let row = row0 + r;
+        let mut a = [[_mm512_setzero_ps(); 2]; N];
+        for g in 0..groups {
+            let b = _mm_loadu_si128(qp.add(row * rb + g * 16) as *const __m128i);
+            let ql = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(b, mask)));
+            let qh = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(b, 4), mask)));
+            let s = _mm512_set1_ps(*sp.add(row * groups + g));
+            let o = _mm512_set1_ps(*op.add(row * groups + g));
+            let (wl, wh) = (_mm512_fmadd_ps(ql, s, o), _mm512_fmadd_ps(qh, s, o));
+            for (j, acc) in a.iter_mut().enumerate() {
+                let xj = xp.add(j * cols + g * 32);
+                acc[0] = _mm512_fmadd_ps(wl, _mm512_loadu_ps(xj), acc[0]);
+                acc[1] = _mm512_fmadd_ps(wh, _mm512_loadu_ps(xj.add(16)), acc[1]);
+            }
+        }
+        for (j, acc) in a.iter().enumerate() {
+            out[N * r + j] = _mm512_reduce_add_ps(_mm512_add_ps(acc[0], acc[1]));
+        }
+    }
+}
