@@ -21,6 +21,10 @@ printf '{"id":1,"title":"A","text":"a"}\n{"id":2,"title":"\xff","text":"b"}\n{"i
 printf '[trigger\nname = "rind"\n' >"$WORK/broken.toml"
 mkdir -p "$WORK/zero-heads"
 printf '{"model_type": "llama", "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 0, "vocab_size": 100}' >"$WORK/zero-heads/config.json"
+# a directory of the user's own files, given as an output directory: refused before any work, left as it was
+mkdir -p "$WORK/theirs"
+printf 'their shard' >"$WORK/theirs/part-00000.parquet"
+printf 'notes' >"$WORK/theirs/notes.txt"
 
 echo "| case | exit | first line on stderr |"
 echo "|---|---:|---|"
@@ -50,12 +54,17 @@ row "train detector --lr nan" "$BIN" train detector --lr nan
 row "train detector --hidden-layers 0,0" "$BIN" train detector --hidden-layers 0,0
 row "train detector --dropout 1.5" "$BIN" train detector --dropout 1.5
 row "train detector --device tpu" "$BIN" train detector --device tpu
+row "train detector --out (a folder of other files)" "$BIN" train detector --out "$WORK/theirs"
+row "eval --out (a folder of other files)" "$BIN" eval --dataset hotpotqa --trigger none --limit 1 --out "$WORK/theirs"
+row "synth hallucination --out (a folder of other files)" "$BIN" synth hallucination --wiki ../shared/data/wiki/dump_train --limit 1 --out "$WORK/theirs"
 row "train autorag --lr nan" "$BIN" train autorag --lr nan
 row "generate --top-p 0" "$BIN" generate --prompt hi --top-p 0
 row "generate --temperature -1" "$BIN" generate --prompt hi --temperature=-1
 row "inspect --prompt ''" "$BIN" inspect --prompt ''
 row "generate, config.json with 0 heads" "$BIN" generate --prompt hi --model "$WORK/zero-heads"
 row "generate, missing model" "$BIN" generate --prompt hi --model "$WORK/none.gguf"
+[[ $(cat "$WORK/theirs/part-00000.parquet") == "their shard" && $(ls -A "$WORK/theirs" | wc -l) == 2 ]] ||
+  echo "| (the folder of other files was changed!) | - | - |"
 # stdout to a full device: the OS error, exit 1
 row "search > /dev/full" bash -c "\"$BIN\" search --index \"$WORK/idx\" --query Paris >/dev/full"
 # a closed pipe: quiet (SIGPIPE's default action: 141 in the shell, or 0 when all output fit before head closed)

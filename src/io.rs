@@ -11,7 +11,9 @@
 //!   it apart from the records so the caller can drop it, while any other bad line is an error naming
 //!   `file:line`;
 //! - a directory records the settings of the run that made it, and a later run with other settings is refused
-//!   rather than mixed in ([`pin_settings`] keeps and returns them; the caller decides what must match).
+//!   rather than mixed in ([`pin_settings`] keeps and returns them; the caller decides what must match);
+//! - a command writes only into a directory it made or recognises as its own kind of output, and checks that
+//!   before any work ([`claim_output_dir`]): a directory with someone else's files is refused, never cleared.
 
 use std::fs::File;
 use std::io::Write;
@@ -21,6 +23,55 @@ use anyhow::{bail, Context, Result};
 use arrow_array::RecordBatch;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
+
+/// The marker file ragtime leaves in every output directory it claims: the kind of output, one line.
+pub const OUTPUT_MARKER: &str = ".ragtime-output";
+
+/// Claims `dir` for an output of `kind` (`"detector"`, `"eval run"`, ...) before any work is done, so that a
+/// mistaken `--out` fails in a second, not after hours, and nothing of the user's is touched:
+/// - missing: created (with its parents);
+/// - an empty directory, or one that [`OUTPUT_MARKER`] says holds a `kind` output (a previous run of the same
+///   command, to resume or replace), or one holding `signature` (the main file of a `kind` output that ragtime
+///   wrote before it left markers, e.g. `detector.json`; [`OUTPUT_MARKER`] for none): accepted;
+/// - anything else (a file; another kind of output; a directory with other files): refused, naming the flag and
+///   a few of the files found.
+///
+/// It then leaves the marker, which also shows that the directory is writable.
+pub fn claim_output_dir(dir: &Path, flag: &str, kind: &str, signature: &str) -> Result<()> {
+    let shown = dir.display();
+    if dir.exists() && !dir.is_dir() {
+        bail!("{flag} {shown}: exists and is not a directory");
+    }
+    if dir.is_dir() {
+        let marker = dir.join(OUTPUT_MARKER);
+        let entries: Vec<String> = std::fs::read_dir(dir)
+            .with_context(|| format!("{flag} {shown}: cannot list the directory"))?
+            .map(|e| e.map(|e| e.file_name().to_string_lossy().into_owned()))
+            .collect::<std::io::Result<_>>()
+            .with_context(|| format!("{flag} {shown}: cannot list the directory"))?;
+        if marker.is_file() {
+            let found =
+                std::fs::read_to_string(&marker).with_context(|| format!("{}: cannot read", marker.display()))?;
+            let found = found.trim();
+            if found != kind {
+                bail!("{flag} {shown}: holds a ragtime {found}, not a {kind}; use another directory");
+            }
+        } else if !entries.is_empty() && !entries.iter().any(|e| e == signature) {
+            let mut some: Vec<&str> = entries.iter().map(String::as_str).take(3).collect();
+            some.sort_unstable();
+            let more = if entries.len() > 3 { format!(" and {} more", entries.len() - 3) } else { String::new() };
+            bail!(
+                "{flag} {shown}: not empty and not a ragtime {kind} (found {}{more}); ragtime writes only into a \
+                 new or empty directory or its own earlier output",
+                some.join(", ")
+            );
+        }
+    } else {
+        std::fs::create_dir_all(dir).with_context(|| format!("{flag} {shown}: cannot create the directory"))?;
+    }
+    write_atomic(&dir.join(OUTPUT_MARKER), format!("{kind}\n").as_bytes())
+        .with_context(|| format!("{flag} {shown}: cannot write in the directory"))
+}
 
 /// The temporary file beside `path`: `dir/.NAME.tmp`, hidden so that directory readers skip it.
 pub fn tmp_path(path: &Path) -> PathBuf {
@@ -147,6 +198,42 @@ pub fn pin_settings<V>(path: &Path, text: &str, parse: impl Fn(&str) -> Result<V
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn output_dirs_are_claimed_only_when_new_empty_or_ours() {
+        let root = tempfile::tempdir().unwrap();
+        // missing: created, marked
+        let new = root.path().join("a/b");
+        claim_output_dir(&new, "--out", "detector", "detector.json").unwrap();
+        assert_eq!(std::fs::read_to_string(new.join(OUTPUT_MARKER)).unwrap(), "detector\n");
+        // ours: claimed again
+        claim_output_dir(&new, "--out", "detector", "detector.json").unwrap();
+        // another kind of ragtime output: refused
+        let e = claim_output_dir(&new, "--out", "eval run", "config.toml").unwrap_err().to_string();
+        assert!(e.contains("holds a ragtime detector, not a eval run"), "{e}");
+        // empty: claimed
+        let empty = root.path().join("empty");
+        std::fs::create_dir(&empty).unwrap();
+        claim_output_dir(&empty, "--out", "detector", "detector.json").unwrap();
+        // someone else's files: refused, untouched, no marker left
+        let theirs = root.path().join("theirs");
+        std::fs::create_dir(&theirs).unwrap();
+        std::fs::write(theirs.join("part-00000.parquet"), b"mine").unwrap();
+        let e = claim_output_dir(&theirs, "--out", "hallucination dataset", "_manifest.json").unwrap_err().to_string();
+        assert!(e.starts_with("--out ") && e.contains("part-00000.parquet") && e.contains("not empty"), "{e}");
+        assert_eq!(std::fs::read(theirs.join("part-00000.parquet")).unwrap(), b"mine");
+        assert!(!theirs.join(OUTPUT_MARKER).exists());
+        // an output written before markers existed: recognised by its main file
+        let old = root.path().join("old");
+        std::fs::create_dir(&old).unwrap();
+        std::fs::write(old.join("detector.json"), b"{}").unwrap();
+        claim_output_dir(&old, "--out", "detector", "detector.json").unwrap();
+        // a file: refused
+        let file = root.path().join("f");
+        std::fs::write(&file, b"x").unwrap();
+        let e = claim_output_dir(&file, "--out", "detector", "detector.json").unwrap_err().to_string();
+        assert!(e.contains("not a directory"), "{e}");
+    }
     use serde::Deserialize;
 
     #[derive(Debug, PartialEq, Serialize, Deserialize)]

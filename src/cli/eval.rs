@@ -80,8 +80,19 @@ pub struct Args {
 
 /// The run directory and the part of its recorded config that every method shares: label, method, dataset,
 /// skipped questions, model and index.
+/// The run directory: `--out`, or `runs/DATASET-TRIGGER`.
+fn out_dir(args: &Args, dataset: &str) -> PathBuf {
+    args.out.clone().unwrap_or_else(|| PathBuf::from(format!("runs/{dataset}-{}", args.trigger)))
+}
+
+/// Claims the run directory before the model loads, so that a wrong `--out` fails at once.
+fn claim_out(args: &Args, dataset: &str) -> Result<()> {
+    let dir = out_dir(args, dataset);
+    ragtime::io::claim_output_dir(&dir, "--out", ragtime::eval::run::OUTPUT_KIND, ragtime::eval::run::CONFIG_FILE)
+}
+
 fn run_header(args: &Args, dataset: &str, index: String) -> (PathBuf, toml::map::Map<String, toml::Value>) {
-    let out_dir = args.out.clone().unwrap_or_else(|| PathBuf::from(format!("runs/{dataset}-{}", args.trigger)));
+    let out_dir = out_dir(args, dataset);
     let mut c = toml::map::Map::new();
     c.insert("label".into(), toml::Value::String(args.label.clone().unwrap_or_else(|| args.trigger.clone())));
     c.insert("method".into(), toml::Value::String(args.trigger.clone()));
@@ -97,6 +108,14 @@ fn run_header(args: &Args, dataset: &str, index: String) -> (PathBuf, toml::map:
     // Recorded only when not BM25, so runs made before `--retriever` existed still resume.
     if args.retr.retriever != ragtime::retrieval::RetrieverKind::Bm25 {
         c.insert("retriever".into(), toml::Value::String(args.retr.describe()));
+    }
+    // Likewise the engine and f32 decoding, recorded only when not the default (their numbers differ from the
+    // default's by f32 rounding, which may flip a near-tie between tokens).
+    if args.model.engine != ragtime::model::EngineKind::Auto {
+        c.insert("engine".into(), toml::Value::String(args.model.engine.to_string()));
+    }
+    if args.model.f32_decode {
+        c.insert("f32_decode".into(), toml::Value::Boolean(true));
     }
     (out_dir, c)
 }
@@ -137,6 +156,7 @@ pub fn run(args: Args) -> Result<()> {
             spec.name
         ),
     };
+    claim_out(&args, &spec.name)?;
     let lm = args.model.load()?;
     trigger.check_model(&lm.name, lm.config.hidden_size).with_context(|| format!("--trigger {}", args.trigger))?;
     let cfg = LoopConfig {
@@ -252,6 +272,7 @@ fn run_autorag(args: Args) -> Result<()> {
         anyhow::bail!("--trigger autorag retrieves: give --index DIR (dataset '{}' names no default index)", spec.name)
     };
     let retriever = args.retr.open(&index)?;
+    claim_out(&args, &spec.name)?;
     let lm = args.model.load()?;
     let (out_dir, mut run_config) = run_header(&args, &spec.name, index.display().to_string());
     run_config.insert("autorag".into(), toml::Value::try_from(&cfg)?);

@@ -92,6 +92,9 @@ pub fn run(args: Args) -> Result<()> {
         .or_else(|| spec.index.clone())
         .with_context(|| format!("give --index DIR (dataset '{}' names no default index)", spec.name))?;
     let retriever = args.retr.open(&index)?;
+    // the output before the models load: a wrong --out fails at once
+    use ragtime::autorag::synth::store as dstore;
+    ragtime::io::claim_output_dir(&args.out, "--out", dstore::OUTPUT_KIND, dstore::CONFIG_FILE)?;
 
     // models: load each distinct file once
     let model_path = args.model.model.clone();

@@ -90,6 +90,8 @@ pub fn run(args: TrainArgs) -> Result<()> {
 
 fn run_detector(a: &DetectorArgs) -> Result<()> {
     let cfg = a.config();
+    // the output first: a wrong --out fails now, not after training
+    ragtime::io::claim_output_dir(&a.out, "--out", "detector", ragtime::detector::INFO_FILE)?;
     let (mut articles, mut hallucinated) = (0, 0);
     for d in &a.data {
         let m = load_manifest(d)?;

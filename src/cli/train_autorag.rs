@@ -227,11 +227,14 @@ pub fn run(a: Args) -> Result<()> {
     let data_file = if a.data.is_dir() { a.data.join("dialogues.jsonl") } else { a.data.clone() };
     let (src, model_cfg, tok, tok_json) = open_base(&a.model, a.tokenizer.as_deref())?;
     if let Some(dir) = &a.export_base {
+        ragtime::io::claim_output_dir(dir, "--export-base", "model export", ragtime::io::OUTPUT_MARKER)?;
         let base = ragtime::model::build_llama::<burn::backend::Flex>(src.as_ref(), &model_cfg, &Default::default())?;
         export_hf(&base, &model_cfg, &tok_json, &tok, dir)?;
         eprintln!("wrote the base model {} as a Hugging Face folder: {}", a.model.display(), dir.display());
         return Ok(());
     }
+    // the output before any work: a wrong --out fails at once
+    ragtime::io::claim_output_dir(&a.out, "--out", "autorag fine-tune", "train_report.json")?;
     let dialogues = read_dialogues(&data_file)?;
     let data = SftData::prepare(&dialogues, &tok, cfg.max_len, cfg.valid_fraction)?;
     let count = |s: &[ragtime::sft::Example]| {
@@ -268,7 +271,6 @@ pub fn run(a: Args) -> Result<()> {
     if let Some(file) = &a.dump_plan {
         return dump_plan(file, &data, &cfg);
     }
-    std::fs::create_dir_all(&a.out).with_context(|| format!("{}: cannot create", a.out.display()))?;
     let ckpt = a.out.join("checkpoint");
     if a.restart {
         remove_checkpoint(&ckpt)?;

@@ -245,7 +245,7 @@ impl Detector {
     /// Writes `detector.json` and `model.safetensors` into `dir` (created if needed).
     pub fn save(&self, dir: impl AsRef<Path>) -> Result<()> {
         let dir = dir.as_ref();
-        fs::create_dir_all(dir).with_context(|| format!("{}: cannot create directory", dir.display()))?;
+        crate::io::claim_output_dir(dir, "detector directory", "detector", INFO_FILE)?;
         let bytes = |v: &[f32]| -> Vec<u8> { v.iter().flat_map(|x| x.to_le_bytes()).collect() };
         let mut blobs: Vec<(String, Vec<usize>, Vec<u8>)> = Vec::new();
         for (i, l) in self.weights.layers.iter().enumerate() {
@@ -266,11 +266,9 @@ impl Detector {
         ]);
         let st = safetensors::serialize(views, Some(meta))?;
         let w_path = dir.join(WEIGHTS_FILE);
-        fs::write(&w_path, st).with_context(|| format!("{}: cannot write", w_path.display()))?;
+        crate::io::write_atomic(&w_path, &st)?;
         let info_path = dir.join(INFO_FILE);
-        fs::write(&info_path, serde_json::to_string_pretty(&self.info)?)
-            .with_context(|| format!("{}: cannot write", info_path.display()))?;
-        Ok(())
+        crate::io::write_atomic(&info_path, serde_json::to_string_pretty(&self.info)?.as_bytes())
     }
 }
 

@@ -25,6 +25,8 @@ use crate::qa::Example;
 use crate::retrieval::Passage;
 
 pub const CONFIG_FILE: &str = "config.toml";
+/// The kind of output a run directory is ([`crate::io::claim_output_dir`]).
+pub const OUTPUT_KIND: &str = "eval run";
 pub const PREDICTIONS_FILE: &str = "predictions.jsonl";
 pub const METRICS_FILE: &str = "metrics.json";
 
@@ -157,7 +159,7 @@ impl RunWriter {
     /// run — checks it equals the stored config and resumes: a truncated last line is removed, and the ids
     /// already written are reported by [`RunWriter::is_done`].
     pub fn create<C: Serialize>(dir: &Path, config: &C) -> Result<Self> {
-        std::fs::create_dir_all(dir).with_context(|| format!("{}: cannot create run directory", dir.display()))?;
+        crate::io::claim_output_dir(dir, "run directory", OUTPUT_KIND, CONFIG_FILE)?;
         let cfg_text = toml::to_string(config).context("cannot serialise the run config as TOML")?;
         let cfg_path = dir.join(CONFIG_FILE);
         let new: toml::Value = toml::from_str(&cfg_text)?;

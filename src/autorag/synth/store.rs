@@ -13,7 +13,7 @@
 //! dialogue without an attempt (a kill between the two writes), then skips the done questions.
 
 use std::collections::HashSet;
-use std::fs::{self, File, OpenOptions};
+use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -27,6 +27,8 @@ use crate::autorag::dialogue::Dialogue;
 use crate::io::{jsonl_bytes, pin_settings, read_jsonl, write_atomic};
 
 pub const CONFIG_FILE: &str = "config.json";
+/// The kind of output a dialogue directory is ([`crate::io::claim_output_dir`]).
+pub const OUTPUT_KIND: &str = "autorag dialogues";
 pub const ATTEMPTS_FILE: &str = "attempts.jsonl";
 pub const DIALOGUES_FILE: &str = "dialogues.jsonl";
 pub const PARQUET_FILE: &str = "dialogues.parquet";
@@ -56,7 +58,7 @@ impl DialogueStore {
     /// Opens or creates `dir` for a run with `config` (any JSON); refuses a directory made with another config;
     /// repairs the leftovers of a killed run (see the module doc).
     pub fn open(dir: &Path, config: &serde_json::Value) -> Result<Self> {
-        fs::create_dir_all(dir).with_context(|| format!("{}: cannot create", dir.display()))?;
+        crate::io::claim_output_dir(dir, "dialogue directory", OUTPUT_KIND, CONFIG_FILE)?;
         let text = serde_json::to_string_pretty(config)?;
         if pin_settings(&dir.join(CONFIG_FILE), &text, |t| Ok(serde_json::from_str::<serde_json::Value>(t)?))?
             .is_some_and(|old| &old != config)
@@ -176,6 +178,7 @@ pub fn read_dialogues(dir: &Path) -> Result<Vec<Dialogue>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs;
     use crate::autorag::filter::SubAnswer;
     use crate::autorag::synth::fixtures::{attempt, dialogue};
     use crate::autorag::synth::parquet::read_parquet;

@@ -75,6 +75,8 @@ pub const FORMAT: &str = "ragtime-hallucination";
 pub const SCHEMA_VERSION: u32 = 1;
 /// Name of the manifest file in a dataset directory.
 pub const MANIFEST: &str = "_manifest.json";
+/// The kind of output a dataset directory is ([`crate::io::claim_output_dir`]).
+pub const OUTPUT_KIND: &str = "hallucination dataset";
 /// Default number of articles per shard.
 pub const DEFAULT_FLUSH_EVERY: usize = 64;
 

@@ -9,7 +9,7 @@ use anyhow::{bail, ensure, Context, Result};
 
 use super::manifest::{load_manifest, Manifest, ShardInfo};
 use super::schema::to_batch;
-use super::{HalluExample, DEFAULT_FLUSH_EVERY, MANIFEST};
+use super::{HalluExample, DEFAULT_FLUSH_EVERY, MANIFEST, OUTPUT_KIND};
 use crate::io::{write_atomic, write_parquet_batch};
 
 fn shard_name(index: usize) -> String {
@@ -26,11 +26,13 @@ pub struct HalluStore {
 }
 
 impl HalluStore {
-    /// Opens (or creates) `dir` for examples of `model_id` with hidden size `hidden`. Refuses a directory made
-    /// for another model; deletes leftovers of a killed run (`*.tmp`, shards the manifest does not list).
+    /// Opens (or creates) `dir` for examples of `model_id` with hidden size `hidden`. Refuses a directory that
+    /// is not a hallucination dataset ragtime wrote ([`crate::io::claim_output_dir`]) or that was made for another
+    /// model; in its own directory, deletes the leftovers of a killed run (`*.tmp`, shards the manifest does not
+    /// list).
     pub fn open(dir: impl AsRef<Path>, model_id: &str, hidden: usize) -> Result<Self> {
         let dir = dir.as_ref().to_path_buf();
-        fs::create_dir_all(&dir).with_context(|| format!("{}: cannot create directory", dir.display()))?;
+        crate::io::claim_output_dir(&dir, "dataset directory", OUTPUT_KIND, MANIFEST)?;
         let manifest = if dir.join(MANIFEST).exists() {
             let m = load_manifest(&dir)?;
             if m.model_id != model_id || m.hidden != hidden {
@@ -174,6 +176,21 @@ mod tests {
     use super::super::fixtures::{corpus, example};
     use super::super::read_all;
     use super::*;
+
+    /// `--out` pointed at a directory of someone else's Parquet files: refused before anything is written, and
+    /// their files stay as they were (a dataset directory used to delete `part-*.parquet` it did not list).
+    #[test]
+    fn a_foreign_directory_is_refused_and_left_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        fs::write(dir.path().join("part-00000.parquet"), b"the user's own shard").unwrap();
+        fs::write(dir.path().join("notes.txt"), b"notes").unwrap();
+        let e = HalluStore::open(dir.path(), "m", 3).err().expect("refused").to_string();
+        assert!(e.contains("not a ragtime hallucination dataset (found notes.txt, part-00000.parquet)"), "{e}");
+        assert_eq!(fs::read(dir.path().join("part-00000.parquet")).unwrap(), b"the user's own shard");
+        let mut names: Vec<_> = fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        names.sort();
+        assert_eq!(names, ["notes.txt", "part-00000.parquet"], "nothing added, nothing removed");
+    }
 
     #[test]
     fn resumes_after_kill_with_each_row_once() {
