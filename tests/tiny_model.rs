@@ -276,3 +276,24 @@ fn cpu_engine_matches_reference_engine() {
         }
     }
 }
+
+/// A feed past the model's positions fails with `ContextOverflow` (so an eval run can skip that question) and
+/// leaves the session as it was, on both engines.
+#[test]
+fn too_long_a_feed_is_a_context_overflow_and_changes_nothing() {
+    use ragtime::model::{ContextOverflow, EngineKind};
+    ragtime::require_data!("models/smollm2-135m-instruct/tokenizer.json");
+    let dir = tempfile::tempdir().unwrap();
+    let _ = tiny(Arch::Llama, dir.path());
+    for engine in [EngineKind::Auto, EngineKind::Reference] {
+        let lm = Lm::load_on(dir.path(), DeviceKind::Cpu, engine, None).unwrap();
+        let max = lm.config.max_position_embeddings;
+        let mut s = lm.session();
+        s.prefill(&[1, 2, 3]).unwrap();
+        let logits = s.logits().unwrap().to_vec();
+        let e = s.feed(&vec![5u32; max - 2], 0).unwrap_err();
+        assert_eq!(e.downcast_ref::<ContextOverflow>(), Some(&ContextOverflow { needed: max + 1, max }), "{engine}");
+        assert_eq!((s.len(), s.ids(), s.logits().unwrap()), (3, &[1u32, 2, 3][..], &logits[..]), "{engine}");
+        s.feed(&[7, 8], 0).unwrap();
+    }
+}

@@ -182,8 +182,10 @@ pub fn run(args: Args) -> Result<()> {
         let mut session = lm.session();
         for ex in todo {
             let t0 = std::time::Instant::now();
-            let o = rag.answer_in(&mut session, &ex.question, trigger.as_mut(), qf.as_ref())?;
-            let rec = record(ex, &o, t0.elapsed().as_secs_f64());
+            let rec = match rag.answer_in(&mut session, &ex.question, trigger.as_mut(), qf.as_ref()) {
+                Ok(o) => record(ex, &o, t0.elapsed().as_secs_f64()),
+                Err(e) => PredictionRecord::unanswered(ex, e)?,
+            };
             writer.write(&rec)?;
             eprintln!("{}", progress.update(&rec));
         }
@@ -210,8 +212,10 @@ pub fn run(args: Args) -> Result<()> {
                 }))
             },
             |(ex, o)| {
-                let o = o.with_context(|| format!("question '{}'", ex.id))?;
-                let rec = record(ex, &o, last.elapsed().as_secs_f64());
+                let rec = match o {
+                    Ok(o) => record(ex, &o, last.elapsed().as_secs_f64()),
+                    Err(e) => PredictionRecord::unanswered(ex, e)?,
+                };
                 last = std::time::Instant::now();
                 writer.write(&rec)?;
                 eprintln!("{}", progress.update(&rec));
@@ -288,7 +292,15 @@ fn run_autorag(args: Args) -> Result<()> {
         }
         let t0 = std::time::Instant::now();
         let trace_from = main.trace.len();
-        let o = rag.answer(&mut main, &mut aux, &ex.question).with_context(|| format!("question '{}'", ex.id))?;
+        let o = match rag.answer(&mut main, &mut aux, &ex.question) {
+            Ok(o) => o,
+            Err(e) => {
+                let rec = PredictionRecord::unanswered(ex, e)?;
+                writer.write(&rec)?;
+                eprintln!("{}", progress.update(&rec));
+                continue;
+            }
+        };
         let mut rec = PredictionRecord::new(ex, &o.answer);
         rec.raw_output = o.transcript();
         rec.retrievals = o

@@ -53,6 +53,15 @@ fn labels(summaries: &[&Summary]) -> Vec<String> {
         .collect()
 }
 
+/// The question count, with the skipped ones (too long for the context window, scored 0) when there are any.
+fn questions(s: &Summary) -> String {
+    if s.skipped == 0 {
+        s.questions.to_string()
+    } else {
+        format!("{} ({} skipped)", s.questions, s.skipped)
+    }
+}
+
 /// The comparison table in Markdown. The accuracy column appears when some run has yes/no questions.
 pub fn markdown_table(summaries: &[Summary]) -> String {
     let refs: Vec<&Summary> = summaries.iter().collect();
@@ -82,8 +91,7 @@ fn table_cells(summaries: &[&Summary]) -> (Vec<String>, Vec<Vec<String>>) {
         .iter()
         .zip(labels)
         .map(|(s, label)| {
-            let mut r =
-                vec![label, s.dataset.clone(), s.questions.to_string(), format!("{:.3}", s.em), format!("{:.3}", s.f1)];
+            let mut r = vec![label, s.dataset.clone(), questions(s), format!("{:.3}", s.em), format!("{:.3}", s.f1)];
             if with_acc {
                 r.push(opt(s.accuracy, 3));
             }
@@ -327,6 +335,7 @@ mod tests {
             forward_tokens_per_question: 100.25,
             seconds_per_question: 0.5,
             truncated_tail: false,
+            skipped: 0,
         };
         let t = markdown_table(&[s]);
         assert!(!t.contains("accuracy"));

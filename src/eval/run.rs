@@ -96,11 +96,27 @@ pub struct PredictionRecord {
     pub seconds: f64,
     #[serde(default)]
     pub trace: Vec<TraceToken>,
+    /// Why the question was not answered (it did not fit in the model's context window); it then scores 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skipped: Option<String>,
 }
 
 impl PredictionRecord {
     /// Scores `raw_output` for `example`: extracts the answer ([`extract_answer`]) and fills `prediction`,
     /// `metrics`, `gold`; the efficiency counters and trace start empty for the caller to set.
+    /// The record of a question the model could not answer because it outgrew the context window
+    /// ([`crate::model::ContextOverflow`]): scored as an empty answer, marked `skipped`, with a warning on stderr,
+    /// so that one over-long question does not end a run. Any other error is returned (naming the question).
+    pub fn unanswered(example: &Example, e: anyhow::Error) -> Result<Self> {
+        let Some(overflow) = e.downcast_ref::<crate::model::ContextOverflow>() else {
+            return Err(e.context(format!("question '{}'", example.id)));
+        };
+        eprintln!("warning: question '{}' skipped: {overflow}; recorded as unanswered (scored 0)", example.id);
+        let mut rec = PredictionRecord::new(example, "");
+        rec.skipped = Some(overflow.to_string());
+        Ok(rec)
+    }
+
     pub fn new(example: &Example, raw_output: &str) -> Self {
         let prediction = extract_answer(raw_output);
         PredictionRecord {
@@ -114,6 +130,7 @@ impl PredictionRecord {
             generated_tokens: 0,
             forward_tokens: 0,
             seconds: 0.0,
+            skipped: None,
             trace: vec![],
         }
     }
@@ -145,6 +162,10 @@ pub struct Summary {
     /// Whether predictions.jsonl ended in a truncated line that was ignored.
     #[serde(default)]
     pub truncated_tail: bool,
+    /// Questions not answered because they did not fit in the model's context window (scored 0, counted in
+    /// `questions`).
+    #[serde(default)]
+    pub skipped: usize,
 }
 
 /// Appends predictions to a run directory; see the module doc.
@@ -370,6 +391,7 @@ pub fn summarise(run_dir: &Path) -> Result<Summary> {
         forward_tokens_per_question: mean(&|r| r.forward_tokens as f64),
         seconds_per_question: mean(&|r| r.seconds),
         truncated_tail: truncated.is_some(),
+        skipped: records.iter().filter(|r| r.skipped.is_some()).count(),
     })
 }
 
@@ -387,6 +409,27 @@ pub(crate) mod tests {
             supporting: supporting.iter().map(|(t, x)| Doc { title: t.to_string(), text: x.to_string() }).collect(),
             contexts: vec![],
         }
+    }
+
+    /// A question too long for the context window is recorded as unanswered (scored 0, marked, counted in the
+    /// summary); any other error still ends the run.
+    #[test]
+    fn overflow_is_recorded_as_skipped_other_errors_are_not() {
+        let ex = example("q1", &["Paris"], AnswerKind::Span, &[]);
+        let overflow = anyhow::Error::from(crate::model::ContextOverflow { needed: 40000, max: 32768 });
+        let rec = PredictionRecord::unanswered(&ex, overflow.context("feeding the prompt")).unwrap();
+        assert_eq!(rec.skipped.as_deref(), Some("sequence of 40000 tokens exceeds the model's 32768 positions"));
+        assert_eq!((rec.prediction.as_str(), rec.metrics.f1), ("", 0.0));
+        let other = PredictionRecord::unanswered(&ex, anyhow::anyhow!("disk full")).unwrap_err();
+        assert_eq!(format!("{other:#}"), "question 'q1': disk full");
+        // round trip and summary
+        let dir = tempfile::tempdir().unwrap();
+        let mut w = RunWriter::create(dir.path(), &toml::Value::Table(Default::default())).unwrap();
+        w.write(&rec).unwrap();
+        w.write(&PredictionRecord::new(&example("q2", &["Rome"], AnswerKind::Span, &[]), "Rome")).unwrap();
+        let s = w.finish().unwrap();
+        assert_eq!((s.questions, s.skipped), (2, 1));
+        assert!((s.f1 - 0.5).abs() < 1e-12);
     }
 
     pub(crate) fn passage(id: &str, title: &str, text: &str) -> Passage {

@@ -178,10 +178,10 @@ pub fn read_dialogues(dir: &Path) -> Result<Vec<Dialogue>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::fs;
     use crate::autorag::filter::SubAnswer;
     use crate::autorag::synth::fixtures::{attempt, dialogue};
     use crate::autorag::synth::parquet::read_parquet;
+    use std::fs;
 
     #[test]
     fn store_resumes_and_repairs() {

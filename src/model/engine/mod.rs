@@ -112,12 +112,21 @@ pub trait Engine: Send + Sync {
     fn describe(&self) -> String;
 }
 
+/// A sequence would outgrow the positions the model can encode. Callers that can go on without it (an eval run
+/// skipping one over-long question) find it with `anyhow::Error::downcast_ref`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("sequence of {needed} tokens exceeds the model's {max} positions")]
+pub struct ContextOverflow {
+    pub needed: usize,
+    pub max: usize,
+}
+
 /// Checks, before any cache changes, that every sequence fits in `max_pos` positions.
 pub(crate) fn check_positions(seqs: &[SeqIn<'_>], max_pos: usize) -> Result<()> {
     for s in seqs {
         let end = s.cache.len() + s.ids.len();
         if end > max_pos {
-            anyhow::bail!("sequence of {end} tokens exceeds the model's {max_pos} positions");
+            return Err(ContextOverflow { needed: end, max: max_pos }.into());
         }
     }
     Ok(())
