@@ -45,6 +45,7 @@ row "index, missing corpus" "$BIN" index --corpus "$WORK/none.tsv" --out "$WORK/
 row "index, a line not UTF-8" "$BIN" index --corpus "$WORK/bad-utf8.jsonl" --out "$WORK/idx3"
 row "index, not UTF-8, --skip-bad-lines" "$BIN" index --corpus "$WORK/bad-utf8.jsonl" --out "$WORK/idx4" --skip-bad-lines
 row "eval --batch 1000000" "$BIN" eval --dataset hotpotqa --trigger rind --index "$WORK/idx" --batch 1000000
+row "synth hallucination --batch 0" "$BIN" synth hallucination --wiki "$WORK/none" --out "$WORK/synth" --batch 0
 row "eval -k 4294967296" "$BIN" eval --dataset hotpotqa --trigger rind --index "$WORK/idx" -k 4294967296
 row "eval --set triger.theta=0.3 (typo)" "$BIN" eval --dataset hotpotqa --trigger rind --index "$WORK/idx" --set triger.theta=0.3 --limit 1 --out "$WORK/run1"
 row "eval --set trigger.theta=nan" "$BIN" eval --dataset hotpotqa --trigger rind --index "$WORK/idx" --set trigger.theta=nan --limit 1 --out "$WORK/run2"

@@ -3,66 +3,19 @@
 //! its weights (as a Q4_1 GGUF does), so decoding rows of several sequences share the integer products (the
 //! two-vector kernels on an AVX2 CPU), while prefill chunks and attention stay per sequence.
 
-use std::collections::HashMap;
+mod common;
 
-use anyhow::Result;
-use candle_core::quantized::{GgmlDType, QTensor};
-use ragtime::device::DeviceKind;
-use ragtime::model::quant::QMatrix;
-use ragtime::model::weights::{HostTensor, WeightSource};
-use ragtime::model::{random_weights, Arch, Lm, ModelConfig, Tokenizer};
+use std::cell::Cell;
+
+use common::{tiny_q4, Tiny};
+use ragtime::detector::mlp::{LinearWeights, MlpConfig, MlpWeights};
+use ragtime::detector::{Detector, DetectorInfo};
 use ragtime::prompt::PromptBuilder;
-use ragtime::rag::{Batch, LoopConfig, RagLoop};
-use ragtime::retrieval::{Passage, Retriever};
+use ragtime::query::QueryFormer;
+use ragtime::rag::{Batch, LoopConfig, Outcome, RagLoop};
 use ragtime::step::TokenStep;
-
-/// Random weights stored as Q4_1 blocks: `tensor` gives the de-quantized values, `quantized` the blocks.
-struct Q4Weights(HashMap<String, HostTensor>, HashMap<String, QMatrix>);
-
-impl Q4Weights {
-    fn new(cfg: &ModelConfig, seed: u64) -> Self {
-        let mut f32s = HashMap::new();
-        let mut blocks = HashMap::new();
-        for (name, t) in random_weights(cfg, seed) {
-            if t.shape.len() == 2 && t.shape[1] % 32 == 0 {
-                let (rows, cols) = (t.shape[0], t.shape[1]);
-                let ct =
-                    candle_core::Tensor::from_vec(t.data.clone(), (rows, cols), &candle_core::Device::Cpu).unwrap();
-                let q = QTensor::quantize(&ct, GgmlDType::Q4_1).unwrap();
-                let m = QMatrix::from_ggml(GgmlDType::Q4_1, &q.data().unwrap(), rows, cols).unwrap();
-                f32s.insert(name.clone(), HostTensor { data: m.dequantize(), shape: t.shape.clone() });
-                blocks.insert(name, m);
-            } else {
-                f32s.insert(name, t);
-            }
-        }
-        Q4Weights(f32s, blocks)
-    }
-}
-
-impl WeightSource for Q4Weights {
-    fn describe(&self) -> String {
-        "<tiny Q4_1 weights>".into()
-    }
-    fn tensor(&self, name: &str) -> Result<Option<HostTensor>> {
-        Ok(self.0.get(name).cloned())
-    }
-    fn quantized(&self, name: &str) -> Result<Option<QMatrix>> {
-        Ok(self.1.get(name).cloned())
-    }
-}
-
-fn tokenizer() -> Option<Tokenizer> {
-    Some(Tokenizer::from_file(&ragtime::testing::require("models/smollm2-135m-instruct/tokenizer.json")?).unwrap())
-}
-
-fn tiny_q4(seed: u64) -> Option<Lm> {
-    let cfg = ModelConfig::tiny(Arch::Llama, 49152);
-    let lm =
-        Lm::from_source(&Q4Weights::new(&cfg, seed), cfg, tokenizer()?, "tiny-q4".into(), DeviceKind::Cpu).unwrap();
-    assert!(lm.int8_decode_bytes > 0, "the tiny model decodes on integer weights");
-    Some(lm)
-}
+use ragtime::trigger::mlp::{MlpRule, MlpTrigger};
+use ragtime::trigger::Trigger;
 
 fn same_steps(a: &[TokenStep], b: &[TokenStep], what: &str) {
     assert_eq!(a.len(), b.len(), "{what}: step count");
@@ -119,71 +72,51 @@ fn feed_many_equals_feeding_each_alone() {
     }
 }
 
-/// Word-overlap retrieval over a few passages.
-struct Tiny(Vec<Passage>);
-
-impl Retriever for Tiny {
-    fn search(&self, query: &str, k: usize) -> Result<Vec<Passage>> {
-        let q: Vec<String> = query.split_whitespace().map(|w| w.to_lowercase()).collect();
-        let mut hits: Vec<Passage> = self
-            .0
-            .iter()
-            .map(|p| Passage {
-                score: p.text.split_whitespace().filter(|w| q.contains(&w.to_lowercase())).count() as f32,
-                ..p.clone()
-            })
-            .collect();
-        hits.sort_by(|a, b| b.score.total_cmp(&a.score));
-        hits.truncate(k);
-        Ok(hits)
-    }
+fn corpus() -> Tiny {
+    Tiny::from_texts(&[
+        "Paris is the capital of France.",
+        "Berlin is the capital of Germany.",
+        "Madrid is in Spain.",
+        "The Seine flows through Paris.",
+    ])
 }
 
-/// The decode loop over three lanes answers five questions (with retrievals and KV-cache rewinds) exactly as
-/// one session answering them in turn.
-#[test]
-fn batched_decode_loop_equals_one_question_at_a_time() {
-    let Some(lm) = tiny_q4(5) else { return };
-    let corpus = Tiny(
-        [
-            "Paris is the capital of France.",
-            "Berlin is the capital of Germany.",
-            "Madrid is in Spain.",
-            "The Seine flows through Paris.",
-        ]
-        .iter()
-        .enumerate()
-        .map(|(i, t)| Passage { id: i.to_string(), title: format!("doc {i}"), text: t.to_string(), score: 0.0 })
-        .collect(),
-    );
+fn italy_prompt() -> PromptBuilder {
     let exemplars =
         "Question: What is the capital of Italy?\nAnswer: Rome is the capital of Italy. So the answer is Rome.\n";
-    let prompt = PromptBuilder::new(ragtime::prompt::parse_exemplars(exemplars).unwrap());
-    let rag = RagLoop {
-        lm: &lm,
-        prompt: &prompt,
-        retriever: Some(&corpus),
-        cfg: LoopConfig { max_new_tokens: 16, max_retrievals: 3, suffix_tokens: 4, ..LoopConfig::default() },
-    };
-    let qf = ragtime::query::build("last-tokens", &toml::toml! { n = 8 }.into()).unwrap();
-    let trigger = || ragtime::trigger::build("fixed-length", &toml::toml! { n = 5 }.into()).unwrap();
-    let questions = [
-        "What is the capital of France?",
-        "Where is Madrid?",
-        "What river flows through Paris?",
-        "What is the capital of Germany?",
-        "Who wrote Hamlet?",
-    ];
+    PromptBuilder::new(ragtime::prompt::parse_exemplars(exemplars).unwrap())
+}
 
-    let mut session = lm.session();
-    let sequential: Vec<_> =
-        questions.iter().map(|q| rag.answer_in(&mut session, q, trigger().as_mut(), qf.as_ref()).unwrap()).collect();
+/// Questions of different lengths (so lanes sit at different positions).
+const QUESTIONS: [&str; 6] = [
+    "What is the capital of France?",
+    "Where is Madrid?",
+    "What river flows through Paris?",
+    "What is the capital of Germany?",
+    "Who wrote Hamlet?",
+    "Which river flows through the capital of France, and into which sea does it flow?",
+];
 
-    let batch = Batch::new(&lm, 3);
-    let triggers: Vec<_> = (0..3).map(|_| std::cell::Cell::new(Some(trigger()))).collect();
+/// `questions` answered one after another in one session with one trigger (as `eval --batch 1`), and over
+/// `lanes` lanes of a [`Batch`] with one trigger per lane (as `eval --batch B`), with the batch's count of
+/// sequences fed and of forward passes.
+fn sequential_and_batched(
+    rag: &RagLoop<'_>,
+    trigger: &dyn Fn() -> Box<dyn Trigger>,
+    qf: &dyn QueryFormer,
+    questions: &[&str],
+    lanes: usize,
+) -> (Vec<Outcome>, Vec<Outcome>, usize, usize) {
+    let mut session = rag.lm.session();
+    let mut t = trigger();
+    let sequential: Vec<Outcome> =
+        questions.iter().map(|q| rag.answer_in(&mut session, q, t.as_mut(), qf).unwrap()).collect();
+
+    let batch = Batch::new(rag.lm, lanes);
+    let triggers: Vec<_> = (0..lanes).map(|_| Cell::new(Some(trigger()))).collect();
+    let triggers = &triggers;
     let mut queue = questions.iter().enumerate();
     let mut batched = vec![None; questions.len()];
-    let (rag, qf, triggers) = (&rag, qf.as_ref(), &triggers);
     batch
         .run(
             |lane| {
@@ -202,21 +135,249 @@ fn batched_decode_loop_equals_one_question_at_a_time() {
             },
         )
         .unwrap();
+    let batched = batched.into_iter().map(|o| o.expect("every question answered")).collect();
+    (sequential, batched, batch.fed.get(), batch.passes.get())
+}
+
+/// Everything the loop reports for a question, internals bit for bit. Not `forward_tokens`: it counts what the
+/// session re-encoded, which depends on the question it answered before (the cached common prefix).
+fn same_outcome(a: &Outcome, b: &Outcome, what: &str) {
+    assert_eq!(a.text, b.text, "{what}: text");
+    let retrievals = |o: &Outcome| {
+        o.retrievals
+            .iter()
+            .map(|r| (r.token_pos, r.query.clone(), r.passages.iter().map(|p| p.id.clone()).collect::<Vec<_>>()))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(retrievals(a), retrievals(b), "{what}: retrieval positions, queries and passages");
+    let scores = |o: &Outcome| o.scores.iter().map(|s| s.map(f32::to_bits)).collect::<Vec<_>>();
+    assert_eq!(scores(a), scores(b), "{what}: trigger scores");
+    same_steps(&a.tokens, &b.tokens, what);
+    assert_eq!(a.generated_tokens, b.generated_tokens, "{what}: generated tokens");
+}
+
+/// The decode loop over three lanes answers five questions (with retrievals and KV-cache rewinds) exactly as
+/// one session answering them in turn.
+#[test]
+fn batched_decode_loop_equals_one_question_at_a_time() {
+    let Some(lm) = tiny_q4(5) else { return };
+    let corpus = corpus();
+    let prompt = italy_prompt();
+    let rag = RagLoop {
+        lm: &lm,
+        prompt: &prompt,
+        retriever: Some(&corpus),
+        cfg: LoopConfig { max_new_tokens: 16, max_retrievals: 3, suffix_tokens: 4, ..LoopConfig::default() },
+    };
+    let qf = ragtime::query::build("last-tokens", &toml::toml! { n = 8 }.into()).unwrap();
+    let trigger = || ragtime::trigger::build("fixed-length", &toml::toml! { n = 5 }.into()).unwrap();
+    let (sequential, batched, fed, passes) = sequential_and_batched(&rag, &trigger, qf.as_ref(), &QUESTIONS[..5], 3);
     // decoding steps of several lanes did share passes
-    assert!(batch.fed.get() > batch.passes.get(), "{} sequences in {} passes", batch.fed.get(), batch.passes.get());
+    assert!(fed > passes, "{fed} sequences in {passes} passes");
     for (i, (a, b)) in sequential.iter().zip(&batched).enumerate() {
-        let b = b.as_ref().unwrap();
         assert!(!a.retrievals.is_empty());
-        assert_eq!(a.text, b.text, "question {i}");
-        assert_eq!(
-            a.retrievals.iter().map(|r| (r.token_pos, r.query.clone())).collect::<Vec<_>>(),
-            b.retrievals.iter().map(|r| (r.token_pos, r.query.clone())).collect::<Vec<_>>()
-        );
-        assert_eq!(
-            a.scores.iter().map(|s| s.map(f32::to_bits)).collect::<Vec<_>>(),
-            b.scores.iter().map(|s| s.map(f32::to_bits)).collect::<Vec<_>>()
-        );
-        same_steps(&a.tokens, &b.tokens, &format!("question {i}"));
-        assert_eq!(a.generated_tokens, b.generated_tokens);
+        same_outcome(a, b, &format!("question {i}"));
     }
+}
+
+/// A detector over the token's mean hidden state and entropy with seeded random weights (one hidden layer of
+/// 8): its scores depend on every value of the hidden states.
+fn random_detector(hidden: usize, seed: u64) -> Detector {
+    let mut x = seed | 1;
+    let mut layer = |d_in: usize, d_out: usize| {
+        let scale = 2.0 / (d_in as f32).sqrt();
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            ((x >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * scale
+        };
+        let weight = (0..d_in * d_out).map(|_| next()).collect();
+        let bias = (0..d_out).map(|_| next()).collect();
+        LinearWeights { d_in, d_out, weight, bias }
+    };
+    let layers = vec![layer(hidden + 1, 8), layer(8, 2)];
+    let info = DetectorInfo {
+        format: ragtime::detector::FORMAT.into(),
+        model_id: "tiny-q4".into(),
+        hidden,
+        columns: vec![("hidden_mean_last".into(), hidden), ("entropy_last".into(), 1)],
+        mlp: MlpConfig { input: hidden + 1, hidden_layers: vec![8], dropout: 0.0 },
+        standardized: false,
+        training: None,
+    };
+    Detector::new(info, MlpWeights { layers }, None).unwrap()
+}
+
+/// One controller of the loop: how to build its trigger (one per lane) and its query former.
+struct Case {
+    name: &'static str,
+    trigger: Box<dyn Fn() -> Box<dyn Trigger>>,
+    qf: Box<dyn QueryFormer>,
+    /// Retrieves with the question before generating.
+    initial: bool,
+    /// Drops generated tokens when it retrieves (the lane's cache is rewound and the dropped tokens regenerated).
+    drops: bool,
+    /// Retrieves after some answer tokens were kept (the lane's cache is rewound into the answer, and the kept
+    /// tokens are re-fed behind the new prompt).
+    mid_answer: bool,
+}
+
+/// `expect`: `initial`, `drops`, `mid_answer`.
+fn case(
+    name: &'static str,
+    trigger: &'static str,
+    t: toml::Table,
+    qf: &str,
+    q: toml::Table,
+    expect: [bool; 3],
+) -> Case {
+    let [initial, drops, mid_answer] = expect;
+    let t = toml::Value::from(t);
+    Case {
+        name,
+        trigger: Box::new(move || ragtime::trigger::build(trigger, &t).unwrap()),
+        qf: ragtime::query::build(qf, &q.into()).unwrap(),
+        initial,
+        drops,
+        mid_answer,
+    }
+}
+
+/// Every token-level trigger `eval` runs, over six questions, with 8 lanes (more than questions) and with 4 (a
+/// lane takes the next question while the others are mid-answer): the same text, retrieval positions, queries,
+/// passages, trigger scores and captured internals as one question at a time. Thresholds are set so that each
+/// retrieving trigger retrieves on the tiny random model (its entropies are near the maximum and its token
+/// probabilities tiny), also while decoding, and the triggers that cut the answer at the flagged token drop
+/// generated tokens (the lane's cache is rewound into the answer). The questions have different lengths, and
+/// stop tokens end some answers early, so the lanes finish at different times. `mlp` runs a detector with
+/// random weights over the hidden states (so its scores depend on every captured value).
+#[test]
+fn every_trigger_batched_equals_one_question_at_a_time() {
+    let Some(mut tokenizer) = common::tokenizer() else { return };
+    // every 23rd token id ends an answer, so that the answers have different lengths
+    tokenizer.stop_ids.extend((1..49152u32).filter(|i| i % 23 == 0));
+    let corpus = corpus();
+    let prompt = italy_prompt();
+    let cfg = LoopConfig { max_new_tokens: 20, max_retrievals: 3, suffix_tokens: 0, ..LoopConfig::default() };
+    let lm = common::tiny_q4_with(5, tokenizer);
+    let rag = RagLoop { lm: &lm, prompt: &prompt, retriever: Some(&corpus), cfg };
+    let detector = random_detector(lm.config.hidden_size, 7);
+    let sentence = |extra: toml::Table| {
+        let mut t = toml::toml! { max_sentence_tokens = 6 };
+        t.extend(extra);
+        t
+    };
+    let qfs = || toml::toml! { top_n = 8 };
+    let none = toml::Table::new;
+    let cases = vec![
+        case("none", "none", toml::toml! { lookahead = 8 }, "question", none(), [false; 3]),
+        case("single", "single", toml::toml! { lookahead = 8 }, "question", none(), [true, false, false]),
+        case(
+            "fixed-length",
+            "fixed-length",
+            toml::toml! { n = 5 },
+            "last-tokens",
+            toml::toml! { n = 8 },
+            [true, false, true],
+        ),
+        case("fixed-sentence", "fixed-sentence", sentence(none()), "last-sentence", none(), [true, false, true]),
+        case(
+            "flare",
+            "flare",
+            sentence(toml::toml! { theta = 0.023 }),
+            "flare-masked",
+            toml::toml! { with_question = true },
+            [true, true, false],
+        ),
+        case("rind (paper)", "rind", sentence(toml::toml! { theta = 0.2 }), "qfs", qfs(), [false, true, true]),
+        case(
+            "rind (code)",
+            "rind",
+            toml::toml! { theta = 3.0
+            variant = "code"
+            lookahead = 6 },
+            "qfs",
+            qfs(),
+            [false, true, false],
+        ),
+        case("etc (paper)", "etc", sentence(toml::toml! { alpha = 0.01 }), "qfs", qfs(), [false, true, true]),
+        case(
+            "etc (code)",
+            "etc",
+            sentence(toml::toml! { alpha = 0.001
+            variant = "code" }),
+            "qfs",
+            qfs(),
+            [false, true, true],
+        ),
+        Case {
+            name: "mlp",
+            trigger: Box::new(move || Box::new(MlpTrigger::new(detector.clone(), MlpRule::Threshold(0.59)))),
+            qf: ragtime::query::build(
+                "radio",
+                &toml::toml! { top_n = 8
+                glove = false }
+                .into(),
+            )
+            .unwrap(),
+            initial: false,
+            drops: true,
+            mid_answer: true,
+        },
+    ];
+    let covered: Vec<&str> = cases.iter().map(|c| c.name.split(' ').next().unwrap()).collect();
+    for name in ragtime::trigger::NAMES {
+        assert!(covered.contains(name), "trigger {name} is not covered");
+    }
+    let mut problems = Vec::new();
+    for c in &cases {
+        for lanes in [8, 4] {
+            let (sequential, batched, fed, passes) =
+                sequential_and_batched(&rag, &c.trigger, c.qf.as_ref(), &QUESTIONS, lanes);
+            assert!(fed > passes, "{}: {fed} sequences in {passes} passes", c.name);
+            for (i, (a, b)) in sequential.iter().zip(&batched).enumerate() {
+                same_outcome(a, b, &format!("{}, {lanes} lanes, question {i}", c.name));
+            }
+            if lanes > 4 {
+                continue;
+            }
+            // what the runs went through (the same for both lane counts)
+            let mut check = |ok: bool, what: &str| {
+                if !ok {
+                    problems.push(format!(
+                        "{}: {what}; retrievals at {:?}, answer lengths {:?}, generated {:?}",
+                        c.name,
+                        sequential
+                            .iter()
+                            .map(|o| o.retrievals.iter().map(|r| r.token_pos).collect())
+                            .collect::<Vec<Vec<_>>>(),
+                        sequential.iter().map(|o| o.tokens.len()).collect::<Vec<_>>(),
+                        sequential.iter().map(|o| o.generated_tokens).collect::<Vec<_>>(),
+                    ))
+                }
+            };
+            let lengths: std::collections::BTreeSet<usize> = sequential.iter().map(|o| o.tokens.len()).collect();
+            check(lengths.len() > 1, "the answers have one length");
+            let retrievals: usize = sequential.iter().map(|o| o.retrievals.len()).sum();
+            let while_decoding: usize =
+                sequential.iter().map(|o| o.retrievals.len().saturating_sub(c.initial as usize)).sum();
+            match c.name {
+                "none" => check(retrievals == 0, "retrieved"),
+                "single" => check(retrievals == QUESTIONS.len() && while_decoding == 0, "not one retrieval each"),
+                _ => check(while_decoding > 0, "no retrieval while decoding"),
+            }
+            if c.initial {
+                check(sequential.iter().all(|o| o.retrievals.first().is_some_and(|r| r.token_pos == 0)), "no initial");
+            }
+            if c.drops {
+                // without an answer suffix, generated = kept + dropped + (a stop token)
+                check(sequential.iter().any(|o| o.generated_tokens > o.tokens.len() + 1), "no token dropped");
+            }
+            if c.mid_answer {
+                check(sequential.iter().any(|o| o.retrievals.iter().any(|r| r.token_pos > 0)), "none mid-answer");
+            }
+        }
+    }
+    assert!(problems.is_empty(), "{problems:#?}");
 }

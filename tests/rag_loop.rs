@@ -3,7 +3,6 @@
 //! re-encoding everything.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
 
 mod common;
 
@@ -12,18 +11,6 @@ use ragtime::device::DeviceKind;
 use ragtime::model::{random_weights, Arch, Lm, MemoryWeights, ModelConfig, Tokenizer};
 use ragtime::prompt::PromptBuilder;
 use ragtime::rag::{LoopConfig, RagLoop};
-use ragtime::retrieval::Passage;
-
-impl Tiny {
-    fn new(texts: &[&str]) -> Tiny {
-        let passages = texts
-            .iter()
-            .enumerate()
-            .map(|(i, t)| Passage { id: i.to_string(), title: format!("doc {i}"), text: t.to_string(), score: 0.0 })
-            .collect();
-        Tiny(passages, Mutex::new(vec![]))
-    }
-}
 
 /// One exemplar in DRAGIN's layout.
 fn italy_prompt() -> PromptBuilder {
@@ -38,7 +25,7 @@ fn fixed_length_retrieves_and_rewinds() {
     let tok = Tokenizer::from_file(&ragtime::require_data!("models/smollm2-135m-instruct/tokenizer.json")).unwrap();
     let w = MemoryWeights(random_weights(&cfg, 3).into_iter().collect::<HashMap<_, _>>());
     let lm = Lm::from_source(&w, cfg, tok, "tiny".into(), DeviceKind::Cpu).unwrap();
-    let corpus = Tiny::new(&[
+    let corpus = Tiny::from_texts(&[
         "Paris is the capital of France.",
         "Berlin is the capital of Germany.",
         "The Seine flows through Paris.",
@@ -81,14 +68,14 @@ fn fixed_length_retrieves_and_rewinds() {
 }
 
 /// A run reuses one session across questions: the few-shot prefix is encoded once, and every answer equals the
-/// one a fresh session gives.
+/// one a fresh session gives, bit for bit.
 #[test]
 fn session_reuse_across_questions_equals_fresh_sessions() {
     let cfg = ModelConfig::tiny(Arch::Llama, 49152);
     let tok = Tokenizer::from_file(&ragtime::require_data!("models/smollm2-135m-instruct/tokenizer.json")).unwrap();
     let w = MemoryWeights(random_weights(&cfg, 5).into_iter().collect::<HashMap<_, _>>());
     let lm = Lm::from_source(&w, cfg, tok, "tiny".into(), DeviceKind::Cpu).unwrap();
-    let corpus = Tiny::new(&["Paris is the capital of France.", "Berlin is the capital of Germany."]);
+    let corpus = Tiny::from_texts(&["Paris is the capital of France.", "Berlin is the capital of Germany."]);
     let prompt = italy_prompt();
     let rag = RagLoop {
         lm: &lm,
@@ -112,21 +99,20 @@ fn session_reuse_across_questions_equals_fresh_sessions() {
             a.tokens.iter().map(|t| t.id).collect::<Vec<_>>(),
             b.tokens.iter().map(|t| t.id).collect::<Vec<_>>()
         );
+        // bit for bit: the reused exemplars were encoded exactly as a fresh session encodes them
         for (x, y) in a.tokens.iter().zip(&b.tokens) {
-            assert!(
-                x.entropy.is_finite() && (x.entropy - y.entropy).abs() < 1e-4,
-                "entropy {} vs {}",
-                x.entropy,
-                y.entropy
-            );
+            assert!(x.entropy.is_finite());
+            assert_eq!(x.entropy.to_bits(), y.entropy.to_bits(), "entropy {} vs {}", x.entropy, y.entropy);
+            assert_eq!(x.hidden_final, y.hidden_final);
         }
         reused_forward += a.forward_tokens;
         fresh_forward += b.forward_tokens;
     }
     let prefix = lm.tokenizer.encode(prompt.shared_prefix(), true).unwrap().len();
-    // the second and third question skip at least the shared exemplar prefix
+    // the second and third question skip the shared exemplar prefix (but its last token, which may merge with
+    // the text after it)
     assert!(
-        reused_forward + 2 * prefix <= fresh_forward,
+        reused_forward + 2 * (prefix - 1) <= fresh_forward,
         "reused {reused_forward} fresh {fresh_forward} prefix {prefix}"
     );
 }
@@ -140,7 +126,7 @@ fn recomputed_internals_match_captured_when_a_block_ends_at_a_stop_token() {
     let tok_path = ragtime::require_data!("models/smollm2-135m-instruct/tokenizer.json");
     let tok = || Tokenizer::from_file(&tok_path).unwrap();
     let weights: HashMap<_, _> = random_weights(&cfg, 3).into_iter().collect();
-    let corpus = Tiny::new(&["Paris is the capital of France.", "Berlin is the capital of Germany."]);
+    let corpus = Tiny::from_texts(&["Paris is the capital of France.", "Berlin is the capital of Germany."]);
     let prompt = italy_prompt();
     let run = |tok: Tokenizer, recompute: bool| {
         let lm =

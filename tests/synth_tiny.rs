@@ -1,7 +1,9 @@
 //! `synth hallucination` end to end on a tiny random model and three hand-written articles: every example
 //! points at its original entity, carries features of the model's hidden size, matches a fresh-session
 //! recomputation (the KV-cache reuse between truncation points changes nothing), and a re-run after a kill
-//! redoes exactly the unfinished articles.
+//! redoes exactly the unfinished articles. Several articles at once (`--batch`) write the same rows.
+
+mod common;
 
 use std::collections::HashMap;
 
@@ -10,7 +12,7 @@ use ragtime::device::DeviceKind;
 use ragtime::entities::{CombinedExtractor, Resources};
 use ragtime::model::{random_weights, Arch, Lm, MemoryWeights, ModelConfig, Tokenizer};
 use ragtime::synth::hallucination::{run, SynthConfig, Synthesizer, Template};
-use ragtime::synth::store::{read_all, HalluStore};
+use ragtime::synth::store::{read_all, HalluExample, HalluStore};
 
 fn articles() -> Vec<Article> {
     let a = |id: &str, title: &str, body: &str| Article {
@@ -58,7 +60,7 @@ fn synthesis_rows_resume_and_cache_reuse() {
     let mut store = HalluStore::open(dir.path(), &lm.name, lm.config.hidden_size).unwrap();
     assert!(store.is_done("1") && !store.is_done("2"));
     let mut lines = Vec::new();
-    let m = run(&synth, &arts, &mut store, &mut |l| lines.push(l.to_string())).unwrap();
+    let m = run(&synth, &arts, &mut store, 1, &mut |l| lines.push(l.to_string())).unwrap();
     assert!(lines[0].starts_with("resuming: 1 of 3"), "{lines:?}");
     assert_eq!(m.articles, 3);
 
@@ -109,4 +111,96 @@ fn synthesis_rows_resume_and_cache_reuse() {
     let diff = f.hidden_mean_last.iter().zip(&r.hidden_mean_last).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
     assert!(diff < 1e-4, "hidden_mean_last differs by {diff}");
     assert!((f.entropy_last - r.entropy_last).abs() < 1e-4);
+}
+
+/// Every column of every row, floats as bits.
+fn same_rows(got: &[HalluExample], want: &[HalluExample], what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}: rows");
+    let text = |r: &HalluExample| {
+        [
+            &r.article_id,
+            &r.title,
+            &r.template,
+            &r.entity_label,
+            &r.original_entity,
+            &r.generated_entity,
+            &r.continuation,
+            &r.rule,
+        ]
+        .map(|s| s.clone())
+    };
+    let numbers = |r: &HalluExample| {
+        let mut v = vec![r.trunc_offset, r.label as u32, r.entropy_last.to_bits(), r.entropy_entity_mean.to_bits()];
+        for h in [&r.hidden_final_last, &r.hidden_mean_last, &r.hidden_final_entity, &r.hidden_mean_entity] {
+            v.push(u32::MAX); // separator
+            v.extend(h.iter().map(|x| x.to_bits()));
+        }
+        v
+    };
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert_eq!(text(g), text(w), "{what}: row {i}");
+        assert_eq!(numbers(g), numbers(w), "{what}: row {i} ({} {} {})", w.article_id, w.template, w.trunc_offset);
+    }
+}
+
+/// Articles of very different sizes, the largest first: with two lanes, the second lane finishes the three
+/// small ones while the first is still on the large one, so they finish out of input order.
+fn uneven_articles() -> Vec<Article> {
+    let a = |id: &str, title: &str, body: &str| Article {
+        id: id.into(),
+        url: String::new(),
+        title: title.into(),
+        text: format!("{title}\n\n{body}"),
+    };
+    vec![
+        a("1", "Ada Lovelace", "Ada Lovelace was an English mathematician born in 1815 in London. She worked with Charles Babbage on the Analytical Engine in 1843. She married William King in 1835 and had 3 children. She died in 1852 in Marylebone."),
+        a("2", "Berlin", "Berlin is the capital of Germany."),
+        a("3", "Mount Everest", "Mount Everest lies in Nepal."),
+        a("4", "Paris", "Paris is a city in France."),
+    ]
+}
+
+/// `synth hallucination --batch B` writes the rows of `--batch 1`: in the same order, every column bit for bit
+/// (hidden-state features included), equal to the articles synthesized one after another in one session. With
+/// 2 lanes over 4 articles (lanes take new articles mid-run and finish out of order), 8 lanes (more than
+/// articles), and a run resumed with 2 lanes after one stored article. On the tiny f32 model and on a Q4_1 copy
+/// whose decoding rows of several lanes share the integer weight products.
+#[test]
+fn batched_synthesis_writes_the_rows_of_one_session() {
+    let Some(f32_lm) = tiny_lm() else { return };
+    let Some(q4_lm) = common::tiny_q4(11) else { return };
+    let arts = uneven_articles();
+    let x = CombinedExtractor::from_articles(&arts, None);
+    let res = Resources::none();
+    for lm in [&f32_lm, &q4_lm] {
+        let cfg =
+            SynthConfig { templates: vec![Template::Mind, Template::Radio], extra_tokens: 4, ..SynthConfig::default() };
+        let synth = Synthesizer { lm, extractor: &x, resources: &res, cfg };
+        let mut s = lm.session();
+        let want: Vec<HalluExample> = arts.iter().flat_map(|a| synth.article(&mut s, a).unwrap()).collect();
+        let per_article = |id: &str| want.iter().filter(|r| r.article_id == id).count();
+        assert!(arts.iter().all(|a| per_article(&a.id) > 0), "every article has examples");
+        assert!(per_article("1") > per_article("2") + per_article("3") + per_article("4"), "article 1 is the largest");
+
+        for lanes in [1, 2, 8] {
+            let dir = tempfile::tempdir().unwrap();
+            let mut store = HalluStore::open(dir.path(), &lm.name, lm.config.hidden_size).unwrap().with_flush_every(2);
+            let mut lines = Vec::new();
+            let m = run(&synth, &arts, &mut store, lanes, &mut |l| lines.push(l.to_string())).unwrap();
+            assert_eq!((m.articles, m.examples), (4, want.len()));
+            assert_eq!(lines.iter().filter(|l| l.starts_with('[')).count(), 4, "{lines:?}");
+            same_rows(&read_all(dir.path()).unwrap(), &want, &format!("{}, {lanes} lanes", lm.name));
+        }
+
+        // resumed with 2 lanes: article 1 stored by an earlier run, articles 2-4 over the lanes
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = HalluStore::open(dir.path(), &lm.name, lm.config.hidden_size).unwrap().with_flush_every(1);
+        store.add_article("1", synth.article(&mut lm.session(), &arts[0]).unwrap()).unwrap();
+        drop(store);
+        let mut store = HalluStore::open(dir.path(), &lm.name, lm.config.hidden_size).unwrap();
+        let mut lines = Vec::new();
+        run(&synth, &arts, &mut store, 2, &mut |l| lines.push(l.to_string())).unwrap();
+        assert!(lines[0].starts_with("resuming: 1 of 4"), "{lines:?}");
+        same_rows(&read_all(dir.path()).unwrap(), &want, &format!("{}, resumed over 2 lanes", lm.name));
+    }
 }

@@ -68,6 +68,44 @@ impl Decoder for Session<'_> {
     }
 }
 
+/// Feeds the prompt `ids` into `s`, keeping at most `keep_max` of the positions the cache already holds, and
+/// returns the steps of `ids[steps_from..]` (`keep_max <= steps_from`). `new_job`: the first prompt of a job (a
+/// question, an article).
+///
+/// What may be kept: the engine's numbers for a position depend, in their last bits, on how the positions before
+/// it were cut into forward passes (a pass of a few rows takes other kernel paths than a long one). A job must
+/// come out the same whichever jobs its decoder did before (one session doing them all in turn, or one lane of a
+/// batch doing some), so its first prompt keeps nothing of earlier jobs but `anchor`: a prefix of every job's
+/// prompts (the few-shot exemplars; empty for none), which is always encoded as a pass of its own on an empty
+/// cache. Later prompts of a job keep their common prefix with what the job fed before.
+pub async fn feed_prompt<D: Decoder>(
+    s: &mut D,
+    anchor: &[u32],
+    new_job: bool,
+    ids: &[u32],
+    keep_max: usize,
+    steps_from: usize,
+) -> Result<Vec<TokenStep>> {
+    let anchored = !anchor.is_empty() && anchor.len() <= keep_max && ids.starts_with(anchor);
+    let mut keep = common_prefix(&s.ids(), ids).min(keep_max);
+    if new_job {
+        keep = keep.min(if anchored { anchor.len() } else { 0 });
+    }
+    // so that cached anchor positions were always computed by the anchor's own pass
+    if anchored && keep < anchor.len() {
+        s.truncate(0);
+        s.feed(anchor, anchor.len()).await?;
+        keep = anchor.len();
+    }
+    s.truncate(keep);
+    s.feed(&ids[keep..], steps_from - keep).await
+}
+
+/// Length of the longest common prefix of `a` and `b`.
+pub fn common_prefix(a: &[u32], b: &[u32]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}
+
 /// Runs a future whose awaits never wait (a loop over a [`Session`]) to completion.
 pub fn block_on<F: Future>(f: F) -> F::Output {
     let mut f = std::pin::pin!(f);

@@ -3,7 +3,8 @@
 //! where from. On a retrieval the loop keeps `tokens[..keep]`, rebuilds the prompt with the new documents and
 //! rewinds the KV cache to the longest common token prefix of the old and the new sequence (the few-shot
 //! exemplars at least), so only the changed tail is re-encoded; kept answer tokens are re-fed behind the new
-//! prompt, which gives them fresh internals under the new context.
+//! prompt, which gives them fresh internals under the new context. A new question keeps only the exemplars
+//! ([`batch::feed_prompt`]), so its outcome does not depend on the question answered before.
 
 pub mod batch;
 
@@ -79,10 +80,6 @@ pub struct Outcome {
     pub recompute_tokens: usize,
 }
 
-fn common_prefix(a: &[u32], b: &[u32]) -> usize {
-    a.iter().zip(b).take_while(|(x, y)| x == y).count()
-}
-
 /// Strings after which the model has left the answer (it starts another exemplar).
 fn left_answer(text: &str) -> bool {
     text.contains("\nQuestion:") || text.contains("\n\n")
@@ -97,9 +94,20 @@ pub struct RagLoop<'a> {
 }
 
 impl<'a> RagLoop<'a> {
+    /// The tokens of the few-shot exemplars that every prompt starts with, which a session keeps from one question
+    /// to the next ([`batch::feed_prompt`]'s anchor). The exemplars' last token is left out: it may merge with
+    /// the text that follows it in a prompt. A prompt that does not start with the anchor is encoded whole.
+    fn anchor(&self) -> Result<Vec<u32>> {
+        let mut ids = self.lm.tokenizer.encode(self.prompt.shared_prefix(), true)?;
+        ids.pop();
+        Ok(ids)
+    }
+
     async fn rebuild<D: Decoder>(
         &self,
         s: &mut D,
+        anchor: &[u32],
+        new_question: bool,
         question: &str,
         docs: &[Passage],
         kept: &[u32],
@@ -109,9 +117,7 @@ impl<'a> RagLoop<'a> {
         ids.extend_from_slice(kept);
         // re-feed at least the prompt's last token: its logits are what the first answer token was drawn from
         // (its entropy) or what the next step samples from
-        let lcp = common_prefix(&s.ids(), &ids).min(prompt_len.saturating_sub(1));
-        s.truncate(lcp);
-        s.feed(&ids[lcp..], prompt_len - lcp).await
+        batch::feed_prompt(s, anchor, new_question, &ids, prompt_len.saturating_sub(1), prompt_len).await
     }
 
     /// A second forward pass over the whole sequence in a fresh session, returning the answer tokens with the
@@ -146,10 +152,10 @@ impl<'a> RagLoop<'a> {
         self.answer_in(&mut s, question, trigger, qf)
     }
 
-    /// Answers `question` reusing `s`, the session of the previous question: the cache is rewound to the
-    /// common token prefix (the few-shot exemplars), so the shared prefix is encoded once per run, not once per
-    /// question. Results equal [`answer`](Self::answer)'s: the kept prefix's keys and values are what a fresh
-    /// encoding would compute.
+    /// Answers `question` reusing `s`, the session of the previous question: the cache is rewound to the few-shot
+    /// exemplars, so they are encoded once per run, not once per question. Results equal
+    /// [`answer`](Self::answer)'s bit for bit: the exemplars are always encoded as a forward pass of their own
+    /// ([`batch::feed_prompt`]), so the kept keys and values are what a fresh session computes.
     pub fn answer_in(
         &self,
         s: &mut Session<'_>,
@@ -179,7 +185,8 @@ impl<'a> RagLoop<'a> {
             docs = self.retrieve(&q)?;
             out.retrievals.push(Retrieval { token_pos: 0, query: q, passages: docs.clone() });
         }
-        let mut tokens = self.rebuild(s, question, &docs, &[]).await?;
+        let anchor = self.anchor()?;
+        let mut tokens = self.rebuild(s, &anchor, true, question, &docs, &[]).await?;
         let mut scores: Vec<Option<f32>> = Vec::new();
         let mut stopped = false;
         while !stopped && tokens.len() < self.cfg.max_new_tokens {
@@ -227,7 +234,7 @@ impl<'a> RagLoop<'a> {
                     out.retrievals.push(Retrieval { token_pos: keep, query: q, passages: docs.clone() });
                     let kept: Vec<u32> = tokens[..keep.min(tokens.len())].iter().map(|t| t.id).collect();
                     scores.truncate(kept.len());
-                    tokens = self.rebuild(s, question, &docs, &kept).await?;
+                    tokens = self.rebuild(s, &anchor, false, question, &docs, &kept).await?;
                     stopped = false;
                     continue;
                 }
@@ -245,7 +252,7 @@ impl<'a> RagLoop<'a> {
             let start = tokens.len();
             let mut all: Vec<u32> = tokens.iter().map(|t| t.id).collect();
             all.extend(&ids);
-            tokens = self.rebuild(s, question, &docs, &all).await?;
+            tokens = self.rebuild(s, &anchor, false, question, &docs, &all).await?;
             for _ in 0..self.cfg.suffix_tokens {
                 let step = s.step(&mut sampler).await?;
                 out.generated_tokens += 1;

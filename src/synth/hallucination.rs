@@ -26,8 +26,16 @@
 //! space is out of distribution for them.
 //!
 //! Consecutive prompts of one article share their beginning (chat header + the text before the earlier
-//! entity), so the session keeps the KV cache of the longest common token prefix and encodes only the tail.
+//! entity), so the session keeps the KV cache of the longest common token prefix and encodes only the tail. An
+//! article's first prompt is encoded whole (a few header tokens more), so that its examples are the same
+//! whichever article the session did before ([`feed_prompt`]).
+//!
+//! Several articles at once (`--batch B`): [`Synthesizer::article_with`] is written once, as an `async fn` over a
+//! [`Decoder`]; [`run`] hands articles to the lanes of a [`Batch`] (each lane one session, so the prefix reuse
+//! above works per lane) and writes finished articles in input order, so the store gets exactly the rows of one
+//! session.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Instant;
 
@@ -39,6 +47,7 @@ use crate::entities::{
     char_to_byte, compare_entities, entity_at_start, synthesis_candidates, Entity, EntityExtractor, Resources,
 };
 use crate::model::{Lm, Message, Sampler, Session};
+use crate::rag::batch::{block_on, feed_prompt, Batch, Decoder};
 use crate::step::TokenStep;
 use crate::synth::store::{HalluExample, HalluStore, Manifest};
 use crate::text::sentences::sentence_spans;
@@ -198,10 +207,6 @@ fn mean_rows<'a>(rows: impl Iterator<Item = &'a Vec<f32>>, dim: usize) -> Vec<f3
     acc
 }
 
-fn common_prefix(a: &[u32], b: &[u32]) -> usize {
-    a.iter().zip(b).take_while(|(x, y)| x == y).count()
-}
-
 /// Continues truncated articles and labels the continuations.
 pub struct Synthesizer<'a> {
     pub lm: &'a Lm,
@@ -214,27 +219,51 @@ impl Synthesizer<'_> {
     /// Every example of one article (all truncation points x templates), reusing `s`'s KV cache where the
     /// prompts share a prefix.
     pub fn article(&self, s: &mut Session<'_>, article: &Article) -> Result<Vec<HalluExample>> {
+        block_on(self.article_with(s, article))
+    }
+
+    /// [`article`](Self::article) on any [`Decoder`]: a [`Session`], or a lane of a [`Batch`] that works on
+    /// several articles at once (each lane's examples equal the one-session examples).
+    pub async fn article_with<D: Decoder>(&self, s: &mut D, article: &Article) -> Result<Vec<HalluExample>> {
         let points = truncation_points(article, self.extractor, &self.cfg);
         let mut out = Vec::with_capacity(points.len() * self.cfg.templates.len());
         for &template in &self.cfg.templates {
             for e in &points {
-                out.push(self.example(s, article, e, template)?);
+                out.push(self.example(s, out.is_empty(), article, e, template).await?);
             }
         }
         Ok(out)
     }
 
-    fn example(&self, s: &mut Session<'_>, article: &Article, e: &Entity, template: Template) -> Result<HalluExample> {
+    /// One example; `first`: the article's first (it keeps nothing of the previous article's cache, so that an
+    /// article's examples do not depend on which article the session did before).
+    async fn example<D: Decoder>(
+        &self,
+        s: &mut D,
+        first: bool,
+        article: &Article,
+        e: &Entity,
+        template: Template,
+    ) -> Result<HalluExample> {
         let tok = &self.lm.tokenizer;
         let prompt = template.prompt(tok, &article.title, truncated_body(article, e));
         let ids = tok.encode(&prompt, true)?;
         // keep the cached prefix, re-feed at least the last prompt token (its internals are features)
-        let lcp = common_prefix(s.ids(), &ids).min(ids.len() - 1);
-        s.truncate(lcp);
-        let last = s.feed(&ids[lcp..], ids.len() - 1 - lcp)?.pop().context("no prompt step")?;
+        let n = ids.len() - 1;
+        let last = feed_prompt(s, &[], first, &ids, n, n).await?.pop().context("no prompt step")?;
         let entity_tokens = tok.encode(&format!(" {}", e.text), false)?.len();
         let max_new = entity_tokens + self.cfg.extra_tokens;
-        let steps = s.generate(max_new, &mut Sampler::greedy())?;
+        // greedy, up to a stop token (included), as `Session::generate`
+        let mut sampler = Sampler::greedy();
+        let mut steps = Vec::with_capacity(max_new);
+        while steps.len() < max_new {
+            let t = s.step(&mut sampler).await?;
+            let stop = tok.is_stop(t.id);
+            steps.push(t);
+            if stop {
+                break;
+            }
+        }
         let continuation: String = steps.iter().map(|t| t.text.as_str()).collect();
         let generated = entity_at_start(&continuation, e, self.extractor).unwrap_or_default();
         let cmp = compare_entities(&e.text, &generated, self.resources);
@@ -353,12 +382,19 @@ pub fn record_config(dir: &Path, cfg: &SynthConfig, extra: &serde_json::Value) -
     Ok(())
 }
 
-/// The whole pipeline over already-read articles: skips finished ones, writes shards as it goes, prints
-/// progress to `log`, returns the final manifest.
+/// The whole pipeline over already-read articles: skips finished ones, works on up to `lanes` articles at once
+/// (lanes of one [`Batch`], whose decoding steps share forward passes), writes shards as it goes, prints progress
+/// to `log`, returns the final manifest.
+///
+/// Lanes finish in any order; a finished article waits until every article before it is written, so the store
+/// receives the articles in input order and the shards hold the rows of a one-lane run, in the same order. An
+/// error in an article is reported when its turn to be written comes (the articles before it are stored, as in
+/// a one-lane run).
 pub fn run(
     synth: &Synthesizer<'_>,
     articles: &[Article],
     store: &mut HalluStore,
+    lanes: usize,
     log: &mut dyn FnMut(&str),
 ) -> Result<Manifest> {
     let todo: Vec<&Article> = articles.iter().filter(|a| !store.is_done(&a.id)).collect();
@@ -366,12 +402,35 @@ pub fn run(
     if todo.len() < articles.len() {
         log(&format!("resuming: {} of {} articles already done", articles.len() - todo.len(), articles.len()));
     }
-    let mut s = synth.lm.session();
-    for a in todo {
-        let ex = synth.article(&mut s, a).with_context(|| format!("article {} ({})", a.id, a.title))?;
-        let line = progress.update(&ex);
-        store.add_article(&a.id, ex)?;
-        log(&line);
+    let batch = Batch::new(synth.lm, lanes.min(todo.len()).max(1));
+    let mut queue = todo.into_iter().enumerate();
+    let mut finished: BTreeMap<usize, (&Article, Result<Vec<HalluExample>>)> = BTreeMap::new();
+    let mut next_to_write = 0;
+    batch.run(
+        |lane| {
+            let (i, a) = queue.next()?;
+            let mut decoder = batch.lane(lane);
+            Some(Box::pin(async move { (i, a, synth.article_with(&mut decoder, a).await) }))
+        },
+        |(i, a, ex)| {
+            finished.insert(i, (a, ex));
+            while let Some((a, ex)) = finished.remove(&next_to_write) {
+                let ex = ex.with_context(|| format!("article {} ({})", a.id, a.title))?;
+                let line = progress.update(&ex);
+                store.add_article(&a.id, ex)?;
+                log(&line);
+                next_to_write += 1;
+            }
+            Ok(())
+        },
+    )?;
+    if batch.lanes() > 1 {
+        log(&format!(
+            "batch: {} lanes, {} forward passes, {:.2} sequences per pass",
+            batch.lanes(),
+            batch.passes.get(),
+            batch.fed.get() as f64 / batch.passes.get().max(1) as f64
+        ));
     }
     store.flush()?;
     Ok(store.manifest().clone())
