@@ -1,4 +1,6 @@
-//! `ragtime generate`: print a continuation.
+//! `ragtime generate`: print a continuation, or (`--prompts FILE`) one for each prompt of a file, decoded
+//! `--batch B` at a time: a lane that finishes takes the next prompt while the others go on, and every forward
+//! pass feeds all lanes together (`Lm::feed_many`), so the outputs are those of `--batch 1`.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -15,8 +17,15 @@ pub struct Args {
     #[command(flatten)]
     pub model: ModelArgs,
     /// Prompt text.
-    #[arg(long, conflicts_with = "prompt_file", required_unless_present = "prompt_file")]
+    #[arg(long, conflicts_with_all = ["prompt_file", "prompts"], required_unless_present_any = ["prompt_file", "prompts"])]
     pub prompt: Option<String>,
+    /// A file of prompts, one per line (a line that is a JSON string is decoded first, so a prompt may hold
+    /// newlines); prints one JSON line per prompt, in the file's order: {"index", "text", "tokens"}.
+    #[arg(long, conflicts_with = "prompt_file")]
+    pub prompts: Option<PathBuf>,
+    /// With --prompts: lanes decoded together (continuous batching; outputs do not depend on it).
+    #[arg(long, default_value_t = 1, value_parser = super::ranges::int::<1, 1024>)]
+    pub batch: usize,
     /// File holding the prompt.
     #[arg(long)]
     pub prompt_file: Option<PathBuf>,
@@ -55,6 +64,9 @@ pub fn read_prompt(prompt: &Option<String>, file: &Option<PathBuf>) -> Result<St
 }
 
 pub fn run(args: Args) -> Result<()> {
+    if let Some(file) = &args.prompts {
+        return run_many(&args, file);
+    }
     let mut text = read_prompt(&args.prompt, &args.prompt_file)?;
     let lm = args.model.load()?;
     if args.chat {
@@ -98,10 +110,209 @@ pub fn run(args: Args) -> Result<()> {
     Ok(())
 }
 
+/// The prompts of `--prompts FILE`: one per non-empty line, a JSON string line decoded.
+fn read_prompts(file: &std::path::Path) -> Result<Vec<String>> {
+    let text = std::fs::read_to_string(file).with_context(|| format!("{}: cannot read prompts", file.display()))?;
+    let mut prompts = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        prompts.push(if line.starts_with('"') {
+            serde_json::from_str::<String>(line)
+                .with_context(|| format!("{}:{}: not a JSON string", file.display(), n + 1))?
+        } else {
+            line.to_string()
+        });
+    }
+    anyhow::ensure!(!prompts.is_empty(), "{}: no prompts", file.display());
+    Ok(prompts)
+}
+
+/// One lane of [`decode_lanes`]: the prompt it decodes, its session, its sampler, what it generated.
+struct Lane<'a> {
+    index: usize,
+    session: ragtime::model::Session<'a>,
+    sampler: Sampler,
+    text: String,
+    tokens: usize,
+}
+
+/// How [`decode_lanes`] samples and stops.
+struct Decoding {
+    max_new_tokens: usize,
+    temperature: f32,
+    top_p: f32,
+    seed: u64,
+    ignore_eos: bool,
+}
+
+/// Counts of a [`decode_lanes`] run.
+#[derive(Debug, Default, PartialEq)]
+struct Counts {
+    prompt_tokens: usize,
+    generated: usize,
+    passes: usize,
+}
+
+/// Decodes every prompt of `encoded` over `lanes` lanes: each round, every lane that has a prompt feeds one token
+/// (a new lane its whole prompt) in one `feed_many` pass; a lane that finishes takes the next prompt. Prompt `i`
+/// samples with seed `seed + i`, so its output does not depend on the lanes or the other prompts. `emit(i, text,
+/// tokens)` gets the outputs in prompt order, each as soon as it and those before it are done.
+fn decode_lanes(
+    lm: &ragtime::model::Lm,
+    encoded: &[Vec<u32>],
+    lanes: usize,
+    d: &Decoding,
+    emit: &mut dyn FnMut(usize, String, usize) -> Result<()>,
+) -> Result<Counts> {
+    let mut next = 0;
+    let mut slots: Vec<Option<Lane>> = (0..lanes).map(|_| None).collect();
+    let mut done: Vec<Option<(String, usize)>> = vec![None; encoded.len()];
+    let mut emitted = 0;
+    let mut counts = Counts::default();
+    loop {
+        for slot in slots.iter_mut().filter(|s| s.is_none()) {
+            if next < encoded.len() {
+                let seed = d.seed.wrapping_add(next as u64);
+                let (session, sampler) = (lm.session(), Sampler::new(d.temperature, d.top_p, seed));
+                *slot = Some(Lane { index: next, session, sampler, text: String::new(), tokens: 0 });
+                next += 1;
+            }
+        }
+        let mut active: Vec<&mut Lane> = slots.iter_mut().flatten().collect();
+        if active.is_empty() {
+            break;
+        }
+        // one pass: new lanes feed their prompt (no steps wanted), the others their sampled token
+        let (mut feeds, mut from) = (Vec::new(), Vec::new());
+        for lane in active.iter_mut() {
+            if lane.session.is_empty() {
+                counts.prompt_tokens += encoded[lane.index].len();
+                feeds.push(encoded[lane.index].clone());
+                from.push(encoded[lane.index].len());
+            } else {
+                feeds.push(vec![lane.session.pick(&mut lane.sampler)?]);
+                from.push(0);
+            }
+        }
+        let ids: Vec<&[u32]> = feeds.iter().map(|f| f.as_slice()).collect();
+        let mut sessions: Vec<&mut ragtime::model::Session> = active.iter_mut().map(|l| &mut l.session).collect();
+        let steps = lm.feed_many(&mut sessions, &ids, &from)?;
+        counts.passes += 1;
+        for (lane, st) in active.iter_mut().zip(steps) {
+            if let Some(step) = st.first() {
+                lane.tokens += 1;
+                counts.generated += 1;
+                if !(lm.tokenizer.is_stop(step.id) && !d.ignore_eos) {
+                    lane.text.push_str(&step.text);
+                }
+            }
+        }
+        for slot in slots.iter_mut() {
+            let finished = slot.as_ref().is_some_and(|l| {
+                let stopped =
+                    l.tokens > 0 && !d.ignore_eos && l.session.ids().last().is_some_and(|&id| lm.tokenizer.is_stop(id));
+                l.tokens >= d.max_new_tokens || stopped
+            });
+            if finished {
+                let l = slot.take().expect("a finished lane");
+                done[l.index] = Some((l.text, l.tokens));
+            }
+        }
+        while emitted < done.len() {
+            let Some((text, tokens)) = done[emitted].take() else { break };
+            emit(emitted, text, tokens)?;
+            emitted += 1;
+        }
+    }
+    Ok(counts)
+}
+
+/// `generate --prompts FILE --batch B`: the prompts' continuations as JSON lines, in the file's order.
+fn run_many(args: &Args, file: &std::path::Path) -> Result<()> {
+    let prompts = read_prompts(file)?;
+    let lm = args.model.load()?;
+    let encode = |p: &str| -> Result<Vec<u32>> {
+        let text =
+            if args.chat { lm.tokenizer.apply_chat_template(&[Message::new("user", p)], true) } else { p.into() };
+        lm.tokenizer.encode(&text, true)
+    };
+    let encoded: Vec<Vec<u32>> = prompts.iter().map(|p| encode(p)).collect::<Result<_>>()?;
+    if args.stats {
+        lm.session().prefill(&encoded[0][..encoded[0].len().min(8)])?; // untimed warm-up, as for one prompt
+    }
+    let d = Decoding {
+        max_new_tokens: args.max_new_tokens,
+        temperature: args.temperature,
+        top_p: args.top_p,
+        seed: args.seed,
+        ignore_eos: args.ignore_eos,
+    };
+    let mut out = std::io::stdout().lock();
+    let t0 = std::time::Instant::now();
+    let c = decode_lanes(&lm, &encoded, args.batch, &d, &mut |index, text, tokens| {
+        writeln!(out, "{}", serde_json::json!({"index": index, "text": text, "tokens": tokens}))?;
+        Ok(out.flush()?)
+    })?;
+    if args.stats {
+        let dt = t0.elapsed().as_secs_f64();
+        let peak = peak_rss_mib().map(|m| format!("; peak rss {m:.0} MiB")).unwrap_or_default();
+        eprintln!(
+            "{} prompts ({} prompt tokens), {} generated tokens in {dt:.3}s over {} passes: {:.1} generated tok/s, \
+             {:.1} tok/s in all, {} lanes{peak}",
+            prompts.len(),
+            c.prompt_tokens,
+            c.generated,
+            c.passes,
+            c.generated as f64 / dt,
+            (c.generated + c.prompt_tokens) as f64 / dt,
+            args.batch
+        );
+    }
+    Ok(())
+}
+
 /// Peak resident memory of this process (Linux `VmHWM`), in MiB.
 fn peak_rss_mib() -> Option<f64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
     let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
     let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kib / 1024.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ragtime::device::DeviceKind;
+    use ragtime::model::{random_weights, Arch, Lm, MemoryWeights, ModelConfig, Tokenizer};
+
+    /// Five prompts of different lengths over 1, 2 and 8 lanes, greedy and sampled: the same outputs in the same
+    /// order, and lanes did share passes (fewer passes than tokens).
+    #[test]
+    fn lanes_give_the_outputs_of_one_at_a_time() {
+        let Some(tok) = ragtime::testing::require("models/smollm2-135m-instruct/tokenizer.json") else { return };
+        let cfg = ModelConfig::tiny(Arch::Llama, 49152);
+        let w = MemoryWeights(random_weights(&cfg, 3).into_iter().collect());
+        let lm = Lm::from_source(&w, cfg, Tokenizer::from_file(&tok).unwrap(), "tiny".into(), DeviceKind::Cpu).unwrap();
+        let encoded: Vec<Vec<u32>> =
+            (0..5).map(|i| (0..(3 + 4 * i)).map(|j| (100 + 37 * i + 11 * j) as u32).collect()).collect();
+        for temperature in [0.0, 0.8] {
+            let d = Decoding { max_new_tokens: 9, temperature, top_p: 1.0, seed: 5, ignore_eos: true };
+            let run = |lanes: usize| {
+                let mut got = Vec::new();
+                let c = decode_lanes(&lm, &encoded, lanes, &d, &mut |i, text, n| Ok(got.push((i, text, n)))).unwrap();
+                (got, c)
+            };
+            let (one, c1) = run(1);
+            assert_eq!(one.iter().map(|g| (g.0, g.2)).collect::<Vec<_>>(), (0..5).map(|i| (i, 9)).collect::<Vec<_>>());
+            assert_eq!(c1.passes, 5 * 10, "a prompt pass and 9 token passes each");
+            for lanes in [2, 8] {
+                let (got, c) = run(lanes);
+                assert_eq!(got, one, "{lanes} lanes, temperature {temperature}");
+                assert_eq!((c.generated, c.prompt_tokens), (c1.generated, c1.prompt_tokens));
+                assert!(c.passes < c1.passes, "{lanes} lanes shared passes");
+            }
+        }
+    }
 }

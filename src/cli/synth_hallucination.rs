@@ -81,6 +81,9 @@ pub fn run(a: Args) -> Result<()> {
     if let Some(s) = a.shard {
         articles = articles.into_iter().enumerate().filter(|(i, _)| i % s.count == s.index).map(|(_, x)| x).collect();
     }
+    // the output before the model loads: a wrong --out fails at once
+    use ragtime::synth::store::{MANIFEST, OUTPUT_KIND};
+    ragtime::io::claim_output_dir(&a.out, "--out", OUTPUT_KIND, MANIFEST)?;
     let lm = a.model.load()?;
     let cfg = SynthConfig {
         templates: a.templates.clone(),

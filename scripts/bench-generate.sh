@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Aggregate generation speed at several batch sizes, ragtime beside its peers in one run, on the same GGUF weights
+# and prompts. Prints one Markdown table per model.
+#
+#   scripts/bench-generate.sh            # SmolLM2 (and Qwen2.5-Coder-0.5B when set up), B = 1 8 32
+#
+# Prompts: the first B questions of NQ-open's dev set (../shared/data/qa/nq), each after a short instruction, so
+# prompts differ in length as real ones do. Every engine decodes exactly NEW tokens per prompt, greedy.
+# - ragtime: `ragtime generate --prompts P --batch B --ignore-eos --stats` (the CPU engine, or DEVICE=cuda): B lanes
+#   with continuous batching, every step's internals captured (entropy, last-layer attention, hidden states);
+# - transformers: batched `generate` in float32 on the same GGUF, with internals (`output_attentions`,
+#   `output_hidden_states`, eager attention) and without (sdpa) (scripts/bench_generate_peers.py, the
+#   sentence-transformers venv of scripts/st_venv.sh plus `gguf`); HF=0 skips it;
+# - llama.cpp: llama-cpp-python on the same GGUF, one sequence (its high-level API decodes one), B = 1 only, in
+#   ${RAGTIME_CACHE:-~/.cache/ragtime}/llamacpp-venv when present (`pip install llama-cpp-python`, built from
+#   source); no internals.
+# Threads: all of the machine's (RAYON_NUM_THREADS / torch / llama.cpp defaults); rows say which.
+# Env: MODELS="smollm2 qwen", BATCHES="1 8 32", NEW=32, DEVICE=cpu, BIN=target/release/ragtime.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BATCHES="${BATCHES:-1 8 32}"
+NEW="${NEW:-32}"
+DEVICE="${DEVICE:-cpu}"
+HF="${HF:-1}"
+CACHE="${RAGTIME_CACHE:-$HOME/.cache/ragtime}"
+ST_PY="$CACHE/st-venv/bin/python"
+LC_PY="$CACHE/llamacpp-venv/bin/python"
+BIN="${BIN:-target/release/ragtime}"
+[[ -x $BIN ]] || cargo build --release -q
+declare -A GGUF=([smollm2]=checkpoints/smollm2-135m-instruct-q4_1.gguf [qwen]=checkpoints/qwen2.5-coder-0.5b-instruct.gguf)
+MODELS="${MODELS:-smollm2 qwen}"
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+max_b=$(tr ' ' '\n' <<<"$BATCHES" | sort -n | tail -1)
+python3 - "$max_b" >"$WORK/all.jsonl" <<'PY'
+import json, sys
+n = int(sys.argv[1])
+qs = [json.loads(l)["question"] for l in open("../shared/data/qa/nq/NQ-open.dev.jsonl")][:n]
+for q in qs:
+    print(json.dumps(f"Answer the question in one short sentence.\nQuestion: {q}?\nAnswer:"))
+PY
+threads=$(nproc)
+for m in $MODELS; do
+  g="${GGUF[$m]}"
+  [[ -f $g ]] || { echo "bench-generate: $g missing (scripts/setup.sh --model $m); skipped" >&2; continue; }
+  echo
+  echo "### $m ($g), $NEW new tokens per prompt, $DEVICE, $threads threads"
+  echo
+  echo "| engine | B | prompts | generated tok/s | peak RSS MiB |"
+  echo "|---|---:|---:|---:|---:|"
+  for b in $BATCHES; do
+    head -n "$b" "$WORK/all.jsonl" >"$WORK/p.jsonl"
+    line=$($BIN generate --model "$g" --device "$DEVICE" --prompts "$WORK/p.jsonl" --batch "$b" --max-new-tokens "$NEW" \
+      --ignore-eos --stats 2>&1 >/dev/null | tail -1)
+    rate=$(sed -E 's/.*: ([0-9.]+) generated tok\/s.*/\1/' <<<"$line")
+    rss=$(sed -E 's/.*peak rss ([0-9]+) MiB.*/\1/' <<<"$line")
+    echo "| ragtime (internals) | $b | $b | $rate | $rss |"
+    if [[ $HF == 1 && -x $ST_PY ]]; then
+      for mode in --internals ""; do
+        line=$("$ST_PY" scripts/bench_generate_peers.py hf "$g" "$WORK/p.jsonl" "$b" "$NEW" $mode 2>/dev/null | tail -1) || line=""
+        rate=$(sed -E 's/.*: ([0-9.]+) generated tok\/s.*/\1/' <<<"$line")
+        rss=$(sed -E 's/.*peak rss ([0-9]+) MiB.*/\1/' <<<"$line")
+        name="transformers f32$([[ -n $mode ]] && echo ' (internals, eager)' || echo ' (sdpa)')"
+        echo "| $name | $b | $b | ${rate:-failed} | ${rss:--} |"
+      done
+    fi
+    if [[ $b == 1 && -x $LC_PY ]] && "$LC_PY" -c "import llama_cpp" 2>/dev/null; then
+      head -n 8 "$WORK/all.jsonl" >"$WORK/p8.jsonl"
+      line=$("$LC_PY" scripts/bench_generate_peers.py llamacpp "$g" "$WORK/p8.jsonl" 1 "$NEW" 2>/dev/null | tail -1) || line=""
+      rate=$(sed -E 's/.*: ([0-9.]+) generated tok\/s.*/\1/' <<<"$line")
+      rss=$(sed -E 's/.*peak rss ([0-9]+) MiB.*/\1/' <<<"$line")
+      echo "| llama.cpp (no internals, one sequence, 8 prompts in turn) | 1 | 8 | ${rate:-failed} | ${rss:--} |"
+    fi
+  done
+done

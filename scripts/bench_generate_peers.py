@@ -1,0 +1,78 @@
+"""The peers of scripts/bench-generate.sh on the same GGUF weights and prompts.
+
+  python bench_generate_peers.py hf GGUF PROMPTS B NEW [--internals]
+      transformers' batched `generate` (float32, left padding, greedy, exactly NEW new tokens per prompt) over
+      the prompts of PROMPTS (one JSON string per line), B at a time; --internals asks for every step's
+      attentions and hidden states (what ragtime captures), eager attention; otherwise sdpa.
+  python bench_generate_peers.py llamacpp GGUF PROMPTS 1 NEW
+      llama.cpp (llama-cpp-python) on the same GGUF, one prompt at a time (its high-level API decodes one
+      sequence), greedy, NEW tokens, threads = the process's CPUs.
+
+Prints one line: `prompts N, generated G tokens in S s: R generated tok/s; peak rss M MiB`.
+"""
+
+import json
+import os
+import resource
+import sys
+import time
+
+
+def peak_mib():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def hf(gguf, prompts, b, new, internals):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    d, f = os.path.split(os.path.abspath(gguf))
+    tok = AutoTokenizer.from_pretrained(d, gguf_file=f)
+    tok.padding_side = "left"
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    model = AutoModelForCausalLM.from_pretrained(
+        d, gguf_file=f, dtype=torch.float32, attn_implementation="eager" if internals else "sdpa"
+    ).eval()
+    kw = dict(output_attentions=True, output_hidden_states=True, return_dict_in_generate=True) if internals else {}
+    generated = 0
+    with torch.inference_mode():
+        model(tok(prompts[0], return_tensors="pt").input_ids[:, :8])  # warm-up
+        t0 = time.perf_counter()
+        for i in range(0, len(prompts), b):
+            enc = tok(prompts[i : i + b], return_tensors="pt", padding=True)
+            out = model.generate(
+                **enc, max_new_tokens=new, min_new_tokens=new, do_sample=False, pad_token_id=tok.pad_token_id, **kw
+            )
+            seqs = out.sequences if internals else out
+            generated += (seqs.shape[1] - enc.input_ids.shape[1]) * seqs.shape[0]
+        dt = time.perf_counter() - t0
+    return generated, dt
+
+
+def llamacpp(gguf, prompts, new):
+    from llama_cpp import Llama
+
+    llm = Llama(model_path=gguf, n_ctx=2048, n_threads=len(os.sched_getaffinity(0)), verbose=False, logits_all=False)
+    llm("warm up", max_tokens=4, temperature=0.0)
+    generated = 0
+    t0 = time.perf_counter()
+    for p in prompts:
+        out = llm(p, max_tokens=new, temperature=0.0, top_k=1)
+        generated += out["usage"]["completion_tokens"]
+    return generated, time.perf_counter() - t0
+
+
+def main():
+    peer, gguf, prompts_file, b, new = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+    prompts = [json.loads(l) for l in open(prompts_file, encoding="utf-8") if l.strip()]
+    if peer == "hf":
+        g, dt = hf(gguf, prompts, b, new, "--internals" in sys.argv[6:])
+    else:
+        g, dt = llamacpp(gguf, prompts, new)
+    print(f"prompts {len(prompts)}, generated {g} tokens in {dt:.3f} s: {g / dt:.1f} generated tok/s; "
+          f"peak rss {peak_mib():.0f} MiB")
+
+
+if __name__ == "__main__":
+    main()
