@@ -204,7 +204,7 @@ fn decode_lanes(
             if let Some(step) = st.first() {
                 lane.tokens += 1;
                 counts.generated += 1;
-                if !(lm.tokenizer.is_stop(step.id) && !d.ignore_eos) {
+                if d.ignore_eos || !lm.tokenizer.is_stop(step.id) {
                     lane.text.push_str(&step.text);
                 }
             }
@@ -301,7 +301,11 @@ mod tests {
             let d = Decoding { max_new_tokens: 9, temperature, top_p: 1.0, seed: 5, ignore_eos: true };
             let run = |lanes: usize| {
                 let mut got = Vec::new();
-                let c = decode_lanes(&lm, &encoded, lanes, &d, &mut |i, text, n| Ok(got.push((i, text, n)))).unwrap();
+                let c = decode_lanes(&lm, &encoded, lanes, &d, &mut |i, text, n| {
+                    got.push((i, text, n));
+                    Ok(())
+                })
+                .unwrap();
                 (got, c)
             };
             let (one, c1) = run(1);

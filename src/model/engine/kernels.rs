@@ -225,7 +225,7 @@ pub fn causal_attention(
 ) -> (Vec<f32>, Vec<f32>) {
     assert!(t <= keys && q.len() == t * h * hd, "causal_attention: {t} queries of {h}x{hd} over {keys} keys");
     assert!(
-        kvh > 0 && h % kvh == 0 && (kvh - 1) * head_stride + keys * hd <= k.len().min(v.len()),
+        kvh > 0 && h.is_multiple_of(kvh) && (kvh - 1) * head_stride + keys * hd <= k.len().min(v.len()),
         "causal_attention: the cache holds fewer than {keys} positions"
     );
     let ks = [0isize, head_stride as isize, hd as isize, 1];
