@@ -209,22 +209,42 @@ impl Bm25Index {
         }
     }
 
+    /// The top `k` passages, best first, equal scores in the order of their ids. Addresses are not used for
+    /// ties: they follow the segments, which a multi-threaded build lays out differently from run to run, so the
+    /// same index built twice would rank tied passages differently. All passages tied with the k-th are fetched
+    /// (the candidate count doubles until the last candidate scores below it) and ordered by id.
     fn search_inner(&self, query: &str, k: usize) -> Result<Vec<Passage>> {
         let terms = self.analyze(query);
         if terms.is_empty() || k == 0 {
             return Ok(Vec::new());
         }
         let searcher = self.reader.searcher();
-        let top =
-            self.top_docs(&searcher, &terms, k).with_context(|| format!("{}: search failed", self.dir.display()))?;
-        top.into_iter()
+        let total = searcher.num_docs() as usize;
+        let mut n = k.saturating_add(8).min(total.max(1));
+        let top = loop {
+            let top = self
+                .top_docs(&searcher, &terms, n)
+                .with_context(|| format!("{}: search failed", self.dir.display()))?;
+            let boundary_tied = top.len() == n && n > k && top[n - 1].0 >= top[k - 1].0;
+            if !boundary_tied || n >= total {
+                break top;
+            }
+            n = n.saturating_mul(2).min(total);
+        };
+        let cutoff = top.get(k - 1).map_or(f32::NEG_INFINITY, |t| t.0);
+        let mut hits = top
+            .into_iter()
+            .filter(|(score, _)| *score >= cutoff)
             .map(|(score, addr)| {
                 let StoredPassage([id, title, text]) = searcher
                     .doc(addr)
                     .with_context(|| format!("{}: cannot read a stored passage", self.dir.display()))?;
                 Ok(Passage { id, title, text, score })
             })
-            .collect()
+            .collect::<Result<Vec<_>>>()?;
+        hits.sort_by(|a, b| b.score.total_cmp(&a.score).then_with(|| a.id.cmp(&b.id)));
+        hits.truncate(k);
+        Ok(hits)
     }
 }
 
@@ -307,6 +327,31 @@ mod tests {
             &idx.search("the cat sat?", 3).unwrap(),
             "cat sat",
         );
+    }
+
+    /// Passages with equal scores come in the order of their ids whatever order they were indexed in (a
+    /// multi-threaded build lays segments out differently from run to run), including at the k-th place.
+    #[test]
+    fn ties_are_ordered_by_id_not_by_index_layout() {
+        let dir = tempfile::tempdir().unwrap();
+        let rows: Vec<String> = (0..30).map(|i| format!("p{i:02}\tthe same cat text\tSame")).collect();
+        let mut reversed = rows.clone();
+        reversed.reverse();
+        let mut results = Vec::new();
+        for (name, rows) in [("forward", &rows), ("reversed", &reversed)] {
+            let corpus = dir.path().join(format!("{name}.tsv"));
+            std::fs::write(&corpus, format!("id\ttext\ttitle\n{}\n", rows.join("\n"))).unwrap();
+            let idx = build(&corpus, &dir.path().join(name), &opts(FieldMode::Combined));
+            for top_k in [TopK::Exhaustive, TopK::BlockWand] {
+                let idx = Bm25Index::open(idx.dir()).unwrap().with_top_k(top_k);
+                let ids: Vec<String> = idx.search("cat", 5).unwrap().into_iter().map(|p| p.id).collect();
+                results.push(ids);
+            }
+        }
+        let want: Vec<String> = (0..5).map(|i| format!("p{i:02}")).collect();
+        for r in &results {
+            assert_eq!(r, &want);
+        }
     }
 
     #[test]
