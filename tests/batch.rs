@@ -139,8 +139,8 @@ fn sequential_and_batched(
     (sequential, batched, batch.fed.get(), batch.passes.get())
 }
 
-/// Everything the loop reports for a question, internals bit for bit. Not `forward_tokens`: it counts what the
-/// session re-encoded, which depends on the question it answered before (the cached common prefix).
+/// Everything the loop reports for a question, internals bit for bit, and its forward-token count (the few-shot
+/// exemplars, encoded once per lane, are not counted, so it does not depend on the lane or on what came before).
 fn same_outcome(a: &Outcome, b: &Outcome, what: &str) {
     assert_eq!(a.text, b.text, "{what}: text");
     let retrievals = |o: &Outcome| {
@@ -154,6 +154,7 @@ fn same_outcome(a: &Outcome, b: &Outcome, what: &str) {
     assert_eq!(scores(a), scores(b), "{what}: trigger scores");
     same_steps(&a.tokens, &b.tokens, what);
     assert_eq!(a.generated_tokens, b.generated_tokens, "{what}: generated tokens");
+    assert_eq!(a.forward_tokens, b.forward_tokens, "{what}: forward tokens");
 }
 
 /// The decode loop over three lanes answers five questions (with retrievals and KV-cache rewinds) exactly as

@@ -74,7 +74,8 @@ pub struct Outcome {
     pub retrievals: Vec<Retrieval>,
     /// Tokens the model generated (kept or discarded).
     pub generated_tokens: usize,
-    /// Tokens pushed through the model (prompt re-encodings included).
+    /// Tokens pushed through the model for this question (prompt re-encodings included; the few-shot exemplars'
+    /// own pass, made once per session, not), the same in any lane, first in a run or after a resume.
     pub forward_tokens: usize,
     /// Tokens pushed through the extra passes of [`LoopConfig::recompute_internals`].
     pub recompute_tokens: usize,
@@ -186,7 +187,12 @@ impl<'a> RagLoop<'a> {
             out.retrievals.push(Retrieval { token_pos: 0, query: q, passages: docs.clone() });
         }
         let anchor = self.anchor()?;
+        // The exemplars (the anchor) are encoded once per session, by whichever question finds them missing; that
+        // pass is not counted, so a question's forward tokens are the same whether it came first in a run, after
+        // a resume, or in any lane of a batch.
+        let anchor_cached = s.ids().starts_with(&anchor);
         let mut tokens = self.rebuild(s, &anchor, true, question, &docs, &[]).await?;
+        let setup = if anchor_cached || !s.ids().starts_with(&anchor) { 0 } else { anchor.len() };
         let mut scores: Vec<Option<f32>> = Vec::new();
         let mut stopped = false;
         while !stopped && tokens.len() < self.cfg.max_new_tokens {
@@ -271,7 +277,7 @@ impl<'a> RagLoop<'a> {
         out.text = text;
         out.tokens = tokens;
         out.scores = scores;
-        out.forward_tokens = s.forward_tokens() - forward0;
+        out.forward_tokens = s.forward_tokens() - forward0 - setup;
         Ok(out)
     }
 }
