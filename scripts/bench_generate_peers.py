@@ -53,12 +53,28 @@ def hf(gguf, prompts, b, new, internals):
 def llamacpp(gguf, prompts, new):
     from llama_cpp import Llama
 
+    import numpy as np
+    from llama_cpp import LogitsProcessorList
+
     llm = Llama(model_path=gguf, n_ctx=2048, n_threads=len(os.sched_getaffinity(0)), verbose=False, logits_all=False)
+    # exactly `new` tokens, as the other engines: end-of-sequence and end-of-turn tokens are masked
+    stops = {llm.token_eos()}
+    for t in (b"<|im_end|>", b"<|endoftext|>"):
+        ids = llm.tokenize(t, add_bos=False, special=True)
+        if len(ids) == 1:
+            stops.add(ids[0])
+    stops = sorted(stops)
+
+    def no_stop(_ids, scores):
+        scores[stops] = -np.inf
+        return scores
+
+    keep_going = LogitsProcessorList([no_stop])
     llm("warm up", max_tokens=4, temperature=0.0)
     generated = 0
     t0 = time.perf_counter()
     for p in prompts:
-        out = llm(p, max_tokens=new, temperature=0.0, top_k=1)
+        out = llm(p, max_tokens=new, temperature=0.0, top_k=1, logits_processor=keep_going)
         generated += out["usage"]["completion_tokens"]
     return generated, time.perf_counter() - t0
 
