@@ -1,7 +1,7 @@
 //! Property tests for every reader of on-disk input: GGUF and safetensors models, tokenizer.json, corpora (DPR
 //! TSV, JSON lines, WikiExtractor dumps, bzip2-compressed or not), every QA dataset layout, method configs and
 //! `--set` overrides, the hallucination label store (manifest and Parquet shards), detector checkpoints, eval run
-//! directories, the Auto-RAG dialogue store, SFT tensor files and BM25 index manifests.
+//! directories, the Auto-RAG dialogue store, SFT tensor files, GloVe `.npy` vectors and BM25 index manifests.
 //!
 //! Each reader gets a small valid file (or directory) and mutated copies of it: bit flips, bytes set to
 //! arbitrary or boundary values (0, 2^31, 2^32 - 1, 2^64 - 1 written over 1 to 8 bytes, as length fields are
