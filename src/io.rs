@@ -160,6 +160,21 @@ impl<T> JsonLines<T> {
     }
 }
 
+/// Runs `read`, a third-party decoder of the file `path`, and turns a panic in it into an error naming the file
+/// (`what` says what the file should be). The Parquet and Arrow readers panic on some damaged metadata instead of
+/// returning an error, and candle's GGUF reader on a zero `general.alignment`; a damaged file must be an error
+/// like any other. (The panic message is still printed by the panic hook.)
+pub fn catch_decoder_panic<T>(path: &Path, what: &str, read: impl FnOnce() -> Result<T>) -> Result<T> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(read)).unwrap_or_else(|p| {
+        let msg = p
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_else(|| "the decoder failed".into());
+        bail!("{}: not a readable {what} ({msg})", path.display())
+    })
+}
+
 /// Reads a JSON-lines file of `T` (`what` names a line's record in errors). A bad line is an error naming
 /// `file:line`, except a torn last line, which is reported in [`JsonLines::torn`].
 pub fn read_jsonl<T: DeserializeOwned>(path: &Path, what: &str) -> Result<JsonLines<T>> {

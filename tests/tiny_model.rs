@@ -1,8 +1,11 @@
 //! A tiny random Llama/Qwen2 written as a Hugging Face folder: loading it back, KV-cache rewinds and chunked
 //! feeding must give the same numbers as decoding from scratch.
 
+mod common;
+
 use std::collections::HashMap;
 
+use common::write_tiny_gguf;
 use ragtime::device::DeviceKind;
 use ragtime::model::safetensors::write_safetensors;
 use ragtime::model::{random_weights, Arch, Lm, MemoryWeights, ModelConfig, Tokenizer};
@@ -94,92 +97,6 @@ fn bad_model_files_get_clear_errors() {
     std::fs::write(&g, &bytes[..bytes.len() / 2]).unwrap();
     let err = format!("{:#}", Lm::load(&g, DeviceKind::Cpu, None).err().unwrap());
     assert!(err.contains("cut.gguf") && err.contains("truncated") && err.contains("tensor"), "{err}");
-}
-
-/// Writes a tiny random model as a GGUF file the way llama.cpp lays it out (GGUF names, Q/K rows permuted for
-/// `llama`), linear weights in quantized block formats, and returns the path.
-fn write_tiny_gguf(arch: Arch, dir: &std::path::Path) -> std::path::PathBuf {
-    use candle_core::quantized::{gguf_file, GgmlDType, QTensor};
-    use candle_core::{Device, Tensor};
-    let cfg = ModelConfig::tiny(arch, 49152);
-    let w: HashMap<String, ragtime::model::weights::HostTensor> = random_weights(&cfg, 11).into_iter().collect();
-    let a = if arch == Arch::Llama { "llama" } else { "qwen2" };
-    let meta: Vec<(String, gguf_file::Value)> = vec![
-        ("general.architecture".into(), gguf_file::Value::String(a.into())),
-        (format!("{a}.embedding_length"), gguf_file::Value::U32(cfg.hidden_size as u32)),
-        (format!("{a}.feed_forward_length"), gguf_file::Value::U32(cfg.intermediate_size as u32)),
-        (format!("{a}.block_count"), gguf_file::Value::U32(cfg.num_layers as u32)),
-        (format!("{a}.attention.head_count"), gguf_file::Value::U32(cfg.num_heads as u32)),
-        (format!("{a}.attention.head_count_kv"), gguf_file::Value::U32(cfg.num_kv_heads as u32)),
-        (format!("{a}.context_length"), gguf_file::Value::U32(2048)),
-        (format!("{a}.rope.freq_base"), gguf_file::Value::F32(cfg.rope_theta)),
-        (format!("{a}.attention.layer_norm_rms_epsilon"), gguf_file::Value::F32(cfg.rms_norm_eps)),
-    ];
-    // llama.cpp's permutation for `llama` Q/K: original row (h, j, i) is stored at (h, i, j)
-    let permute = |t: &ragtime::model::weights::HostTensor, n_head: usize| -> Vec<f32> {
-        let (rows, cols) = (t.shape[0], t.shape[1]);
-        let (hd, half) = (rows / n_head, rows / n_head / 2);
-        let mut out = vec![0f32; rows * cols];
-        for h in 0..n_head {
-            for i in 0..half {
-                for j in 0..2 {
-                    let (stored, orig) = (h * hd + i * 2 + j, h * hd + j * half + i);
-                    out[stored * cols..(stored + 1) * cols].copy_from_slice(&t.data[orig * cols..(orig + 1) * cols]);
-                }
-            }
-        }
-        out
-    };
-    let mut tensors: Vec<(String, QTensor)> = Vec::new();
-    let mut put = |name: String, data: Vec<f32>, shape: &[usize], dtype: GgmlDType| {
-        let t = Tensor::from_vec(data, shape, &Device::Cpu).unwrap();
-        tensors.push((name, QTensor::quantize(&t, dtype).unwrap()));
-    };
-    let e = &w["model.embed_tokens.weight"];
-    put("token_embd.weight".into(), e.data.clone(), &e.shape, GgmlDType::Q8_0);
-    put("output_norm.weight".into(), w["model.norm.weight"].data.clone(), &[cfg.hidden_size], GgmlDType::F32);
-    for l in 0..cfg.num_layers {
-        let p = format!("model.layers.{l}");
-        for (hf, gg, dtype) in [
-            ("self_attn.q_proj", "attn_q", GgmlDType::Q4_1),
-            ("self_attn.k_proj", "attn_k", GgmlDType::Q4_0),
-            ("self_attn.v_proj", "attn_v", GgmlDType::Q8_0),
-            ("self_attn.o_proj", "attn_output", GgmlDType::Q5_0),
-            ("mlp.gate_proj", "ffn_gate", GgmlDType::Q4_1),
-            ("mlp.up_proj", "ffn_up", GgmlDType::Q5_1),
-            ("mlp.down_proj", "ffn_down", GgmlDType::Q8_0),
-        ] {
-            let t = &w[&format!("{p}.{hf}.weight")];
-            let heads = match gg {
-                "attn_q" => cfg.num_heads,
-                "attn_k" => cfg.num_kv_heads,
-                _ => 0,
-            };
-            let data = if arch == Arch::Llama && heads > 0 { permute(t, heads) } else { t.data.clone() };
-            put(format!("blk.{l}.{gg}.weight"), data, &t.shape, dtype);
-            if let Some(b) = w.get(&format!("{p}.{hf}.bias")) {
-                put(format!("blk.{l}.{gg}.bias"), b.data.clone(), &b.shape, GgmlDType::F32);
-            }
-        }
-        put(
-            format!("blk.{l}.attn_norm.weight"),
-            w[&format!("{p}.input_layernorm.weight")].data.clone(),
-            &[cfg.hidden_size],
-            GgmlDType::F32,
-        );
-        put(
-            format!("blk.{l}.ffn_norm.weight"),
-            w[&format!("{p}.post_attention_layernorm.weight")].data.clone(),
-            &[cfg.hidden_size],
-            GgmlDType::F32,
-        );
-    }
-    let path = dir.join(format!("tiny-{a}.gguf"));
-    let mut f = std::fs::File::create(&path).unwrap();
-    let meta_refs: Vec<(&str, &gguf_file::Value)> = meta.iter().map(|(k, v)| (k.as_str(), v)).collect();
-    let tensor_refs: Vec<(&str, &QTensor)> = tensors.iter().map(|(k, v)| (k.as_str(), v)).collect();
-    gguf_file::write(&mut f, &meta_refs, &tensor_refs).unwrap();
-    path
 }
 
 /// A quantized GGUF decodes on integer copies of its blocks; the result must equal decoding on the de-quantized f32 weights

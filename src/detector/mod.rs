@@ -84,7 +84,11 @@ pub struct Detector {
 impl Detector {
     /// Assembles a detector; checks that the shapes fit together.
     pub fn new(info: DetectorInfo, weights: MlpWeights, norm: Option<Norm>) -> Result<Self> {
-        let input: usize = info.columns.iter().map(|c| c.1).sum();
+        let input = info
+            .columns
+            .iter()
+            .try_fold(0usize, |n, c| n.checked_add(c.1))
+            .context("feature widths overflow when summed")?;
         ensure!(input == info.mlp.input, "feature widths sum to {input} but the network takes {}", info.mlp.input);
         let widths = info.mlp.widths();
         ensure!(

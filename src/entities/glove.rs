@@ -69,7 +69,8 @@ pub fn read_npy(bytes: &[u8], name: &Path) -> Result<Npy> {
     }
     let (rows, cols) = (dims[0], dims[1]);
     let body = &bytes[hstart + hlen..];
-    if body.len() != rows * cols * 4 {
+    // The shape comes from the file: a product that overflows is as wrong as one that does not match.
+    if rows.checked_mul(cols).and_then(|n| n.checked_mul(4)) != Some(body.len()) {
         return Err(err(&format!("{} data bytes for shape ({rows}, {cols})", body.len())));
     }
     let raw: Vec<f32> = body.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
@@ -90,6 +91,10 @@ pub fn read_npy(bytes: &[u8], name: &Path) -> Result<Npy> {
 
 /// The first string column of a parquet file, in row order.
 pub fn read_word_index(path: &Path) -> Result<Vec<String>> {
+    crate::io::catch_decoder_panic(path, "parquet file", || read_word_index_inner(path))
+}
+
+fn read_word_index_inner(path: &Path) -> Result<Vec<String>> {
     let file = File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
     let reader = ParquetRecordBatchReaderBuilder::try_new(file)
         .with_context(|| format!("{}: not a parquet file", path.display()))?

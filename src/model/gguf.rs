@@ -40,13 +40,29 @@ impl GgufFile {
         let file = File::open(path).with_context(|| format!("{}: cannot open model file", path.display()))?;
         let file_len = file.metadata()?.len();
         let mut reader = BufReader::new(file);
-        let content = Content::read(&mut reader)
-            .map_err(|e| anyhow::anyhow!("{}: not a readable GGUF file ({e})", path.display()))?;
-        // A truncated download keeps a valid header: check every tensor fits before trusting the file.
+        // candle's reader divides by `general.alignment` unchecked: a 0 there is a panic, caught as an error.
+        let content = crate::io::catch_decoder_panic(path, "GGUF file", || {
+            Content::read(&mut reader)
+                .map_err(|e| anyhow::anyhow!("{}: not a readable GGUF file ({e})", path.display()))
+        })?;
+        // A truncated download keeps a valid header: check every tensor fits before trusting the file. The sizes
+        // come from the file, so the arithmetic is checked.
         for (name, info) in &content.tensor_infos {
-            let elems = info.shape.elem_count();
-            let bytes = elems / info.ggml_dtype.block_size() * info.ggml_dtype.type_size();
-            let end = content.tensor_data_offset + info.offset + bytes as u64;
+            let dims = info.shape.dims();
+            let elems = dims.iter().try_fold(1u64, |n, &d| n.checked_mul(d as u64));
+            let (block, size) = (info.ggml_dtype.block_size() as u64, info.ggml_dtype.type_size() as u64);
+            let end = elems
+                .filter(|e| e % block == 0)
+                .and_then(|e| (e / block).checked_mul(size))
+                .and_then(|bytes| content.tensor_data_offset.checked_add(info.offset)?.checked_add(bytes));
+            let Some(end) = end else {
+                bail!(
+                    "{}: tensor '{name}' has an impossible shape {dims:?} or offset {} for {:?}",
+                    path.display(),
+                    info.offset,
+                    info.ggml_dtype
+                );
+            };
             if end > file_len {
                 bail!(
                     "{}: file is truncated: tensor '{name}' needs bytes up to {end} but the file has {file_len}",
@@ -82,8 +98,12 @@ impl GgufFile {
             _ => content
                 .tensor_infos
                 .get("token_embd.weight")
-                .map(|i| i.shape.dims()[0])
-                .with_context(|| format!("{}: no token_embd.weight", path.display()))?,
+                .with_context(|| format!("{}: no token_embd.weight", path.display()))?
+                .shape
+                .dims()
+                .first()
+                .copied()
+                .with_context(|| format!("{}: token_embd.weight has no dimensions", path.display()))?,
         };
         let eos = meta_u64(&content, "tokenizer.ggml.eos_token_id").map(|x| x as u32);
         let mut eos_token_ids: Vec<u32> = eos.into_iter().collect();
@@ -242,12 +262,22 @@ impl WeightSource for GgufFile {
         let Some(name) = gguf_name(hf_name) else { return Ok(None) };
         let Some(t) = self.read_raw(&name)? else { return Ok(None) };
         if self.arch == Arch::Llama {
-            if hf_name.ends_with("q_proj.weight") || hf_name.ends_with("q_proj.bias") {
-                return Ok(Some(unpermute_rows(&t, self.config.num_heads)));
+            let heads = if hf_name.ends_with("q_proj.weight") || hf_name.ends_with("q_proj.bias") {
+                self.config.num_heads
+            } else if hf_name.ends_with("k_proj.weight") || hf_name.ends_with("k_proj.bias") {
+                self.config.num_kv_heads
+            } else {
+                return Ok(Some(t));
+            };
+            // The permutation moves whole rows within each head's pairs of halves.
+            if !t.shape.first().is_some_and(|&rows| heads > 0 && rows.is_multiple_of(2 * heads)) {
+                bail!(
+                    "{}: tensor '{name}' has shape {:?}: its rows do not split into {heads} heads of even size",
+                    self.path.display(),
+                    t.shape
+                );
             }
-            if hf_name.ends_with("k_proj.weight") || hf_name.ends_with("k_proj.bias") {
-                return Ok(Some(unpermute_rows(&t, self.config.num_kv_heads)));
-            }
+            return Ok(Some(unpermute_rows(&t, heads)));
         }
         Ok(Some(t))
     }

@@ -66,6 +66,10 @@ pub fn write_parquet(path: &Path, dialogues: &[Dialogue]) -> Result<()> {
 
 /// Reads dialogues.parquet back.
 pub fn read_parquet(path: &Path) -> Result<Vec<Dialogue>> {
+    crate::io::catch_decoder_panic(path, "parquet file", || read_parquet_inner(path))
+}
+
+fn read_parquet_inner(path: &Path) -> Result<Vec<Dialogue>> {
     use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
     let f = File::open(path).with_context(|| format!("{}: cannot open", path.display()))?;
     let reader = ParquetRecordBatchReaderBuilder::try_new(f)

@@ -16,6 +16,10 @@ use super::schema::{column, f32_col, list_col, str_col};
 use super::{HalluExample, FEATURE_COLUMNS};
 
 fn read_shard(path: &Path, columns: Option<&[&str]>) -> Result<Vec<RecordBatch>> {
+    crate::io::catch_decoder_panic(path, "parquet shard", || read_shard_inner(path, columns))
+}
+
+fn read_shard_inner(path: &Path, columns: Option<&[&str]>) -> Result<Vec<RecordBatch>> {
     let f = fs::File::open(path).with_context(|| format!("{}: cannot open shard", path.display()))?;
     let mut builder = ParquetRecordBatchReaderBuilder::try_new(f)
         .with_context(|| format!("{}: not a readable parquet file", path.display()))?;
@@ -36,7 +40,8 @@ fn read_shard(path: &Path, columns: Option<&[&str]>) -> Result<Vec<RecordBatch>>
 pub fn read_all(dir: impl AsRef<Path>) -> Result<Vec<HalluExample>> {
     let dir = dir.as_ref();
     let m = load_manifest(dir)?;
-    let mut out = Vec::with_capacity(m.examples);
+    // Not reserved from the manifest's counts: a damaged manifest must not size an allocation.
+    let mut out = Vec::new();
     for shard in &m.shards {
         let path = dir.join(&shard.file);
         for b in read_shard(&path, None)? {
@@ -150,7 +155,9 @@ pub fn read_features(dir: impl AsRef<Path>, features: &[&str]) -> Result<Feature
         ensure!(!columns.iter().any(|(n, _): &(String, usize)| n == name), "feature {name:?} asked twice");
         columns.push((name.to_string(), if is_vec { m.hidden } else { 1 }));
     }
-    let dim = columns.iter().map(|c| c.1).sum();
+    let dim = columns.iter().try_fold(0usize, |d, c| d.checked_add(c.1)).with_context(|| {
+        format!("{}: hidden size {} is impossibly large", dir.join(super::MANIFEST).display(), m.hidden)
+    })?;
     let mut owned: Vec<String> = vec!["article_id".into(), "label".into()];
     owned.extend(columns.iter().map(|c| c.0.clone()));
     let cols: Vec<&str> = owned.iter().map(|s| s.as_str()).collect();
@@ -159,9 +166,11 @@ pub fn read_features(dir: impl AsRef<Path>, features: &[&str]) -> Result<Feature
         hidden: m.hidden,
         columns,
         dim,
-        article_ids: Vec::with_capacity(m.examples),
-        labels: Vec::with_capacity(m.examples),
-        x: Vec::with_capacity(m.examples * dim),
+        // Grown from the rows actually read, not reserved from the manifest's counts (which a damaged manifest
+        // can make arbitrarily large).
+        article_ids: Vec::new(),
+        labels: Vec::new(),
+        x: Vec::new(),
     };
     for shard in &m.shards {
         let path = dir.join(&shard.file);
@@ -189,6 +198,8 @@ pub fn read_features(dir: impl AsRef<Path>, features: &[&str]) -> Result<Feature
                     parts.push(l);
                 }
             }
+            // Every part's rows were checked against the widths, so this is the size of data already read.
+            t.x.reserve(n * dim);
             for i in 0..n {
                 for p in &parts {
                     t.x.extend_from_slice(&p[i]);
