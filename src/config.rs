@@ -25,8 +25,9 @@ pub struct MethodConfig {
     pub root: Value,
 }
 
-/// Tables a token-level controller's config holds (`configs/rind.toml`, ...): read by `ragtime eval`.
-pub const TOKEN_LEVEL_TABLES: &[&str] = &["trigger", "query", "retrieval", "generation"];
+/// Tables a token-level controller's config holds (`configs/rind.toml`, ...): read by `ragtime eval`; `[sweep]`
+/// (the threshold grid) by `ragtime sweep`.
+pub const TOKEN_LEVEL_TABLES: &[&str] = &["trigger", "query", "retrieval", "generation", "sweep"];
 /// Tables of Auto-RAG's config (`configs/autorag.toml`): `eval --trigger autorag` and `synth autorag`.
 pub const AUTORAG_TABLES: &[&str] = &["trigger", "autorag", "synth"];
 /// Tables of the fine-tuning config (`configs/autorag-train.toml`).
@@ -38,6 +39,9 @@ pub const TRAIN_TABLES: &[&str] = &["train", "lora"];
 pub struct RetrievalTable {
     /// Passages per retrieval.
     pub top_k: Option<usize>,
+    /// Where passages come from: `index` (the default: `--index`, else the dataset's) or `gold` (the question's
+    /// own supporting paragraphs: the oracle context, `configs/oracle.toml`).
+    pub source: Option<String>,
 }
 
 /// `[generation]` of a token-level controller's config.

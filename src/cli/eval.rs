@@ -70,6 +70,16 @@ pub struct Args {
     /// since the previous record, which keeps seconds per question equal to wall time over questions.
     #[arg(long, default_value_t = 1, value_parser = super::ranges::int::<1, 256>)]
     pub batch: usize,
+    /// Run the controller at this calibrated retrieval budget (retrievals per question): its threshold is the
+    /// one `ragtime sweep --pick` found nearest that budget on the dataset's validation questions, read from
+    /// `--calibrated`. Default: the file's `default_budget` when it has a point for this controller and dataset,
+    /// else the config's own value; `none` always takes the config's value. A `--set` of the same key wins.
+    /// Controllers without a threshold (none, single, fixed-sentence, oracle) ignore it.
+    #[arg(long, value_parser = parse_budget)]
+    pub budget: Option<Budget>,
+    /// Calibrated operating points (default: configs/calibrated/<model file name>.toml).
+    #[arg(long)]
+    pub calibrated: Option<PathBuf>,
     /// Row name in `ragtime report` (default: the trigger name).
     #[arg(long)]
     pub label: Option<String>,
@@ -125,6 +135,176 @@ fn select<T>(examples: Vec<T>, skip: usize, limit: Option<usize>) -> Vec<T> {
     examples.into_iter().skip(skip).take(limit.unwrap_or(usize::MAX)).collect()
 }
 
+/// `--budget`: a number of retrievals per question, or `none`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Budget {
+    None,
+    At(f64),
+}
+
+fn parse_budget(s: &str) -> std::result::Result<Budget, String> {
+    if s == "none" {
+        return Ok(Budget::None);
+    }
+    match s.parse::<f64>() {
+        Ok(b) if b.is_finite() && (0.0..=1000.0).contains(&b) => Ok(Budget::At(b)),
+        _ => Err(format!("'{s}': expected a number of retrievals per question in [0, 1000], or 'none'")),
+    }
+}
+
+/// A token-level controller ready to run: its merged config and the settings the loop takes from it.
+pub(crate) struct Method {
+    pub name: String,
+    pub config_path: PathBuf,
+    pub mc: MethodConfig,
+    pub top_k: usize,
+    pub max_new: usize,
+    /// `[retrieval] source = "gold"`: the question's own supporting paragraphs are handed over (oracle context).
+    pub gold: bool,
+}
+
+impl Method {
+    /// Reads the method's config (`--config`, else configs/NAME.toml) for `dataset` with `overrides`, and
+    /// checks that its trigger and query former build.
+    pub fn load(
+        name: &str,
+        config: Option<&std::path::Path>,
+        dataset: &DatasetSpec,
+        overrides: &[String],
+        detector: Option<&std::path::Path>,
+        top_k: Option<usize>,
+        max_new: Option<usize>,
+    ) -> Result<Method> {
+        let config_path = config.map(|p| p.to_path_buf()).unwrap_or_else(|| config::default_path(name));
+        let mut mc = MethodConfig::load(&config_path, Some(&dataset.name), overrides, config::TOKEN_LEVEL_TABLES)?;
+        if let Some(d) = detector {
+            mc.table_mut("trigger")?.insert("detector".into(), toml::Value::String(d.display().to_string()));
+        }
+        let retrieval: RetrievalTable = mc.section("retrieval")?;
+        let gold = match retrieval.source.as_deref() {
+            None | Some("index") => false,
+            Some("gold") => true,
+            Some(o) => {
+                anyhow::bail!("{}: [retrieval] source = '{o}': expected 'index' or 'gold'", config_path.display())
+            }
+        };
+        let top_k = top_k.or(retrieval.top_k).unwrap_or(3);
+        let max_new =
+            max_new.or(mc.section::<GenerationTable>("generation")?.max_new_tokens).unwrap_or(dataset.max_new_tokens);
+        let m = Method { name: name.to_string(), config_path, mc, top_k, max_new, gold };
+        m.trigger()?;
+        m.query()?;
+        Ok(m)
+    }
+
+    pub fn trigger(&self) -> Result<Box<dyn ragtime::trigger::Trigger>> {
+        ragtime::trigger::build_section(&self.mc.root).with_context(|| format!("{}", self.config_path.display()))
+    }
+
+    pub fn query(&self) -> Result<Box<dyn ragtime::query::QueryFormer>> {
+        ragtime::query::build_section(&self.mc.root).with_context(|| format!("{}", self.config_path.display()))
+    }
+
+    /// The `[sweep]` table: the setting a sweep varies and its grid.
+    pub fn sweep(&self) -> Result<ragtime::eval::sweep::SweepTable> {
+        self.mc.section("sweep")
+    }
+
+    /// The passages this method reads: none for `none`, the question's gold paragraphs for an oracle, else the
+    /// index (`--index`, else the dataset's).
+    pub fn retriever(
+        &self,
+        index: Option<&std::path::Path>,
+        retr: &RetrieverArgs,
+        dataset: &DatasetSpec,
+        examples: &[Example],
+    ) -> Result<(Option<Box<dyn Retriever>>, String)> {
+        let trigger = self.trigger()?;
+        if trigger.name() == "none" {
+            return Ok((None, String::new()));
+        }
+        if self.gold {
+            return Ok((Some(Box::new(ragtime::retrieval::gold::GoldRetriever::new(examples))), "gold".into()));
+        }
+        match index.map(|p| p.to_path_buf()).or_else(|| dataset.index.clone()) {
+            Some(dir) => Ok((Some(retr.open(&dir)?), dir.display().to_string())),
+            None => anyhow::bail!(
+                "--trigger {} retrieves: give --index DIR (dataset '{}' names no default index)",
+                self.name,
+                dataset.name
+            ),
+        }
+    }
+
+    /// The loop settings for this method on `dataset`.
+    pub fn loop_config(&self, dataset: &DatasetSpec, max_retrievals: usize, recompute_internals: bool) -> LoopConfig {
+        LoopConfig {
+            top_k: self.top_k,
+            max_retrievals,
+            max_new_tokens: self.max_new,
+            answer_pattern: dataset.answer_pattern.clone(),
+            recompute_internals,
+            ..LoopConfig::default()
+        }
+    }
+}
+
+/// The calibrated point `eval` applies for `trigger` on `dataset` (see `--budget`), with the file it came from;
+/// `None` when the config's own value is used.
+fn calibrated_point(
+    args: &Args,
+    dataset: &str,
+    method: &Method,
+) -> Result<Option<(ragtime::eval::sweep::CalibratedPoint, PathBuf)>> {
+    use ragtime::eval::sweep::{calibrated_path, Calibrated};
+    if args.budget == Some(Budget::None) {
+        return Ok(None);
+    }
+    let sweep = method.sweep()?;
+    let Some(key) = sweep.key else {
+        if let Some(Budget::At(b)) = args.budget {
+            eprintln!(
+                "note: --budget {b}: --trigger {} has no threshold to calibrate; run as configured",
+                args.trigger
+            );
+        }
+        return Ok(None);
+    };
+    if args.overrides.iter().any(|o| o.split_once('=').is_some_and(|(k, _)| k.trim() == key)) {
+        if args.budget.is_some() {
+            anyhow::bail!("--budget and --set {key}=... both set {key}; give one");
+        }
+        return Ok(None);
+    }
+    let model = args.model.model.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    let path = args.calibrated.clone().unwrap_or_else(|| calibrated_path(&model));
+    let file = Calibrated::load(&path).with_context(|| "--calibrated")?;
+    let want = match (args.budget, &file) {
+        (Some(Budget::At(b)), _) => b,
+        (_, Some(f)) => f.default_budget,
+        (_, None) => return Ok(None),
+    };
+    let point = file.as_ref().and_then(|f| f.lookup(&args.trigger, dataset, want));
+    match point {
+        Some(p) => Ok(Some((p.clone(), path))),
+        None if args.budget.is_some() => {
+            let have = file.as_ref().map(|f| f.budgets(&args.trigger, dataset)).unwrap_or_default();
+            anyhow::bail!(
+                "--budget {want}: {} has no point for --trigger {} on {dataset}{}; make one with `ragtime sweep                  --dataset {dataset} --split valid --triggers {} --pick`",
+                path.display(),
+                args.trigger,
+                if have.is_empty() {
+                    String::new()
+                } else {
+                    format!(" at that budget (calibrated: {})", have.iter().map(f64::to_string).collect::<Vec<_>>().join(", "))
+                },
+                args.trigger
+            )
+        }
+        None => Ok(None),
+    }
+}
+
 pub fn run(args: Args) -> Result<()> {
     if args.trigger == "autorag" {
         return run_autorag(args);
@@ -133,52 +313,89 @@ pub fn run(args: Args) -> Result<()> {
     let spec = DatasetSpec::load(&args.dataset)?;
     let examples = select(spec.load_split(args.split.as_deref())?, args.skip, args.limit);
     let prompt = spec.prompt_builder()?;
-    let config_path = args.config.clone().unwrap_or_else(|| config::default_path(&args.trigger));
-    let mut mc = MethodConfig::load(&config_path, Some(&spec.name), &args.overrides, config::TOKEN_LEVEL_TABLES)?;
-    if let Some(d) = &args.detector {
-        mc.table_mut("trigger")?.insert("detector".into(), toml::Value::String(d.display().to_string()));
-    }
-    let root = &mc.root;
-    let build_trigger = || ragtime::trigger::build_section(root).with_context(|| format!("{}", config_path.display()));
-    let mut trigger = build_trigger()?;
-    let qf = ragtime::query::build_section(root).with_context(|| format!("{}", config_path.display()))?;
-    let top_k = args.top_k.or(mc.section::<RetrievalTable>("retrieval")?.top_k).unwrap_or(3);
-    let max_new = args
-        .max_new_tokens
-        .or(mc.section::<GenerationTable>("generation")?.max_new_tokens)
-        .unwrap_or(spec.max_new_tokens);
-    let index = args.index.clone().or_else(|| spec.index.clone());
-    let retriever: Option<Box<dyn Retriever>> = match (&index, trigger.name()) {
-        (_, "none") => None,
-        (Some(dir), _) => Some(args.retr.open(dir)?),
-        (None, name) => anyhow::bail!(
-            "--trigger {name} retrieves: give --index DIR (dataset '{}' names no default index)",
-            spec.name
-        ),
+    let plain = Method::load(
+        &args.trigger,
+        args.config.as_deref(),
+        &spec,
+        &args.overrides,
+        args.detector.as_deref(),
+        args.top_k,
+        args.max_new_tokens,
+    )?;
+    let calibrated = calibrated_point(&args, &spec.name, &plain)?;
+    let method = match &calibrated {
+        None => plain,
+        Some((p, path)) => {
+            eprintln!(
+                "{}: {} (budget {} retrievals/question: {:.2} measured on {} {}, {} questions); --budget none for                  the config's value",
+                path.display(),
+                p.override_spec(),
+                p.budget,
+                p.retrievals_per_question,
+                p.dataset,
+                p.split,
+                p.questions
+            );
+            let mut overrides = vec![p.override_spec()];
+            overrides.extend(args.overrides.iter().cloned());
+            Method::load(
+                &args.trigger,
+                args.config.as_deref(),
+                &spec,
+                &overrides,
+                args.detector.as_deref(),
+                args.top_k,
+                args.max_new_tokens,
+            )?
+        }
     };
+    let (retriever, index) = method.retriever(args.index.as_deref(), &args.retr, &spec, &examples)?;
     claim_out(&args, &spec.name)?;
     let lm = args.model.load()?;
-    trigger.check_model(&lm.name, lm.config.hidden_size).with_context(|| format!("--trigger {}", args.trigger))?;
-    let cfg = LoopConfig {
-        top_k,
-        max_retrievals: args.max_retrievals,
-        max_new_tokens: max_new,
-        answer_pattern: spec.answer_pattern.clone(),
-        recompute_internals: args.recompute_internals,
-        ..LoopConfig::default()
-    };
-    let (out_dir, mut run_config) =
-        run_header(&args, &spec.name, index.map(|p| p.display().to_string()).unwrap_or_default());
+    method
+        .trigger()?
+        .check_model(&lm.name, lm.config.hidden_size)
+        .with_context(|| format!("--trigger {}", args.trigger))?;
+    let cfg = method.loop_config(&spec, args.max_retrievals, args.recompute_internals);
+    let (out_dir, mut run_config) = run_header(&args, &spec.name, index);
+    if let Some((p, path)) = &calibrated {
+        run_config.insert("budget".into(), toml::Value::Float(p.budget));
+        let mut c = toml::map::Map::new();
+        c.insert("file".into(), toml::Value::String(path.display().to_string()));
+        c.insert("key".into(), toml::Value::String(p.key.clone()));
+        c.insert("value".into(), p.value.clone());
+        run_config.insert("calibrated".into(), toml::Value::Table(c));
+    }
     run_config.insert("loop".into(), toml::Value::try_from(&cfg)?);
-    run_config.insert("method_config".into(), root.clone());
+    run_config.insert("method_config".into(), method.mc.root.clone());
     let mut writer = RunWriter::create(&out_dir, &toml::Value::Table(run_config))?;
     let mut progress = Progress::new(examples.len(), writer.len());
-    let rag = RagLoop { lm: &lm, prompt: &prompt, retriever: retriever.as_deref(), cfg };
+    answer_all(&lm, &prompt, retriever.as_deref(), &method, cfg, &examples, &mut writer, &mut progress, args.batch)?;
+    let summary = writer.finish()?;
+    println!("{}", ragtime::eval::report::markdown_table(&[summary]));
+    Ok(())
+}
 
-    // transform + write, one record per question as it finishes (flushed per line, so a kill loses at most the
-    // questions in flight)
+/// Answers the questions of `examples` not yet in `writer` with `method`, one record per question as it
+/// finishes (flushed per line, so a kill loses at most the questions in flight); `batch` lanes at once.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn answer_all(
+    lm: &ragtime::model::Lm,
+    prompt: &ragtime::prompt::PromptBuilder,
+    retriever: Option<&dyn Retriever>,
+    method: &Method,
+    cfg: LoopConfig,
+    examples: &[Example],
+    writer: &mut RunWriter,
+    progress: &mut Progress,
+    batch_size: usize,
+) -> Result<()> {
+    let trigger = method.trigger()?;
+    let qf = method.query()?;
+    let rag = RagLoop { lm, prompt, retriever, cfg };
     let todo: Vec<&Example> = examples.iter().filter(|ex| !writer.is_done(&ex.id)).collect();
-    if args.batch <= 1 {
+    if batch_size <= 1 {
+        let mut trigger = trigger;
         let mut session = lm.session();
         for ex in todo {
             let t0 = std::time::Instant::now();
@@ -192,10 +409,10 @@ pub fn run(args: Args) -> Result<()> {
     } else {
         // one trigger per lane: triggers keep per-question state
         let mut triggers = vec![Cell::new(Some(trigger))];
-        for _ in 1..args.batch {
-            triggers.push(Cell::new(Some(build_trigger()?)));
+        for _ in 1..batch_size {
+            triggers.push(Cell::new(Some(method.trigger()?)));
         }
-        let batch = Batch::new(&lm, args.batch);
+        let batch = Batch::new(lm, batch_size);
         let mut queue = todo.into_iter();
         let mut last = std::time::Instant::now();
         let (rag, qf, triggers) = (&rag, qf.as_ref(), &triggers);
@@ -229,8 +446,6 @@ pub fn run(args: Args) -> Result<()> {
             batch.fed.get() as f64 / passes as f64
         );
     }
-    let summary = writer.finish()?;
-    println!("{}", ragtime::eval::report::markdown_table(&[summary]));
     Ok(())
 }
 

@@ -15,6 +15,7 @@ mod ranges;
 mod report;
 pub mod retriever_args;
 mod search;
+mod sweep;
 mod synth;
 mod synth_autorag;
 mod synth_hallucination;
@@ -36,8 +37,12 @@ pub enum Command {
     Generate(generate::Args),
     /// Print per-token internals (entropy, top-5 logits, last-layer attention, hidden states) as JSON lines.
     Inspect(inspect::Args),
-    /// Compare evaluation runs: Markdown table, optional HTML page with generations.
+    /// Compare evaluation runs: Markdown table; with --baseline, matched-budget tables with paired-bootstrap
+    /// intervals; optional HTML page with the plot and generations.
     Report(report::Args),
+    /// Run controllers over a grid of their thresholds on a validation split: one run per setting, sweep.jsonl,
+    /// pareto.svg; with --pick, the settings nearest each retrieval budget for `eval --budget`.
+    Sweep(sweep::Args),
     /// Entities found in a WikiExtractor dump (or, with --reference, P/R/F1 against spaCy's).
     Entities(entities::Args),
     /// Train a learned controller (`detector`: MIND's hallucination detector).
@@ -62,6 +67,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Generate(a) => generate::run(a),
         Command::Inspect(a) => inspect::run(a),
         Command::Report(args) => report::run(args),
+        Command::Sweep(a) => sweep::run(a),
         Command::Entities(a) => entities::run(a),
         Command::Train(args) => train::run(args),
         Command::Index(a) => index::run(a),

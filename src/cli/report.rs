@@ -1,16 +1,34 @@
-//! `ragtime report RUN_DIR... [--html out.html] [--questions N] [--ids a,b]`: the comparison table (Markdown, to
-//! stdout) of runs written by `ragtime eval`, and optionally an HTML page with the table and the generations.
+//! `ragtime report RUN_DIR... [--baseline NAME] [--html out.html] [--questions N] [--ids a,b]`: the comparison
+//! table (Markdown, to stdout) of runs written by `ragtime eval` or `ragtime sweep`; with `--baseline`, the
+//! matched-budget tables with paired-bootstrap intervals; optionally an HTML page with the tables, the
+//! quality-against-retrievals plot and the generations.
 
 use std::path::PathBuf;
 
 use anyhow::Result;
-use ragtime::eval::report::{load_runs, markdown_table, write_html, Selection};
+use ragtime::eval::compare;
+use ragtime::eval::pareto::Point;
+use ragtime::eval::plot::{group, pareto_svg, Series};
+use ragtime::eval::report::{load_runs, markdown_table, write_html, LoadedRun, Selection};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Run directories written by `ragtime eval` (e.g. runs/*); other paths are skipped with a warning.
+    /// Run directories written by `ragtime eval` (e.g. runs/*, or a sweep's DIR/runs/*); other paths are skipped
+    /// with a warning.
     #[arg(required = true)]
     pub runs: Vec<PathBuf>,
+    /// Compare every run with this one (a method, label or run directory name), per retrieval budget (the
+    /// `--budget` each run was made with; runs without one, such as none, single and oracle, appear beside every
+    /// budget): F1 (accuracy for yes/no datasets), retrievals/question, and the paired-bootstrap 95% interval of
+    /// the difference on the questions both answered.
+    #[arg(long)]
+    pub baseline: Option<String>,
+    /// Bootstrap resamples.
+    #[arg(long, default_value_t = compare::RESAMPLES, value_parser = super::ranges::int::<1, 1_000_000>)]
+    pub resamples: usize,
+    /// Bootstrap seed.
+    #[arg(long, default_value_t = compare::SEED)]
+    pub seed: u64,
     /// Also write a self-contained HTML page here.
     #[arg(long)]
     pub html: Option<PathBuf>,
@@ -22,14 +40,47 @@ pub struct Args {
     pub ids: Vec<String>,
 }
 
+/// Each controller's runs as points of the quality-against-retrievals plot.
+pub fn plot_series(runs: &[LoadedRun]) -> Vec<Series> {
+    group(runs.iter().map(|r| {
+        let s = &r.summary;
+        (s.controller.clone(), Point { cost: s.retrievals_per_question, value: s.accuracy.unwrap_or(s.f1) })
+    }))
+}
+
 pub fn run(args: Args) -> Result<()> {
     let runs = load_runs(&args.runs)?;
     let summaries: Vec<_> = runs.iter().map(|r| r.summary.clone()).collect();
     print!("{}", markdown_table(&summaries));
+    let tables = match &args.baseline {
+        Some(b) => {
+            let t = compare::budget_tables(&runs, b, args.resamples, args.seed)?;
+            print!("{}", compare::markdown(&t, args.resamples));
+            Some(t)
+        }
+        None => None,
+    };
     if let Some(path) = &args.html {
         let selection =
             if args.ids.is_empty() { Selection::First(args.questions) } else { Selection::Ids(args.ids.clone()) };
-        write_html(path, &runs, &selection)?;
+        let mut extra = String::new();
+        if runs.len() > 1 {
+            let mut datasets: Vec<&str> = runs.iter().map(|r| r.summary.dataset.as_str()).collect();
+            datasets.dedup();
+            let metric = if runs.iter().any(|r| r.summary.accuracy.is_some()) { "accuracy" } else { "F1" };
+            let svg = pareto_svg(
+                &format!("{metric} against retrievals: {}", datasets.join(", ")),
+                metric,
+                &plot_series(&runs),
+            )?;
+            extra.push_str("<figure>");
+            extra.push_str(&svg);
+            extra.push_str("</figure>\n");
+        }
+        if let Some(t) = &tables {
+            extra.push_str(&compare::html(t, args.resamples));
+        }
+        write_html(path, &runs, &selection, &extra)?;
         eprintln!("wrote {}", path.display());
     }
     Ok(())

@@ -31,9 +31,14 @@
 //! Modules: [`metrics`] (EM/F1/accuracy), [`run`] (run directory format, resume, summaries), [`report`]
 //! (Markdown table and HTML page). Dataset loaders live in [`crate::qa`], prompts in [`crate::prompt`].
 
+pub mod bootstrap;
+pub mod compare;
 pub mod metrics;
+pub mod pareto;
+pub mod plot;
 pub mod report;
 pub mod run;
+pub mod sweep;
 
 use std::collections::BTreeMap;
 use std::ops::Range;

@@ -202,8 +202,9 @@ fn generation_html(p: &PredictionRecord) -> String {
     s
 }
 
-/// The HTML page: the comparison table, a legend, and the selected questions with every run's generation.
-pub fn html_page(runs: &[LoadedRun], selection: &Selection) -> String {
+/// The HTML page: the comparison table, `extra` (HTML: the plot and the matched-budget tables, see
+/// `ragtime report`), a legend, and the selected questions with every run's generation.
+pub fn html_page(runs: &[LoadedRun], selection: &Selection, extra: &str) -> String {
     let mut s =
         String::from("<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>ragtime report</title><style>");
     s.push_str(CSS);
@@ -229,6 +230,7 @@ pub fn html_page(runs: &[LoadedRun], selection: &Selection) -> String {
         s.push_str("</tr>\n");
     }
     s.push_str("</table>\n");
+    s.push_str(extra);
     let _ = writeln!(
         s,
         "<p class=\"legend\">Token background: entropy, <span style=\"background:rgba(220,50,47,0.05)\">0</span>\
@@ -285,8 +287,8 @@ pub fn html_page(runs: &[LoadedRun], selection: &Selection) -> String {
 }
 
 /// Writes the HTML page to `path`.
-pub fn write_html(path: &Path, runs: &[LoadedRun], selection: &Selection) -> Result<()> {
-    std::fs::write(path, html_page(runs, selection))
+pub fn write_html(path: &Path, runs: &[LoadedRun], selection: &Selection, extra: &str) -> Result<()> {
+    std::fs::write(path, html_page(runs, selection, extra))
         .map_err(|e| anyhow::anyhow!("{}: cannot write: {e}", path.display()))
 }
 
@@ -336,6 +338,8 @@ mod tests {
             seconds_per_question: 0.5,
             truncated_tail: false,
             skipped: 0,
+            controller: "flare".into(),
+            budget: None,
         };
         let t = markdown_table(&[s]);
         assert!(!t.contains("accuracy"));
@@ -351,7 +355,7 @@ mod tests {
         let a = dir.path().join("run-a");
         fake_run(&a, "dragin").unwrap();
         let runs = load_runs(&[a]).unwrap();
-        let html = html_page(&runs, &Selection::First(1));
+        let html = html_page(&runs, &Selection::First(1), "");
         assert!(html.starts_with("<!DOCTYPE html>") && html.contains("<style>"));
         // q1 has two trace tokens; entropy 0.2 -> alpha 0.05, entropy 2.5 -> 0.625 (shown 0.62/0.63);
         // scores 0.1 and 1.9 relative to the max 1.9 -> underline alpha 0.05 and 1.00.
@@ -365,7 +369,7 @@ mod tests {
         assert!(html.contains("<span class=\"ok\">yes</span>") && html.contains("<span class=\"bad\">no</span>"));
         // Only the first question is shown.
         assert!(html.contains("question q1?") && !html.contains("question q2?"));
-        let by_id = html_page(&runs, &Selection::Ids(vec!["q3".into(), "zz".into()]));
+        let by_id = html_page(&runs, &Selection::Ids(vec!["q3".into(), "zz".into()]), "");
         assert!(by_id.contains("question q3?") && by_id.contains("not in any run"));
         assert!(by_id.contains("Thus not. So the answer is no."), "a run without a trace shows the raw output");
     }

@@ -166,6 +166,12 @@ pub struct Summary {
     /// `questions`).
     #[serde(default)]
     pub skipped: usize,
+    /// The controller (`method` in config.toml, whatever the label); the method when absent.
+    #[serde(default)]
+    pub controller: String,
+    /// The retrieval budget the run was calibrated for (`budget` in config.toml: `eval --budget`), if any.
+    #[serde(default)]
+    pub budget: Option<f64>,
 }
 
 /// Appends predictions to a run directory; see the module doc.
@@ -365,6 +371,9 @@ pub fn summarise(run_dir: &Path) -> Result<Summary> {
         .and_then(|c| c.get("label").and_then(|v| v.as_str()).map(str::to_string).or_else(|| config_name(c, "method")))
         .unwrap_or_else(|| run.clone());
     let dataset = cfg.as_ref().and_then(|c| config_name(c, "dataset")).unwrap_or_default();
+    let controller = cfg.as_ref().and_then(|c| config_name(c, "method")).unwrap_or_else(|| method.clone());
+    let budget =
+        cfg.as_ref().and_then(|c| c.get("budget")).and_then(|v| v.as_float().or(v.as_integer().map(|i| i as f64)));
     let n = records.len();
     let mean =
         |f: &dyn Fn(&PredictionRecord) -> f64| if n == 0 { 0.0 } else { records.iter().map(f).sum::<f64>() / n as f64 };
@@ -392,6 +401,8 @@ pub fn summarise(run_dir: &Path) -> Result<Summary> {
         seconds_per_question: mean(&|r| r.seconds),
         truncated_tail: truncated.is_some(),
         skipped: records.iter().filter(|r| r.skipped.is_some()).count(),
+        controller,
+        budget,
     })
 }
 

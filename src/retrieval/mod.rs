@@ -5,6 +5,7 @@
 pub mod bm25;
 pub mod dense;
 pub mod flat;
+pub mod gold;
 pub mod hnsw;
 pub mod hybrid;
 pub mod index;

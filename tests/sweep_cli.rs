@@ -1,0 +1,250 @@
+//! `ragtime sweep` end to end on a tiny random model, through the binary: one run per setting, sweep.jsonl and
+//! pareto.svg, `--pick` writing calibrated points, `eval` loading them (`--budget`, the default budget, `none`),
+//! `report --baseline` over the calibrated runs, and a resumed sweep doing no work twice.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use ragtime::eval::sweep::{read_records, Calibrated};
+use ragtime::model::Arch;
+
+fn ragtime(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_ragtime")).args(args).output().expect("runs the binary");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn ok(args: &[&str]) -> String {
+    let (success, stdout, stderr) = ragtime(args);
+    assert!(success, "ragtime {}\n{stderr}", args.join(" "));
+    stdout
+}
+
+struct Setup {
+    _dir: tempfile::TempDir,
+    root: PathBuf,
+    model: String,
+    tokenizer: String,
+    spec: String,
+    index: String,
+}
+
+fn setup() -> Option<Setup> {
+    let tokenizer = ragtime::testing::require("models/smollm2-135m-instruct/tokenizer.json")?;
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().to_path_buf();
+    let model = common::write_tiny_gguf(Arch::Llama, &root);
+    let qa: String = [
+        ("Which river flows through Rome?", "Tiber"),
+        ("Who painted the Sistine Chapel ceiling?", "Michelangelo"),
+        ("What is the capital of Italy?", "Rome"),
+        ("Which volcano destroyed Pompeii?", "Vesuvius"),
+        ("Which city has the Colosseum?", "Rome"),
+        ("What sea lies east of Italy?", "Adriatic"),
+    ]
+    .iter()
+    .map(|(q, a)| format!("{}\n", serde_json::json!({"question": q, "answer": [a]})))
+    .collect();
+    std::fs::write(root.join("qa.jsonl"), qa).unwrap();
+    let spec = root.join("tinyqa.toml");
+    std::fs::write(
+        &spec,
+        format!(
+            "name = \"tinyqa\"\nfile = \"{}\"\nlayout = \"nq-open\"\nmax_new_tokens = 40\n\n[splits]\nvalid = \"0..4\"\ntest = \"4..6\"\n",
+            root.join("qa.jsonl").display()
+        ),
+    )
+    .unwrap();
+    let corpus: String = [
+        "The Tiber flows through Rome.",
+        "Michelangelo painted the Sistine Chapel ceiling.",
+        "Rome is the capital of Italy.",
+        "Vesuvius destroyed Pompeii in 79 AD.",
+        "The Colosseum stands in Rome.",
+        "The Adriatic Sea lies east of Italy.",
+    ]
+    .iter()
+    .enumerate()
+    .map(|(i, t)| format!("{i}\t{t}\tdoc {i}\n"))
+    .collect();
+    std::fs::write(root.join("corpus.tsv"), format!("id\ttext\ttitle\n{corpus}")).unwrap();
+    let index = root.join("index");
+    ok(&["index", "--corpus", root.join("corpus.tsv").to_str().unwrap(), "--out", index.to_str().unwrap()]);
+    Some(Setup {
+        model: model.display().to_string(),
+        tokenizer: tokenizer.display().to_string(),
+        spec: spec.display().to_string(),
+        index: index.display().to_string(),
+        root,
+        _dir: dir,
+    })
+}
+
+fn model_args(s: &Setup) -> Vec<String> {
+    ["--model", &s.model, "--tokenizer", &s.tokenizer, "--dataset", &s.spec, "--index", &s.index]
+        .iter()
+        .map(|x| x.to_string())
+        .collect()
+}
+
+fn run_config(dir: &Path) -> toml::Value {
+    toml::from_str(&std::fs::read_to_string(dir.join("config.toml")).unwrap()).unwrap()
+}
+
+#[test]
+fn sweep_picks_budgets_that_eval_and_report_use() {
+    let Some(s) = setup() else { return };
+    let out = s.root.join("sweep");
+    let cal = s.root.join("calibrated.toml");
+    let mut args = vec!["sweep".to_string()];
+    args.extend(model_args(&s));
+    args.extend(
+        [
+            "--triggers",
+            "none,single,fixed-length",
+            "--batch",
+            "2",
+            "--pick",
+            "--budgets",
+            "1,2",
+            "--calibrated",
+            cal.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ]
+        .iter()
+        .map(|x| x.to_string()),
+    );
+    let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+    let table = ok(&argv);
+
+    // one run per setting: none, single, fixed-length's four intervals
+    let records = read_records(&out.join("sweep.jsonl")).unwrap();
+    let names: Vec<String> = records.iter().map(|r| r.run.clone()).collect();
+    assert_eq!(
+        names,
+        ["none", "single", "fixed-length@n=16", "fixed-length@n=32", "fixed-length@n=64", "fixed-length@n=128"]
+            .map(|n| format!("runs/{n}"))
+    );
+    for r in &records {
+        assert_eq!(r.questions, 4, "{}: the validation split", r.run);
+        assert!(out.join(&r.run).join("predictions.jsonl").is_file());
+    }
+    assert_eq!(records[0].retrievals_per_question, 0.0);
+    assert_eq!(records[1].retrievals_per_question, 1.0);
+    // fixed-length retrieves once up front and then every n tokens: shorter intervals retrieve more
+    let fl: Vec<f64> = records[2..].iter().map(|r| r.retrievals_per_question).collect();
+    assert!(fl.windows(2).all(|w| w[0] >= w[1]) && fl[0] > fl[3], "{fl:?}");
+    assert!(table.contains("| fixed-length | trigger.n=16 | 4 |"), "{table}");
+    let svg = std::fs::read_to_string(out.join("pareto.svg")).unwrap();
+    assert!(svg.starts_with("<svg") && svg.contains("fixed-length"));
+
+    // --pick: for each budget, the interval whose measured retrievals per question came nearest
+    let file = Calibrated::load(&cal).unwrap().unwrap();
+    assert_eq!(file.model, "tiny-llama");
+    for b in [1.0, 2.0] {
+        let p = file.lookup("fixed-length", "tinyqa", b).unwrap();
+        let best = fl.iter().map(|c| (c - b).abs()).fold(f64::INFINITY, f64::min);
+        assert!(((p.retrievals_per_question - b).abs() - best).abs() < 1e-9, "budget {b}: {p:?} vs {fl:?}");
+        assert_eq!(p.split, "valid");
+    }
+    assert!(file.lookup("single", "tinyqa", 1.0).is_none(), "nothing to calibrate without a threshold");
+
+    // eval on the test split at budget 2 takes the picked interval and records the budget
+    let picked = file.lookup("fixed-length", "tinyqa", 2.0).unwrap().value.clone();
+    let eval = |extra: &[&str], dir: &str| {
+        let mut a = vec!["eval".to_string()];
+        a.extend(model_args(&s));
+        a.extend(
+            ["--trigger", "fixed-length", "--split", "test", "--calibrated", cal.to_str().unwrap(), "--out"]
+                .iter()
+                .map(|x| x.to_string()),
+        );
+        a.push(s.root.join(dir).display().to_string());
+        a.extend(extra.iter().map(|x| x.to_string()));
+        let argv: Vec<&str> = a.iter().map(String::as_str).collect();
+        ragtime(&argv)
+    };
+    let (success, _, err) = eval(&["--budget", "2"], "fl-2");
+    assert!(success, "{err}");
+    let c = run_config(&s.root.join("fl-2"));
+    assert_eq!(c["budget"].as_float(), Some(2.0));
+    assert_eq!(c["method_config"]["trigger"]["n"], picked);
+    // no --budget: the file's default budget (1)
+    assert!(eval(&[], "fl-default").0);
+    let c = run_config(&s.root.join("fl-default"));
+    assert_eq!(c["budget"].as_float(), Some(1.0));
+    assert_eq!(c["method_config"]["trigger"]["n"], file.lookup("fixed-length", "tinyqa", 1.0).unwrap().value);
+    // --budget none: the config's own value, no budget recorded
+    assert!(eval(&["--budget", "none"], "fl-none").0);
+    let c = run_config(&s.root.join("fl-none"));
+    assert!(c.get("budget").is_none());
+    assert_eq!(c["method_config"]["trigger"]["n"].as_integer(), Some(16));
+    // a budget the file does not have is an error naming the file and the budgets it has
+    let (success, _, err) = eval(&["--budget", "3"], "fl-3");
+    assert!(!success && err.contains("calibrated.toml") && err.contains("calibrated: 1, 2"), "{err}");
+    assert!(!s.root.join("fl-3").exists(), "nothing written for a refused run");
+
+    // report --baseline: per budget, with the no-budget runs beside
+    let single = out.join("runs/single");
+    let report = ok(&[
+        "report",
+        "--baseline",
+        "fixed-length",
+        "--resamples",
+        "200",
+        s.root.join("fl-2").to_str().unwrap(),
+        s.root.join("fl-default").to_str().unwrap(),
+        single.to_str().unwrap(),
+    ]);
+    assert!(
+        report.contains("### Budget 1 retrievals/question") && report.contains("### Budget 2 retrievals/question"),
+        "{report}"
+    );
+    assert!(report.contains("| single (reference) |"), "{report}");
+
+    // a second sweep resumes: every run is complete, so the records are the same
+    let before = std::fs::read_to_string(out.join("sweep.jsonl")).unwrap();
+    ok(&argv);
+    let after = read_records(&out.join("sweep.jsonl")).unwrap();
+    let before: Vec<_> = before.lines().map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()).collect();
+    for (a, b) in after.iter().zip(&before) {
+        assert_eq!(a.f1, b["f1"].as_f64().unwrap());
+        assert_eq!(a.retrievals_per_question, b["retrievals_per_question"].as_f64().unwrap());
+    }
+}
+
+#[test]
+fn sweep_refuses_bad_requests_before_any_work() {
+    let Some(s) = setup() else { return };
+    let run = |extra: &[&str]| {
+        let mut a = vec!["sweep".to_string()];
+        a.extend(model_args(&s));
+        a.extend(extra.iter().map(|x| x.to_string()));
+        let argv: Vec<&str> = a.iter().map(String::as_str).collect();
+        ragtime(&argv)
+    };
+    let out = s.root.join("never");
+    let o = out.to_str().unwrap();
+    let (success, _, err) = run(&["--triggers", "fixed-length", "--split", "test", "--pick", "--out", o]);
+    assert!(!success && err.contains("--pick with --split test"), "{err}");
+    let (success, _, err) = run(&["--triggers", "fixed-length", "--set", "trigger.n=8", "--out", o]);
+    assert!(!success && err.contains("trigger.n is what the sweep of fixed-length varies"), "{err}");
+    let (success, _, err) = run(&["--triggers", "rnd", "--out", o]);
+    assert!(!success && err.contains("configs/rnd.toml"), "{err}");
+    let (success, _, err) = run(&["--triggers", "single", "--budgets=5000", "--out", o]);
+    assert!(!success && err.contains("--budgets"), "{err}");
+    assert!(!out.exists(), "no output directory for a refused sweep");
+    // a calibrated file ragtime did not write is refused before the sweep, and left alone
+    let foreign = s.root.join("mine.toml");
+    std::fs::write(&foreign, "# my notes\n").unwrap();
+    let (success, _, err) =
+        run(&["--triggers", "fixed-length", "--pick", "--calibrated", foreign.to_str().unwrap(), "--out", o]);
+    assert!(!success && err.contains("mine.toml"), "{err}");
+    assert_eq!(std::fs::read_to_string(&foreign).unwrap(), "# my notes\n");
+}
