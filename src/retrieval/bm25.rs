@@ -98,9 +98,14 @@ pub struct Bm25Index {
 }
 
 impl Bm25Index {
-    /// Open a complete index built by `ragtime index`.
+    /// Open a complete index built by `ragtime index`. A damaged index is an error naming the directory, also
+    /// where tantivy panics on it.
     pub fn open(dir: impl AsRef<Path>) -> Result<Self> {
         let dir = dir.as_ref();
+        guard(dir, || Self::open_inner(dir))
+    }
+
+    fn open_inner(dir: &Path) -> Result<Self> {
         if !dir.is_dir() {
             bail!(
                 "{}: no such index directory (build one with `ragtime index --corpus PATH --out DIR`)",
@@ -252,6 +257,10 @@ impl Bm25Index {
     /// The stored passage whose id is `id` (score 0), or `None`: how the dense and hybrid retrievers, whose
     /// vectors carry only ids, get titles and texts.
     pub fn passage(&self, id: &str) -> Result<Option<Passage>> {
+        guard(&self.dir, || self.passage_inner(id))
+    }
+
+    fn passage_inner(&self, id: &str) -> Result<Option<Passage>> {
         let searcher = self.reader.searcher();
         let q = TermQuery::new(Term::from_field_text(self.fields.id, id), IndexRecordOption::Basic);
         let top = searcher
@@ -264,14 +273,32 @@ impl Bm25Index {
     }
 }
 
+/// Runs `f`, turning a panic inside tantivy (which some damaged segment files cause, e.g. an out-of-range
+/// offset in a posting list) into an error that names the index and says how to fix it.
+fn guard<T>(dir: &Path, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|p| {
+        let msg = p
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_else(|| "tantivy failed".into());
+        bail!(
+            "{}: damaged index (tantivy: {msg}); rebuild it with `ragtime index --corpus CORPUS --out {}` into a new \
+             or empty directory",
+            dir.display(),
+            dir.display()
+        )
+    })
+}
+
 impl Retriever for Bm25Index {
     fn search(&self, query: &str, k: usize) -> Result<Vec<Passage>> {
-        self.search_inner(query, k)
+        guard(&self.dir, || self.search_inner(query, k))
     }
 
     /// Queries in parallel on rayon's current thread pool.
     fn search_batch(&self, queries: &[String], k: usize) -> Result<Vec<Vec<Passage>>> {
-        queries.par_iter().map(|q| self.search_inner(q, k)).collect()
+        queries.par_iter().map(|q| guard(&self.dir, || self.search_inner(q, k))).collect()
     }
 }
 
@@ -481,6 +508,76 @@ mod tests {
         let e = format!("{:#}", build_index(&corpus, &other, &opts(FieldMode::Combined)).unwrap_err());
         assert!(e.contains("refusing to overwrite"), "{e}");
         assert!(other.join("keep.txt").exists());
+    }
+
+    /// Flipped bytes in the segment files: opening and searching give results or errors naming the index,
+    /// never a panic (tantivy panics on some damaged posting lists and stores; those panics are caught at the
+    /// boundary).
+    #[test]
+    fn damaged_segment_files_are_errors_not_panics() {
+        let dir = tempfile::tempdir().unwrap();
+        let corpus = dir.path().join("c.tsv");
+        let mut rows = String::from("id\ttext\ttitle\n");
+        for i in 0..200 {
+            rows.push_str(&format!("{i}\tpassage {i} about cats dogs and birds number {}\tT{i}\n", i * 7 % 13));
+        }
+        std::fs::write(&corpus, rows).unwrap();
+        let good = dir.path().join("good");
+        build_index(&corpus, &good, &opts(FieldMode::Combined)).unwrap();
+        let files: Vec<std::path::PathBuf> = std::fs::read_dir(&good)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| {
+                let n = p.file_name().unwrap().to_string_lossy().into_owned();
+                !n.starts_with('.') && n != MANIFEST && n != "meta.json" && !n.ends_with(".lock")
+            })
+            .collect();
+        assert!(!files.is_empty());
+        let (mut errors, mut caught, mut cases) = (0, 0, 0);
+        for f in &files {
+            let bytes = std::fs::read(f).unwrap();
+            for step in 0..24 {
+                let at = (bytes.len() * step / 24).min(bytes.len().saturating_sub(1));
+                let case = dir.path().join(format!("case-{cases}"));
+                std::fs::create_dir(&case).unwrap();
+                for e in std::fs::read_dir(&good).unwrap() {
+                    let e = e.unwrap().path();
+                    std::fs::copy(&e, case.join(e.file_name().unwrap())).unwrap();
+                }
+                let mut b = bytes.clone();
+                for x in b.iter_mut().skip(at).take(16) {
+                    *x ^= 0xA5;
+                }
+                std::fs::write(case.join(f.file_name().unwrap()), &b).unwrap();
+                let r = std::panic::catch_unwind(|| match Bm25Index::open(&case) {
+                    Err(e) => Err(format!("{e:#}")),
+                    Ok(idx) => {
+                        let mut out = Ok(());
+                        for q in ["cats", "dogs birds", "number 7", "passage 150"] {
+                            if let Err(e) = idx.search(q, 5) {
+                                out = Err(format!("{e:#}"));
+                            }
+                        }
+                        out
+                    }
+                });
+                match r {
+                    Err(_) => panic!("{}: flipped at {at}: a panic escaped", f.display()),
+                    Ok(Err(e)) => {
+                        assert!(e.contains(&*case.to_string_lossy()), "the error names the index: {e}");
+                        errors += 1;
+                        caught += e.contains("damaged index (tantivy:") as usize;
+                    }
+                    Ok(Ok(())) => {}
+                }
+                cases += 1;
+                std::fs::remove_dir_all(&case).unwrap();
+            }
+        }
+        eprintln!(
+            "{cases} damaged indexes: {errors} refused, {caught} of them by a tantivy panic caught at the boundary"
+        );
+        assert!(errors > 0, "some of the {cases} damaged indexes are refused");
     }
 
     /// The shared HotpotQA corpus: every paragraph indexed, and the supporting paragraphs of the
