@@ -120,7 +120,7 @@ fn run_detector(a: &DetectorArgs) -> Result<()> {
         let m = report.best[&s];
         let z = report.splits[&s];
         println!(
-            "{:<5} articles {:>6} examples {:>7} hallucinated {:>6}  acc {:.4}  F1 {:.4}  ROC-AUC {:.4}  PR-AUC {:.4}",
+            "{:<5} articles {:>6} examples {:>7} hallucinated {:>6}  acc {:.4}  F1 {:.4}  ROC-AUC {:.4}  PR-AUC {:.4}  ECE {:.4}",
             s.name(),
             z.articles,
             z.examples,
@@ -128,7 +128,8 @@ fn run_detector(a: &DetectorArgs) -> Result<()> {
             m.accuracy,
             m.f1,
             m.roc_auc,
-            m.pr_auc
+            m.pr_auc,
+            m.ece
         );
     }
     eprintln!("wrote {}", a.out.display());
