@@ -58,14 +58,31 @@ row "train detector --device tpu" "$BIN" train detector --device tpu
 row "train detector --out (a folder of other files)" "$BIN" train detector --out "$WORK/theirs"
 row "eval --out (a folder of other files)" "$BIN" eval --dataset hotpotqa --trigger none --limit 1 --out "$WORK/theirs"
 row "synth hallucination --out (a folder of other files)" "$BIN" synth hallucination --wiki ../shared/data/wiki/dump_train --limit 1 --out "$WORK/theirs"
+row "eval --budget -1" "$BIN" eval --dataset hotpotqa --trigger rind --index "$WORK/idx" --budget=-1
+row "eval --budget 7 (no such calibrated point)" "$BIN" eval --dataset hotpotqa --trigger rind --index "$WORK/idx" --budget 7 --calibrated "$WORK/none.toml" --limit 1 --out "$WORK/run5"
+row "eval --calibrated broken.toml" "$BIN" eval --dataset hotpotqa --trigger rind --index "$WORK/idx" --calibrated "$WORK/broken.toml" --limit 1 --out "$WORK/run6"
+row "eval --budget 1 --set trigger.theta=0.3" "$BIN" eval --dataset hotpotqa --trigger rind --index "$WORK/idx" --budget 1 --set trigger.theta=0.3 --limit 1 --out "$WORK/run7"
+row "sweep --pick --split test" "$BIN" sweep --dataset hotpotqa --split test --triggers rind --index "$WORK/idx" --pick --out "$WORK/sw1"
+row "sweep --triggers autorag" "$BIN" sweep --dataset hotpotqa --triggers autorag --index "$WORK/idx" --out "$WORK/sw2"
+row "sweep --set trigger.theta=0.3 (the swept key)" "$BIN" sweep --dataset hotpotqa --triggers rind --index "$WORK/idx" --set trigger.theta=0.3 --out "$WORK/sw3"
+row "sweep --budgets 5000" "$BIN" sweep --dataset hotpotqa --triggers rind --index "$WORK/idx" --budgets 5000 --out "$WORK/sw4"
+row "sweep --pick --calibrated (a file of the user's)" "$BIN" sweep --dataset hotpotqa --triggers rind --index "$WORK/idx" --pick --calibrated "$WORK/theirs/notes.txt" --out "$WORK/sw5"
+row "sweep --out (a folder of other files)" "$BIN" sweep --dataset hotpotqa --triggers none --limit 1 --out "$WORK/theirs"
+row "report --baseline nope" "$BIN" report --baseline nope "$WORK/idx"
 row "train autorag --lr nan" "$BIN" train autorag --lr nan
 row "generate --top-p 0" "$BIN" generate --prompt hi --top-p 0
 row "generate --temperature -1" "$BIN" generate --prompt hi --temperature=-1
 row "inspect --prompt ''" "$BIN" inspect --prompt ''
 row "generate, config.json with 0 heads" "$BIN" generate --prompt hi --model "$WORK/zero-heads"
 row "generate, missing model" "$BIN" generate --prompt hi --model "$WORK/none.gguf"
-[[ $(cat "$WORK/theirs/part-00000.parquet") == "their shard" && $(ls -A "$WORK/theirs" | wc -l) == 2 ]] ||
+[[ $(cat "$WORK/theirs/part-00000.parquet") == "their shard" && $(cat "$WORK/theirs/notes.txt") == "notes" && $(ls -A "$WORK/theirs" | wc -l) == 2 ]] ||
   echo "| (the folder of other files was changed!) | - | - |"
+# a damaged index: bytes flipped in the middle of each segment file
+cp -r "$WORK/idx" "$WORK/idx-bad"
+for f in "$WORK"/idx-bad/*.idx "$WORK"/idx-bad/*.store "$WORK"/idx-bad/*.term; do
+  [[ -f $f ]] && python3 -c "import sys; p=sys.argv[1]; b=bytearray(open(p,'rb').read()); n=len(b)//2; b[n:n+16]=bytes(x^0xA5 for x in b[n:n+16]); open(p,'wb').write(b)" "$f"
+done
+row "search, bytes flipped in the segment files" "$BIN" search --index "$WORK/idx-bad" --query Paris
 # stdout to a full device: the OS error, exit 1
 row "search > /dev/full" bash -c "\"$BIN\" search --index \"$WORK/idx\" --query Paris >/dev/full"
 # a closed pipe: quiet (SIGPIPE's default action: 141 in the shell, or 0 when all output fit before head closed)

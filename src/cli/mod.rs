@@ -19,6 +19,7 @@ mod sweep;
 mod synth;
 mod synth_autorag;
 mod synth_hallucination;
+mod synth_qa_labels;
 pub mod train;
 mod train_autorag;
 

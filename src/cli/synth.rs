@@ -3,7 +3,7 @@
 use anyhow::Result;
 use clap::{Args, Subcommand};
 
-use super::{synth_autorag, synth_hallucination};
+use super::{synth_autorag, synth_hallucination, synth_qa_labels};
 
 #[derive(Args, Debug)]
 pub struct SynthArgs {
@@ -18,11 +18,15 @@ pub enum SynthCommand {
     Hallucination(synth_hallucination::Args),
     /// Auto-RAG's iterative-retrieval dialogues (the paper's Algorithm 1), as JSON lines and Parquet.
     Autorag(synth_autorag::Args),
+    /// Labels from QA itself (Probing-RAG/UAR): closed-book answers to training questions, each generated
+    /// sentence labelled by whether the final answer was wrong, with the same hidden-state features (Parquet).
+    QaLabels(synth_qa_labels::Args),
 }
 
 pub fn run(args: SynthArgs) -> Result<()> {
     match args.what {
         SynthCommand::Hallucination(a) => synth_hallucination::run(a),
         SynthCommand::Autorag(a) => synth_autorag::run(a),
+        SynthCommand::QaLabels(a) => synth_qa_labels::run(a),
     }
 }

@@ -2,7 +2,10 @@
 //! entity with the original one, and store labelled examples with the model's internal states.
 //!
 //! - [`hallucination`]: the synthesis pipeline (`ragtime synth hallucination`): truncate, continue, compare, label.
+//! - [`qa_labels`]: the second label source (`ragtime synth qa-labels`): closed-book answers to training questions,
+//!   each sentence labelled by whether the answer was wrong.
 //! - [`store`]: the resumable Parquet dataset the synthesis loop writes and the detector trainer reads.
 
 pub mod hallucination;
+pub mod qa_labels;
 pub mod store;

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# The controller comparison at matched retrieval budgets, for one model and dataset:
+#   1. `ragtime sweep` of every controller over its threshold grid on the validation split, with --pick (writes
+#      configs/calibrated/<model>.toml);
+#   2. `ragtime eval` of each controller on the test split at each budget (its calibrated threshold), and of the
+#      references without a threshold (none, single, oracle, fixed-sentence) once;
+#   3. `ragtime report --baseline rind`: per budget, F1 and actual retrievals/question with paired-bootstrap 95%
+#      intervals of the difference to RIND; an HTML page with the plot, checked in headless Chromium when present.
+# Every step resumes. Usage:
+#   MODEL=checkpoints/smollm2-135m-instruct-q4_1.gguf DATASET=hotpotqa VALID=40 TEST=100 BUDGETS="1 2" scripts/matched-budgets.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+MODEL="${MODEL:-checkpoints/smollm2-135m-instruct-q4_1.gguf}"
+DATASET="${DATASET:-hotpotqa}"
+VALID="${VALID:-100}"            # validation questions swept
+TEST="${TEST:-150}"              # test questions answered
+BUDGETS="${BUDGETS:-1 2}"
+CONTROLLERS="${CONTROLLERS:-fixed-length flare rind etc}"   # add mlp with DETECTOR=DIR
+REFERENCES="${REFERENCES:-none single oracle fixed-sentence}"
+BATCH="${BATCH:-8}"
+BIN="${BIN:-target/release/ragtime}"
+TAG="$(basename "$MODEL" | sed 's/\.[^.]*$//')"
+OUT="${OUT:-runs/matched-$DATASET-$TAG}"
+DET=()
+[[ -n ${DETECTOR:-} ]] && DET=(--detector "$DETECTOR")
+[[ -x $BIN ]] || cargo build --release -q
+triggers="$(echo $REFERENCES $CONTROLLERS | tr ' ' ',')"
+"$BIN" sweep --model "$MODEL" --dataset "$DATASET" --split valid --limit "$VALID" --triggers "$triggers" \
+  --batch "$BATCH" --pick "${DET[@]}" --out "$OUT/sweep-valid"
+for t in $REFERENCES; do
+  "$BIN" eval --model "$MODEL" --dataset "$DATASET" --split test --limit "$TEST" --trigger "$t" --batch "$BATCH" \
+    "${DET[@]}" --out "$OUT/test/$t" >/dev/null
+done
+for b in $BUDGETS; do
+  for t in $CONTROLLERS; do
+    "$BIN" eval --model "$MODEL" --dataset "$DATASET" --split test --limit "$TEST" --trigger "$t" --budget "$b" \
+      --batch "$BATCH" "${DET[@]}" --label "$t" --out "$OUT/test/$t-b$b" >/dev/null
+  done
+done
+"$BIN" report --baseline rind --html "$OUT/test.html" "$OUT"/test/*
+if command -v chromium >/dev/null; then scripts/check-report.sh "$OUT/test.html"; fi

@@ -1,0 +1,147 @@
+//! `ragtime synth qa-labels --dataset NAME --split train --out DIR`: the model answers training questions
+//! closed-book; each generated sentence is stored with its hidden states and labelled by whether the final answer
+//! was wrong (see `ragtime::synth::qa_labels`), in the same resumable Parquet store `synth hallucination` writes,
+//! so `train detector` reads either source.
+
+use std::cell::Cell;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use anyhow::{bail, Result};
+use clap::Args as ClapArgs;
+
+use ragtime::eval::DatasetSpec;
+use ragtime::qa::Example;
+use ragtime::rag::{Batch, Outcome, RagLoop};
+use ragtime::synth::hallucination::Progress;
+use ragtime::synth::qa_labels::{examples, RESERVED, TEMPLATE};
+use ragtime::synth::store::{HalluExample, HalluStore, MANIFEST, OUTPUT_KIND};
+
+use super::eval::Method;
+use super::model_args::ModelArgs;
+
+#[derive(ClapArgs, Debug)]
+pub struct Args {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// A dataset of training questions (datasets/NAME.toml or a data file): NQ-open, TriviaQA, ... HotpotQA and
+    /// 2WikiMultihopQA are refused (their questions are reserved for testing controllers).
+    #[arg(long)]
+    pub dataset: String,
+    /// The split to answer (the spec's [splits]); `valid` and `test` are refused.
+    #[arg(long, default_value = "train")]
+    pub split: String,
+    /// Only the first N questions of the split.
+    #[arg(long)]
+    pub limit: Option<usize>,
+    /// Answer length limit (default: configs/none.toml's, else the dataset's).
+    #[arg(long, value_parser = super::ranges::int::<1, 65_536>)]
+    pub max_new_tokens: Option<usize>,
+    /// Dataset directory (created; a re-run resumes it).
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Questions per Parquet shard (the unit a kill can lose).
+    #[arg(long, default_value_t = 64, value_parser = super::ranges::int::<1, 1_000_000>)]
+    pub flush_every: usize,
+    /// Questions answered at once (lanes of one batch; the rows are those of `--batch 1`).
+    #[arg(long, default_value_t = 1, value_parser = super::ranges::int::<1, 256>)]
+    pub batch: usize,
+}
+
+pub fn run(a: Args) -> Result<()> {
+    // load, checking everything before the model
+    let spec = DatasetSpec::load(&a.dataset)?;
+    if RESERVED.contains(&spec.name.as_str()) {
+        bail!("--dataset {}: its questions are reserved for testing controllers; label NQ-open, TriviaQA or another training pool", spec.name);
+    }
+    if ["test", "valid", "validation", "dev"].contains(&a.split.as_str()) {
+        bail!("--split {}: labels are made from training questions only", a.split);
+    }
+    let examples_all: Vec<Example> =
+        spec.load_split(Some(&a.split))?.into_iter().take(a.limit.unwrap_or(usize::MAX)).collect();
+    let prompt = spec.prompt_builder()?;
+    let method = Method::load("none", None, &spec, &[], None, None, a.max_new_tokens)?;
+    ragtime::io::claim_output_dir(&a.out, "--out", OUTPUT_KIND, MANIFEST)?;
+    let settings = serde_json::json!({
+        "source": TEMPLATE, "dataset": spec.name, "split": a.split, "model": a.model.model,
+        "max_new_tokens": method.max_new,
+    });
+    let path = a.out.join("synth-config.json");
+    if let Some(old) = ragtime::io::pin_settings(&path, &serde_json::to_string_pretty(&settings)?, |t| {
+        Ok(serde_json::from_str::<serde_json::Value>(t)?)
+    })? {
+        if old != settings {
+            bail!("{}: this directory was made with other settings ({old}); resume with the same ones or use another --out", path.display());
+        }
+    }
+    let lm = a.model.load()?;
+    let hidden = lm.config.hidden_size;
+    let mut store = HalluStore::open(&a.out, &lm.name, hidden)?.with_flush_every(a.flush_every);
+    let todo: Vec<&Example> = examples_all.iter().filter(|e| !store.is_done(&e.id)).collect();
+    eprintln!(
+        "synth qa-labels: {} questions of {} {} ({} done), model {}, closed-book, up to {} tokens",
+        examples_all.len(),
+        spec.name,
+        a.split,
+        examples_all.len() - todo.len(),
+        lm.name,
+        method.max_new
+    );
+
+    // transform + write, in input order
+    let rag = RagLoop { lm: &lm, prompt: &prompt, retriever: None, cfg: method.loop_config(&spec, 0, false) };
+    let qf = method.query()?;
+    let batch = Batch::new(&lm, a.batch.min(todo.len()).max(1));
+    let mut triggers = Vec::new();
+    for _ in 0..batch.lanes() {
+        triggers.push(Cell::new(Some(method.trigger()?)));
+    }
+    let mut progress = Progress::new(examples_all.len(), examples_all.len() - todo.len());
+    let mut queue = todo.into_iter().enumerate();
+    let mut finished: BTreeMap<usize, (&Example, Result<Outcome>)> = BTreeMap::new();
+    let mut next = 0;
+    let (rag, qf, triggers) = (&rag, qf.as_ref(), &triggers);
+    batch.run(
+        |lane| {
+            let (i, ex) = queue.next()?;
+            let mut decoder = batch.lane(lane);
+            Some(Box::pin(async move {
+                let mut t = triggers[lane].take().expect("a lane answers one question at a time");
+                let o = rag.answer_with(&mut decoder, &ex.question, t.as_mut(), qf).await;
+                triggers[lane].set(Some(t));
+                (i, ex, o)
+            }))
+        },
+        |(i, ex, o)| {
+            finished.insert(i, (ex, o));
+            while let Some((ex, o)) = finished.remove(&next) {
+                let rows: Vec<HalluExample> = match o {
+                    Ok(o) => examples(ex, &o, hidden),
+                    Err(e) if e.downcast_ref::<ragtime::model::ContextOverflow>().is_some() => {
+                        eprintln!("warning: question '{}' skipped: {e}", ex.id);
+                        Vec::new()
+                    }
+                    Err(e) => return Err(e.context(format!("question '{}'", ex.id))),
+                };
+                let line = progress.update(&rows);
+                store.add_article(&ex.id, rows)?;
+                eprintln!("{line}");
+                next += 1;
+            }
+            Ok(())
+        },
+    )?;
+    store.flush()?;
+    let m = store.manifest().clone();
+    println!(
+        "{}: {} questions, {} sentences, {} from wrong answers ({:.1}%), {} from right ones; rules: {}",
+        a.out.display(),
+        m.articles,
+        m.examples,
+        m.hallucinated,
+        100.0 * m.hallucinated_rate,
+        m.faithful,
+        m.rules.iter().map(|(k, v)| format!("{k} {v}")).collect::<Vec<_>>().join(", ")
+    );
+    Ok(())
+}
