@@ -68,7 +68,7 @@ row "sweep --set trigger.theta=0.3 (the swept key)" "$BIN" sweep --dataset hotpo
 row "sweep --budgets 5000" "$BIN" sweep --dataset hotpotqa --triggers rind --index "$WORK/idx" --budgets 5000 --out "$WORK/sw4"
 row "sweep --pick --calibrated (a file of the user's)" "$BIN" sweep --dataset hotpotqa --triggers rind --index "$WORK/idx" --pick --calibrated "$WORK/theirs/notes.txt" --out "$WORK/sw5"
 row "sweep --out (a folder of other files)" "$BIN" sweep --dataset hotpotqa --triggers none --limit 1 --out "$WORK/theirs"
-row "report --baseline nope" "$BIN" report --baseline nope "$WORK/idx"
+row "report --baseline nope (no run directory given)" "$BIN" report --baseline nope "$WORK/idx"
 row "train autorag --lr nan" "$BIN" train autorag --lr nan
 row "generate --top-p 0" "$BIN" generate --prompt hi --top-p 0
 row "generate --temperature -1" "$BIN" generate --prompt hi --temperature=-1

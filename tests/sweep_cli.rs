@@ -208,12 +208,24 @@ fn sweep_picks_budgets_that_eval_and_report_use() {
     );
     assert!(report.contains("| single (reference) |"), "{report}");
 
+    // a sweep of another controller into the same directory keeps the earlier lines and adds its own
+    let mut more = vec!["sweep".to_string()];
+    more.extend(model_args(&s));
+    more.extend(["--triggers", "fixed-sentence", "--out", out.to_str().unwrap()].iter().map(|x| x.to_string()));
+    ok(&more.iter().map(String::as_str).collect::<Vec<_>>());
+    let merged = read_records(&out.join("sweep.jsonl")).unwrap();
+    assert_eq!(merged.len(), records.len() + 1);
+    assert_eq!(&merged[..records.len()], &records[..]);
+    assert_eq!(merged[records.len()].run, "runs/fixed-sentence");
+
     // a second sweep resumes: every run is complete, so the records are the same
     let before = std::fs::read_to_string(out.join("sweep.jsonl")).unwrap();
     ok(&argv);
     let after = read_records(&out.join("sweep.jsonl")).unwrap();
     let before: Vec<_> = before.lines().map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()).collect();
-    for (a, b) in after.iter().zip(&before) {
+    assert_eq!(after.len(), before.len(), "no line lost or doubled");
+    for a in &after {
+        let b = before.iter().find(|b| b["run"] == a.run.as_str()).unwrap();
         assert_eq!(a.f1, b["f1"].as_f64().unwrap());
         assert_eq!(a.retrievals_per_question, b["retrievals_per_question"].as_f64().unwrap());
     }

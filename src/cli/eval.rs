@@ -290,7 +290,7 @@ fn calibrated_point(
         None if args.budget.is_some() => {
             let have = file.as_ref().map(|f| f.budgets(&args.trigger, dataset)).unwrap_or_default();
             anyhow::bail!(
-                "--budget {want}: {} has no point for --trigger {} on {dataset}{}; make one with `ragtime sweep                  --dataset {dataset} --split valid --triggers {} --pick`",
+                "--budget {want}: {} has no point for --trigger {} on {dataset}{}; make one with `ragtime sweep --dataset {dataset} --split valid --triggers {} --pick`",
                 path.display(),
                 args.trigger,
                 if have.is_empty() {
@@ -327,7 +327,7 @@ pub fn run(args: Args) -> Result<()> {
         None => plain,
         Some((p, path)) => {
             eprintln!(
-                "{}: {} (budget {} retrievals/question: {:.2} measured on {} {}, {} questions); --budget none for                  the config's value",
+                "{}: {} (budget {} retrievals/question: {:.2} measured on {} {}, {} questions); --budget none for the config's value",
                 path.display(),
                 p.override_spec(),
                 p.budget,

@@ -3,6 +3,9 @@
 //! `--pick` each controller's operating points for the budgets in `configs/calibrated/<model>.toml`, which
 //! `ragtime eval` then uses (see [`ragtime::eval::sweep`]).
 //!
+//! A later sweep of other controllers into the same directory adds their lines to `sweep.jsonl` and their points
+//! to the plot, keeping the earlier ones.
+//!
 //! The model and the index are loaded once for the whole sweep. Each setting is an ordinary eval run directory
 //! (`DIR/runs/<controller>@<key>=<value>`), so an interrupted sweep resumes where it stopped, and `ragtime report
 //! DIR/runs/*` reads it like any other run.
@@ -176,6 +179,13 @@ pub fn run(args: Args) -> Result<()> {
         out.display()
     );
     let t0 = Instant::now();
+    // settings swept into this directory by earlier sweeps of other controllers stay in sweep.jsonl and the plot
+    let ours: Vec<String> = plan.iter().map(|(s, _)| format!("runs/{}", s.dir_name())).collect();
+    let earlier: Vec<SweepRecord> = if out.join(RECORDS_FILE).is_file() {
+        sweep::read_records(&out.join(RECORDS_FILE))?.into_iter().filter(|r| !ours.contains(&r.run)).collect()
+    } else {
+        Vec::new()
+    };
     let mut records: Vec<SweepRecord> = Vec::new();
     for (i, (setting, method)) in plan.iter().enumerate() {
         let name = setting.dir_name();
@@ -242,7 +252,8 @@ pub fn run(args: Args) -> Result<()> {
         );
         records.push(rec);
         // write after every setting, so an interrupted sweep leaves what it measured
-        write_outputs(&out, &records, &spec.name, &args.split, &model_name)?;
+        let all: Vec<SweepRecord> = earlier.iter().chain(&records).cloned().collect();
+        write_outputs(&out, &all, &spec.name, &args.split, &model_name)?;
     }
 
     // report
