@@ -147,6 +147,7 @@ fn sweep_picks_budgets_that_eval_and_report_use() {
     // --pick: for each budget, the interval whose measured retrievals per question came nearest
     let file = Calibrated::load(&cal).unwrap().unwrap();
     assert_eq!(file.model, "tiny-llama");
+    assert!(file.commands.len() == 1 && file.commands[0].starts_with("ragtime sweep --model "), "{:?}", file.commands);
     for b in [1.0, 2.0] {
         let p = file.lookup("fixed-length", "tinyqa", b).unwrap();
         let best = fl.iter().map(|c| (c - b).abs()).fold(f64::INFINITY, f64::min);

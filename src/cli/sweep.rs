@@ -262,8 +262,11 @@ pub fn run(args: Args) -> Result<()> {
         let points = sweep::pick(&records, &args.budgets, &spec.name, &args.split);
         let mut file =
             Calibrated::load(&calibrated_file)?.unwrap_or_else(|| Calibrated::new(&model_name, args.default_budget));
-        let command =
-            std::env::args().map(|a| if a.contains(' ') { format!("'{a}'") } else { a }).collect::<Vec<_>>().join(" ");
+        // the command as a user types it: `ragtime`, not the path the binary was started from
+        let command = std::iter::once("ragtime".to_string())
+            .chain(std::env::args().skip(1).map(|a| if a.contains(' ') { format!("'{a}'") } else { a }))
+            .collect::<Vec<_>>()
+            .join(" ");
         for p in &points {
             eprintln!(
                 "pick: {} on {} at budget {}: {} ({:.2} retrievals/question, F1 {:.3})",
