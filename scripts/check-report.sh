@@ -2,7 +2,7 @@
 # Renders a `ragtime report --html` page in headless Chromium (Debian's `chromium`: `apt-get install chromium`)
 # and fails when the browser logs anything to the console (the page has no scripts, so any message means a
 # broken page: malformed markup, a resource it could not load), or when the rendered page lacks the comparison
-# table or, for a report over several runs, the plot. Saves a full-page screenshot.
+# table or, for a report over several runs, the plot. Saves a screenshot of its first 1200x900 pixels.
 # Usage: scripts/check-report.sh PAGE.html [SCREENSHOT.png]   (default: PAGE.png beside the page)
 set -euo pipefail
 PAGE="${1:?usage: scripts/check-report.sh PAGE.html [SCREENSHOT.png]}"
