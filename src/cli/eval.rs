@@ -177,7 +177,9 @@ impl Method {
     ) -> Result<Method> {
         let config_path = config.map(|p| p.to_path_buf()).unwrap_or_else(|| config::default_path(name));
         let mut mc = MethodConfig::load(&config_path, Some(&dataset.name), overrides, config::TOKEN_LEVEL_TABLES)?;
-        if let Some(d) = detector {
+        // the detector is the learned trigger's; other triggers (in a sweep of several) do not take it
+        let learned = mc.root.get("trigger").and_then(|t| t.get("name")).and_then(|n| n.as_str()) == Some("mlp");
+        if let (Some(d), true) = (detector, learned) {
             mc.table_mut("trigger")?.insert("detector".into(), toml::Value::String(d.display().to_string()));
         }
         let retrieval: RetrievalTable = mc.section("retrieval")?;
