@@ -166,13 +166,14 @@ impl<T> JsonLines<T> {
 /// like any other. (The panic message is still printed by the panic hook.)
 pub fn catch_decoder_panic<T>(path: &Path, what: &str, read: impl FnOnce() -> Result<T>) -> Result<T> {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(read)).unwrap_or_else(|p| {
-        let msg = p
-            .downcast_ref::<String>()
-            .cloned()
-            .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-            .unwrap_or_else(|| "the decoder failed".into());
+        let msg = panic_message(p.as_ref()).unwrap_or("the decoder failed");
         bail!("{}: not a readable {what} ({msg})", path.display())
     })
+}
+
+/// The message of a caught panic's payload (`panic!` with a string or a format), if it has one.
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> Option<&str> {
+    payload.downcast_ref::<String>().map(String::as_str).or_else(|| payload.downcast_ref::<&str>().copied())
 }
 
 /// Reads a JSON-lines file of `T` (`what` names a line's record in errors). A bad line is an error naming

@@ -277,11 +277,7 @@ impl Bm25Index {
 /// offset in a posting list) into an error that names the index and says how to fix it.
 fn guard<T>(dir: &Path, f: impl FnOnce() -> Result<T>) -> Result<T> {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|p| {
-        let msg = p
-            .downcast_ref::<String>()
-            .cloned()
-            .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-            .unwrap_or_else(|| "tantivy failed".into());
+        let msg = crate::io::panic_message(p.as_ref()).unwrap_or("tantivy failed");
         bail!(
             "{}: damaged index (tantivy: {msg}); rebuild it with `ragtime index --corpus CORPUS --out {}` into a new \
              or empty directory",

@@ -192,7 +192,8 @@ pub fn tokens_overlapping(steps: &[TokenStep], start: usize, end: usize) -> Vec<
     out
 }
 
-fn mean_rows<'a>(rows: impl Iterator<Item = &'a Vec<f32>>, dim: usize) -> Vec<f32> {
+/// Element-wise mean of `rows` (each `dim` long); zeros for none.
+pub(crate) fn mean_rows<'a>(rows: impl Iterator<Item = &'a Vec<f32>>, dim: usize) -> Vec<f32> {
     let mut acc = vec![0f32; dim];
     let mut n = 0;
     for r in rows {

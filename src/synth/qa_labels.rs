@@ -23,6 +23,7 @@
 use crate::eval::run::PredictionRecord;
 use crate::qa::Example;
 use crate::rag::Outcome;
+use crate::synth::hallucination::mean_rows;
 use crate::synth::store::HalluExample;
 use crate::text::words::token_sentences;
 
@@ -31,21 +32,6 @@ pub const TEMPLATE: &str = "qa-closed-book";
 
 /// Datasets whose questions are reserved for testing controllers.
 pub const RESERVED: &[&str] = &["hotpotqa", "2wikimultihopqa"];
-
-fn mean_rows<'a>(rows: impl Iterator<Item = &'a Vec<f32>>, dim: usize) -> Vec<f32> {
-    let mut acc = vec![0f32; dim];
-    let mut n = 0;
-    for r in rows {
-        for (a, v) in acc.iter_mut().zip(r) {
-            *a += v;
-        }
-        n += 1;
-    }
-    if n > 0 {
-        acc.iter_mut().for_each(|a| *a /= n as f32);
-    }
-    acc
-}
 
 /// The rule that decided a closed-book answer's label, and the label (1 = wrong).
 pub fn judge(rec: &PredictionRecord) -> (&'static str, u8) {
