@@ -7,6 +7,7 @@
 //! - [`corpus`]: readers for text collections (WikiExtractor dumps, ...).
 //! - [`step`]: what the decoder hands a controller for every generated token.
 //! - [`trigger`] (when to retrieve), [`query`] (what to ask), [`retrieval`] (where from).
+//! - [`shard`]: the shard contract of the long jobs (which items a shard takes, markers, the scan before a merge).
 
 pub mod autorag;
 pub mod config;
@@ -25,6 +26,7 @@ pub mod query;
 pub mod rag;
 pub mod retrieval;
 pub mod sft;
+pub mod shard;
 pub mod step;
 pub mod synth;
 pub mod testing;

@@ -339,3 +339,59 @@ fn dense_index_and_retrievers_on_a_tiny_corpus() {
     };
     assert!(e.contains("dense.json") && e.contains("--encoder"), "{e}");
 }
+
+/// A dense index built in shards (`--shard i/n`: each shard embeds the passages whose id hashes to it) and merged
+/// (chunks copied, the HNSW graph built over all) answers as the index built in one go: the same passages at the
+/// same scores, by exact and by HNSW search.
+#[test]
+fn sharded_dense_index_merges_into_the_index_of_one_build() {
+    use ragtime::retrieval::index::merge_indexes;
+    use ragtime::retrieval::vectors::merge_dense;
+    use ragtime::shard::Shard;
+    let tmp = tempfile::tempdir().unwrap();
+    let model = tmp.path().join("tiny");
+    tiny_folder(&model, "mean", true);
+    let words = ["cat", "dog", "bird", "fish", "river", "tree", "sea", "mat", "sing", "flows"];
+    let mut text = String::from("id\ttext\ttitle\n");
+    for i in 0..60usize {
+        let (a, b, c) = (words[i % 10], words[(i / 10) % 10], words[(i * 3 + 1) % 10]);
+        text.push_str(&format!("{i}\tthe {a} and the {b} by the {c}\t{c}\n"));
+    }
+    let corpus = tmp.path().join("c.tsv");
+    std::fs::write(&corpus, text).unwrap();
+    let enc = SentenceEncoder::load(&model, DeviceKind::Cpu, None).unwrap();
+    let iopts = IndexOptions { threads: 1, memory_bytes: 50 << 20, ..IndexOptions::default() };
+    let dopts =
+        DenseOptions { kind: DenseKind::Hnsw, chunk_rows: 8, batch: 4, recall_sample: 20, ..DenseOptions::default() };
+    let whole = tmp.path().join("whole");
+    build_index(&corpus, &whole, &iopts).unwrap();
+    build_dense(&corpus, &whole, &enc, &dopts).unwrap();
+    let parts: Vec<PathBuf> = (0..3)
+        .map(|i| {
+            let shard = Some(Shard { index: i, count: 3 });
+            let part = tmp.path().join(format!("part{i}"));
+            build_index(&corpus, &part, &IndexOptions { shard, ..iopts.clone() }).unwrap();
+            let d = build_dense(&corpus, &part, &enc, &DenseOptions { shard, ..dopts.clone() }).unwrap();
+            assert!(d.passages > 5 && d.passages < 40, "shard {i}: {} passages", d.passages);
+            part
+        })
+        .collect();
+    let merged = tmp.path().join("merged");
+    assert_eq!(merge_indexes(&parts, &merged).unwrap().passages, 60);
+    let m = merge_dense(&parts, &merged, 20, false).unwrap();
+    assert_eq!(m.passages, 60);
+    assert!(m.hnsw_recall_at_10.unwrap() > 0.95, "{:?}", m.hnsw_recall_at_10);
+    for kind in [DenseKind::Flat, DenseKind::Hnsw] {
+        let open = |d: &Path| DenseRetriever::open(d, &DenseOpen { kind: Some(kind), ..DenseOpen::default() }).unwrap();
+        let (a, b) = (open(&whole), open(&merged));
+        for q in ["the cat and the dog", "fish in the sea", "river flows by the tree"] {
+            let hits = |r: &DenseRetriever| {
+                let mut h: Vec<(String, String)> =
+                    r.search(q, 60).unwrap().into_iter().map(|p| (format!("{:.5}", p.score), p.id)).collect();
+                h.sort();
+                h
+            };
+            assert_eq!(hits(&a), hits(&b), "{kind:?} {q}");
+        }
+    }
+}

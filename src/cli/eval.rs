@@ -83,6 +83,11 @@ pub struct Args {
     /// Row name in `ragtime report` (default: the trigger name).
     #[arg(long)]
     pub label: Option<String>,
+    /// i/n: answer shard i of n (the questions whose id hashes to i) into OUT/part-IIIII-of-NNNNN, all n shards
+    /// into the same --out; `ragtime merge OUT` then writes the whole run. Default: from Slurm's
+    /// SLURM_ARRAY_TASK_ID and RAGTIME_SHARD_COUNT (or SLURM_ARRAY_TASK_COUNT) when set.
+    #[arg(long)]
+    pub shard: Option<ragtime::shard::Shard>,
     /// Run directory (default runs/<dataset>-<trigger>).
     #[arg(long)]
     pub out: Option<PathBuf>,
@@ -95,10 +100,47 @@ fn out_dir(args: &Args, dataset: &str) -> PathBuf {
     args.out.clone().unwrap_or_else(|| PathBuf::from(format!("runs/{dataset}-{}", args.trigger)))
 }
 
-/// Claims the run directory before the model loads, so that a wrong `--out` fails at once.
-fn claim_out(args: &Args, dataset: &str) -> Result<()> {
-    let dir = out_dir(args, dataset);
-    ragtime::io::claim_output_dir(&dir, "--out", ragtime::eval::run::OUTPUT_KIND, ragtime::eval::run::CONFIG_FILE)
+/// A shard's part of a sharded run: the marker to leave when done, and (id, position) of its questions.
+type ShardPart = (ragtime::shard::ShardRun, Vec<(String, u64)>);
+
+/// Claims the run directory before the model loads, so that a wrong `--out` fails at once. With a shard (flag or
+/// Slurm, see `ragtime::shard`): keeps the shard's questions, records `shard` in the run config, and returns the
+/// shard's part directory of the sharded run in `--out`.
+fn claim_out(
+    args: &Args,
+    dir: PathBuf,
+    examples: &mut Vec<Example>,
+    run_config: &mut toml::map::Map<String, toml::Value>,
+) -> Result<(PathBuf, Option<ShardPart>)> {
+    use ragtime::eval::run::{CONFIG_FILE, OUTPUT_KIND};
+    let (dir, part) = match ragtime::shard::Shard::resolve(args.shard)? {
+        None => (dir, None),
+        Some(s) => {
+            let job = serde_json::to_value(toml::Value::Table(run_config.clone()))?;
+            let run = ragtime::shard::ShardRun::begin(&dir, "--out", s, OUTPUT_KIND, job)?;
+            let order: Vec<(String, u64)> = examples
+                .iter()
+                .enumerate()
+                .filter(|(_, ex)| s.owns(&ex.id))
+                .map(|(i, ex)| (ex.id.clone(), i as u64))
+                .collect();
+            examples.retain(|ex| s.owns(&ex.id));
+            run_config.insert("shard".into(), toml::Value::String(s.to_string()));
+            (run.part_dir(), Some((run, order)))
+        }
+    };
+    ragtime::io::claim_output_dir(&dir, "--out", OUTPUT_KIND, CONFIG_FILE)?;
+    Ok((dir, part))
+}
+
+/// Leaves the shard's marker (when sharded) and prints the run's table.
+fn finish_run(writer: RunWriter, part: Option<ShardPart>) -> Result<()> {
+    let summary = writer.finish()?;
+    if let Some((run, order)) = part {
+        run.finish(order.len(), summary.questions, order)?;
+    }
+    println!("{}", ragtime::eval::report::markdown_table(&[summary]));
+    Ok(())
 }
 
 fn run_header(args: &Args, dataset: &str, index: String) -> (PathBuf, toml::map::Map<String, toml::Value>) {
@@ -313,7 +355,7 @@ pub fn run(args: Args) -> Result<()> {
     }
     // load
     let spec = DatasetSpec::load(&args.dataset)?;
-    let examples = select(spec.load_split(args.split.as_deref())?, args.skip, args.limit);
+    let mut examples = select(spec.load_split(args.split.as_deref())?, args.skip, args.limit);
     let prompt = spec.prompt_builder()?;
     let plain = Method::load(
         &args.trigger,
@@ -352,12 +394,6 @@ pub fn run(args: Args) -> Result<()> {
         }
     };
     let (retriever, index) = method.retriever(args.index.as_deref(), &args.retr, &spec, &examples)?;
-    claim_out(&args, &spec.name)?;
-    let lm = args.model.load()?;
-    method
-        .trigger()?
-        .check_model(&lm.name, lm.config.hidden_size)
-        .with_context(|| format!("--trigger {}", args.trigger))?;
     let cfg = method.loop_config(&spec, args.max_retrievals, args.recompute_internals);
     let (out_dir, mut run_config) = run_header(&args, &spec.name, index);
     if let Some((p, path)) = &calibrated {
@@ -370,12 +406,16 @@ pub fn run(args: Args) -> Result<()> {
     }
     run_config.insert("loop".into(), toml::Value::try_from(&cfg)?);
     run_config.insert("method_config".into(), method.mc.root.clone());
+    let (out_dir, part) = claim_out(&args, out_dir, &mut examples, &mut run_config)?;
+    let lm = args.model.load()?;
+    method
+        .trigger()?
+        .check_model(&lm.name, lm.config.hidden_size)
+        .with_context(|| format!("--trigger {}", args.trigger))?;
     let mut writer = RunWriter::create(&out_dir, &toml::Value::Table(run_config))?;
     let mut progress = Progress::new(examples.len(), writer.len());
     answer_all(&lm, &prompt, retriever.as_deref(), &method, cfg, &examples, &mut writer, &mut progress, args.batch)?;
-    let summary = writer.finish()?;
-    println!("{}", ragtime::eval::report::markdown_table(&[summary]));
-    Ok(())
+    finish_run(writer, part)
 }
 
 /// Answers the questions of `examples` not yet in `writer` with `method`, one record per question as it
@@ -476,7 +516,7 @@ fn run_autorag(args: Args) -> Result<()> {
     use ragtime::autorag::infer::{AutoRag, ChatGen, InferConfig};
     use ragtime::autorag::prompts::AutoRagPrompts;
     let spec = DatasetSpec::load(&args.dataset)?;
-    let examples = select(spec.load_split(args.split.as_deref())?, args.skip, args.limit);
+    let mut examples = select(spec.load_split(args.split.as_deref())?, args.skip, args.limit);
     let config_path = args.config.clone().unwrap_or_else(|| config::default_path("autorag"));
     let mc = MethodConfig::load(&config_path, Some(&spec.name), &args.overrides, config::AUTORAG_TABLES)?;
     let mut cfg: InferConfig = mc.section("autorag")?;
@@ -493,11 +533,11 @@ fn run_autorag(args: Args) -> Result<()> {
         anyhow::bail!("--trigger autorag retrieves: give --index DIR (dataset '{}' names no default index)", spec.name)
     };
     let retriever = args.retr.open(&index)?;
-    claim_out(&args, &spec.name)?;
-    let lm = args.model.load()?;
     let (out_dir, mut run_config) = run_header(&args, &spec.name, index.display().to_string());
     run_config.insert("autorag".into(), toml::Value::try_from(&cfg)?);
     run_config.insert("method_config".into(), mc.root.clone());
+    let (out_dir, part) = claim_out(&args, out_dir, &mut examples, &mut run_config)?;
+    let lm = args.model.load()?;
     let mut writer = RunWriter::create(&out_dir, &toml::Value::Table(run_config))?;
     let mut progress = Progress::new(examples.len(), writer.len());
     let rag = AutoRag { lm: &lm, retriever: retriever.as_ref(), prompts: &prompts, cfg };
@@ -536,9 +576,7 @@ fn run_autorag(args: Args) -> Result<()> {
         writer.write(&rec)?;
         eprintln!("{}", progress.update(&rec));
     }
-    let summary = writer.finish()?;
-    println!("{}", ragtime::eval::report::markdown_table(&[summary]));
-    Ok(())
+    finish_run(writer, part)
 }
 
 #[cfg(test)]

@@ -11,6 +11,7 @@ use ragtime::encoder::{Prefixes, SentenceEncoder};
 use ragtime::retrieval::hnsw::HnswParams;
 use ragtime::retrieval::index::{build_index, FieldMode, IndexOptions, MANIFEST};
 use ragtime::retrieval::vectors::{build_dense, DenseKind, DenseOptions, VectorDtype};
+use ragtime::shard::{Shard, ShardRun};
 
 #[derive(Args, Debug)]
 pub struct IndexArgs {
@@ -81,9 +82,43 @@ pub struct IndexArgs {
     /// Where the encoder runs: cpu, cuda or cuda:N.
     #[arg(long, default_value = "cpu")]
     device: DeviceKind,
+    /// i/n: index shard i of n (the passages whose id hashes to i) into OUT/part-IIIII-of-NNNNN, all n shards
+    /// into the same --out; `ragtime merge OUT` then writes the whole index. Default: from Slurm's
+    /// SLURM_ARRAY_TASK_ID and RAGTIME_SHARD_COUNT (or SLURM_ARRAY_TASK_COUNT) when set.
+    #[arg(long)]
+    shard: Option<Shard>,
 }
 
-pub fn run(a: IndexArgs) -> Result<()> {
+/// The kind of a sharded index output (`ragtime::shard`).
+pub const SHARD_KIND: &str = "index";
+
+/// What every shard of one sharded index build must share.
+fn job_settings(a: &IndexArgs) -> Result<serde_json::Value> {
+    let corpus = std::fs::canonicalize(&a.corpus).unwrap_or_else(|_| a.corpus.clone());
+    Ok(serde_json::json!({
+        "corpus": corpus,
+        "format": a.format,
+        "passage_words": a.passage_words,
+        "fields": a.fields,
+        "skip_bad_lines": a.skip_bad_lines,
+        "encoder": a.encoder,
+        "dense_kind": a.dense_kind,
+        "dtype": a.dtype,
+        "hnsw": [a.hnsw_m, a.ef_construction, a.ef_search],
+        "prefixes": a.prefixes,
+    }))
+}
+
+pub fn run(mut a: IndexArgs) -> Result<()> {
+    let shard = Shard::resolve(a.shard)?;
+    let part = match shard {
+        None => None,
+        Some(s) => {
+            let run = ShardRun::begin(&a.out, "--out", s, SHARD_KIND, job_settings(&a)?)?;
+            a.out = run.part_dir();
+            Some(run)
+        }
+    };
     let defaults = IndexOptions::default();
     let opts = IndexOptions {
         corpus: CorpusOptions {
@@ -97,14 +132,34 @@ pub fn run(a: IndexArgs) -> Result<()> {
         commit_every: a.commit_every.max(1),
         force: a.force,
         progress: !a.quiet,
+        shard,
     };
+    let dense_done =
+        a.encoder.is_none() || a.out.join("dense").join(ragtime::retrieval::vectors::DENSE_MANIFEST).exists();
+    if part.is_some() && !a.force && a.out.join(MANIFEST).exists() && dense_done {
+        // a rerun of a finished shard (a requeued array task): nothing to build, the marker is written again
+        if !a.quiet {
+            eprintln!("{}: shard already complete", a.out.display());
+        }
+    } else {
+        build(&a, &opts)?;
+    }
+    if let Some(run) = part {
+        let n = ragtime::retrieval::bm25::Bm25Index::open(&a.out)?.len() as usize;
+        run.finish(n, n, vec![])?;
+    }
+    Ok(())
+}
+
+/// The BM25 index (unless complete and only the dense one is asked for), then the dense one.
+fn build(a: &IndexArgs, opts: &IndexOptions) -> Result<()> {
     let keep_bm25 = a.encoder.is_some() && !a.force && a.out.join(MANIFEST).exists();
     if keep_bm25 {
         if !a.quiet {
             eprintln!("{}: BM25 index already complete; adding the dense index", a.out.display());
         }
     } else {
-        bm25(&a, &opts)?;
+        bm25(a, opts)?;
     }
     if let Some(enc_dir) = &a.encoder {
         let enc = SentenceEncoder::load(enc_dir, a.device, Prefixes::preset(&a.prefixes)?)?;
@@ -118,6 +173,7 @@ pub fn run(a: IndexArgs) -> Result<()> {
             recall_sample: a.recall_sample,
             force: a.force,
             progress: !a.quiet,
+            shard: opts.shard,
         };
         let d = build_dense(&a.corpus, &a.out, &enc, &dopts)?;
         let recall = d.hnsw_recall_at_10.map(|r| format!(", HNSW recall@10 vs exact {r:.4}")).unwrap_or_default();

@@ -10,6 +10,7 @@ mod eval;
 mod generate;
 mod index;
 mod inspect;
+mod merge;
 pub mod model_args;
 mod ranges;
 mod report;
@@ -58,6 +59,9 @@ pub enum Command {
     /// Synthesize training data for a learned controller (`hallucination`: MIND/RaDIO labels; `autorag`:
     /// Auto-RAG's iterative-retrieval dialogues).
     Synth(synth::SynthArgs),
+    /// Put the shards of a sharded job (`--shard i/n`, or a Slurm array) back together: a synthesized dataset,
+    /// an eval run, an index.
+    Merge(merge::Args),
     /// Datasets: `fetch NAME` downloads one (sha256-verified) into datasets/data/; `list` shows where each is.
     Data(data::DataArgs),
 }
@@ -75,6 +79,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Search(a) => search::run(a),
         Command::Embed(a) => embed::run(a),
         Command::Synth(a) => synth::run(a),
+        Command::Merge(a) => merge::run(a),
         Command::Data(a) => data::run(a),
     }
 }

@@ -43,6 +43,11 @@ pub struct Args {
     /// Only the first N questions.
     #[arg(long)]
     pub limit: Option<usize>,
+    /// i/n: synthesize shard i of n (the questions whose id hashes to i) into OUT/part-IIIII-of-NNNNN, all n
+    /// shards into the same --out; `ragtime merge OUT` then writes the whole dialogue set. Default: from Slurm's
+    /// SLURM_ARRAY_TASK_ID and RAGTIME_SHARD_COUNT (or SLURM_ARRAY_TASK_COUNT) when set.
+    #[arg(long)]
+    pub shard: Option<ragtime::shard::Shard>,
     /// T: iterations at most (overrides the config).
     #[arg(long, value_parser = super::ranges::int::<1, 1000>)]
     pub max_iter: Option<usize>,
@@ -92,18 +97,9 @@ pub fn run(args: Args) -> Result<()> {
         .or_else(|| spec.index.clone())
         .with_context(|| format!("give --index DIR (dataset '{}' names no default index)", spec.name))?;
     let retriever = args.retr.open(&index)?;
-    // the output before the models load: a wrong --out fails at once
-    use ragtime::autorag::synth::store as dstore;
-    ragtime::io::claim_output_dir(&args.out, "--out", dstore::OUTPUT_KIND, dstore::CONFIG_FILE)?;
-
-    // models: load each distinct file once
     let model_path = args.model.model.clone();
     let teacher_path = args.teacher.clone().unwrap_or_else(|| model_path.clone());
     let query_path = args.query_model.clone().unwrap_or_else(|| model_path.clone());
-    let teacher = load_model(&teacher_path, &args.model)?;
-    let query_own = if query_path == teacher_path { None } else { Some(load_model(&query_path, &args.model)?) };
-    let query_lm = query_own.as_ref().unwrap_or(&teacher);
-
     let mut config = serde_json::json!({
         "dataset": spec.name,
         "index": index.display().to_string(),
@@ -116,7 +112,30 @@ pub fn run(args: Args) -> Result<()> {
     if args.retr.retriever != ragtime::retrieval::RetrieverKind::Bm25 {
         config["retriever"] = serde_json::Value::String(args.retr.describe());
     }
-    let mut store = DialogueStore::open(&args.out, &config)?;
+    // the output before the models load: a wrong --out fails at once
+    use ragtime::autorag::synth::store as dstore;
+    let (out, part) = match ragtime::shard::Shard::resolve(args.shard)? {
+        None => (args.out.clone(), None),
+        Some(s) => {
+            let run = ragtime::shard::ShardRun::begin(&args.out, "--out", s, dstore::OUTPUT_KIND, config.clone())?;
+            let order: Vec<(String, u64)> = examples
+                .iter()
+                .enumerate()
+                .filter(|(_, ex)| s.owns(&ex.id))
+                .map(|(i, ex)| (ex.id.clone(), i as u64))
+                .collect();
+            examples.retain(|ex| s.owns(&ex.id));
+            (run.part_dir(), Some((run, order)))
+        }
+    };
+    ragtime::io::claim_output_dir(&out, "--out", dstore::OUTPUT_KIND, dstore::CONFIG_FILE)?;
+
+    // models: load each distinct file once
+    let teacher = load_model(&teacher_path, &args.model)?;
+    let query_own = if query_path == teacher_path { None } else { Some(load_model(&query_path, &args.model)?) };
+    let query_lm = query_own.as_ref().unwrap_or(&teacher);
+
+    let mut store = DialogueStore::open(&out, &config)?;
     let synth = Synthesizer { retriever: retriever.as_ref(), prompts: &prompts, cfg, dataset: spec.name.clone() };
     let mut tgen = ChatGen::new(&teacher);
     let mut qgen = ChatGen::new(query_lm);
@@ -125,7 +144,7 @@ pub fn run(args: Args) -> Result<()> {
         "synth autorag: {} questions ({} already tried) -> {}",
         total,
         examples.iter().filter(|e| store.is_done(&e.id)).count(),
-        args.out.display()
+        out.display()
     );
     for ex in &examples {
         if store.is_done(&ex.id) {
@@ -144,6 +163,9 @@ pub fn run(args: Args) -> Result<()> {
         );
     }
     let stats = store.finish()?;
+    if let Some((run, order)) = part {
+        run.finish(order.len(), stats.kept, order)?;
+    }
     println!("{}", serde_json::to_string_pretty(&stats)?);
     Ok(())
 }

@@ -11,7 +11,8 @@ use ragtime::corpus::wikiextractor::read_dump;
 use ragtime::entities::compare::DEFAULT_GLOVE_THRESHOLD;
 use ragtime::entities::wordnet::WordNet;
 use ragtime::entities::{CombinedExtractor, Resources};
-use ragtime::synth::hallucination::{record_config, run as synthesize, Shard, SynthConfig, Synthesizer, Template};
+use ragtime::shard::{Shard, ShardRun};
+use ragtime::synth::hallucination::{record_config, run as synthesize, SynthConfig, Synthesizer, Template};
 use ragtime::synth::store::HalluStore;
 
 use super::model_args::ModelArgs;
@@ -29,8 +30,9 @@ pub struct Args {
     /// Only the first N articles of the dump (before sharding).
     #[arg(long)]
     pub limit: Option<usize>,
-    /// i/n: take the articles whose index is i modulo n (run n processes, each with its own --out; train on all
-    /// of them with `ragtime train detector --data DIR1,DIR2,...`).
+    /// i/n: synthesize shard i of n (the articles whose id hashes to i) into OUT/part-IIIII-of-NNNNN, all n
+    /// shards into the same --out; `ragtime merge OUT` then writes the whole dataset. Default: from Slurm's
+    /// SLURM_ARRAY_TASK_ID and RAGTIME_SHARD_COUNT (or SLURM_ARRAY_TASK_COUNT) when set.
     #[arg(long)]
     pub shard: Option<Shard>,
     /// Prompt templates, comma-separated: mind, radio.
@@ -78,13 +80,6 @@ pub fn run(a: Args) -> Result<()> {
     if let Some(n) = a.limit {
         articles.truncate(n);
     }
-    if let Some(s) = a.shard {
-        articles = articles.into_iter().enumerate().filter(|(i, _)| i % s.count == s.index).map(|(_, x)| x).collect();
-    }
-    // the output before the model loads: a wrong --out fails at once
-    use ragtime::synth::store::{MANIFEST, OUTPUT_KIND};
-    ragtime::io::claim_output_dir(&a.out, "--out", OUTPUT_KIND, MANIFEST)?;
-    let lm = a.model.load()?;
     let cfg = SynthConfig {
         templates: a.templates.clone(),
         sentences: a.sentences,
@@ -92,9 +87,30 @@ pub fn run(a: Args) -> Result<()> {
         extra_tokens: a.extra_tokens,
         seed: a.seed,
     };
+    // the output before the model loads: a wrong --out fails at once
+    use ragtime::synth::store::{MANIFEST, OUTPUT_KIND};
+    let shard = Shard::resolve(a.shard)?;
+    let (out, shard_run, order) = match shard {
+        None => (a.out.clone(), None, vec![]),
+        Some(s) => {
+            let job = job_settings(&a, &cfg)?;
+            let run = ShardRun::begin(&a.out, "--out", s, OUTPUT_KIND, job)?;
+            let order: Vec<(String, u64)> = articles
+                .iter()
+                .enumerate()
+                .filter(|(_, x)| s.owns(&x.id))
+                .map(|(i, x)| (x.id.clone(), i as u64))
+                .collect();
+            articles.retain(|x| s.owns(&x.id));
+            (run.part_dir(), Some(run), order)
+        }
+    };
+    ragtime::io::claim_output_dir(&out, "--out", OUTPUT_KIND, MANIFEST)?;
+    let lm = a.model.load()?;
     eprintln!(
-        "synth: {} articles from {}, model {} ({}), templates {}, resources: WordNet {}, GloVe {}",
+        "synth: {} articles{} from {}, model {} ({}), templates {}, resources: WordNet {}, GloVe {}",
         articles.len(),
+        shard.map(|s| format!(" (shard {s})")).unwrap_or_default(),
         a.wiki.display(),
         lm.name,
         lm.device,
@@ -102,20 +118,22 @@ pub fn run(a: Args) -> Result<()> {
         if resources.wordnet.is_some() { "yes" } else { "no" },
         if resources.glove.is_some() { "yes" } else { "no (scripts/setup.sh --glove)" },
     );
-    let mut store = HalluStore::open(&a.out, &lm.name, lm.config.hidden_size)?.with_flush_every(a.flush_every);
-    record_config(
-        &a.out,
-        &cfg,
-        &serde_json::json!({"wiki": a.wiki, "model": a.model.model, "shard": a.shard, "limit": a.limit}),
-    )?;
+    let mut store = HalluStore::open(&out, &lm.name, lm.config.hidden_size)?.with_flush_every(a.flush_every);
+    let recorded = serde_json::json!({
+        "wiki": a.wiki, "model": a.model.model, "shard": shard, "limit": a.limit, "flush_every": a.flush_every,
+    });
+    record_config(&out, &cfg, &recorded)?;
 
     // transform + write
     let synth = Synthesizer { lm: &lm, extractor: &extractor, resources: &resources, cfg };
     let m = synthesize(&synth, &articles, &mut store, a.batch, &mut |l| eprintln!("{l}"))
-        .with_context(|| format!("synthesis into {}", a.out.display()))?;
+        .with_context(|| format!("synthesis into {}", out.display()))?;
+    if let Some(run) = shard_run {
+        run.finish(m.articles, m.examples, order)?;
+    }
     println!(
         "{}: {} articles, {} examples, {} hallucinated ({:.1}%), {} faithful; rules: {}",
-        a.out.display(),
+        out.display(),
         m.articles,
         m.examples,
         m.hallucinated,
@@ -124,4 +142,17 @@ pub fn run(a: Args) -> Result<()> {
         m.rules.iter().map(|(k, v)| format!("{k} {v}")).collect::<Vec<_>>().join(", ")
     );
     Ok(())
+}
+
+/// What every shard of one sharded synthesis must share: the synthesis settings, the input and the model (as
+/// given; the merged dataset's `synth-config.json` is shard 0's without the shard).
+fn job_settings(a: &Args, cfg: &SynthConfig) -> Result<serde_json::Value> {
+    let mut v = serde_json::to_value(cfg)?;
+    let m = v.as_object_mut().expect("struct");
+    m.insert("wiki".into(), serde_json::json!(a.wiki));
+    m.insert("model".into(), serde_json::json!(a.model.model));
+    m.insert("limit".into(), serde_json::json!(a.limit));
+    m.insert("glove_threshold".into(), serde_json::json!(a.glove_threshold));
+    m.insert("no_wordnet".into(), serde_json::json!(a.no_wordnet));
+    Ok(v)
 }

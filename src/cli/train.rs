@@ -30,7 +30,7 @@ pub enum TrainCommand {
 #[derive(Args, Debug)]
 pub struct DetectorArgs {
     /// Dataset directory written by `ragtime synth hallucination` (_manifest.json + part-*.parquet), or several,
-    /// comma-separated (the outputs of a `--shard i/n` synthesis).
+    /// comma-separated (e.g. the parts of a `--shard i/n` synthesis, or `ragtime merge`'s output for all of them).
     #[arg(long, value_delimiter = ',', default_value = "datasets/hallucination")]
     pub data: Vec<PathBuf>,
     /// Checkpoint directory to write (detector.json + model.safetensors).

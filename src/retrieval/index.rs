@@ -15,6 +15,8 @@
 //!   and settings resumes after the last commit; with other settings it starts clean. The manifest is
 //!   written last, atomically (temp file + rename), so its presence means the index is complete.
 //! - Query speed: segments are merged into one at the end, and the doc store uses 4 KiB blocks.
+//! - Shards (`ragtime index --shard i/n`, [`crate::shard`]): [`IndexOptions::shard`] keeps the passages whose id
+//!   hashes to the shard; [`merge_indexes`] joins the shards' indexes into one segment, scores unchanged.
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -29,6 +31,7 @@ use tantivy::tokenizer::{
 use tantivy::{Index, IndexSettings, IndexWriter, TantivyDocument};
 
 use crate::corpus::passages::{for_each_passage, CorpusFormat, CorpusOptions, OnBadLine};
+use crate::shard::Shard;
 
 /// Name of the manifest file inside an index directory; present only once the index is complete.
 pub const MANIFEST: &str = "ragtime-index.json";
@@ -76,6 +79,9 @@ pub struct Manifest {
     pub k1: f32,
     pub b: f32,
     pub index_seconds: f64,
+    /// The shard of the corpus this index holds (`ragtime index --shard`); none for a whole or merged index.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard: Option<Shard>,
 }
 
 /// The ragtime analyzer (see the module docs).
@@ -140,6 +146,8 @@ pub struct IndexOptions {
     pub force: bool,
     /// Print progress to stderr.
     pub progress: bool,
+    /// Index only the passages of this shard (by passage id, see [`crate::shard`]).
+    pub shard: Option<Shard>,
 }
 
 impl Default for IndexOptions {
@@ -152,6 +160,7 @@ impl Default for IndexOptions {
             commit_every: 1_000_000,
             force: false,
             progress: false,
+            shard: None,
         }
     }
 }
@@ -163,6 +172,9 @@ struct Checkpoint {
     format: Option<CorpusFormat>,
     passage_words: usize,
     fields: FieldMode,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    shard: Option<Shard>,
+    /// Passages of the stream (of the shard's passages, when sharded) already in the index.
     passages_done: u64,
 }
 
@@ -180,6 +192,7 @@ pub fn build_index(corpus: &Path, out: &Path, opts: &IndexOptions) -> Result<Man
         format: opts.corpus.format,
         passage_words: opts.corpus.passage_words,
         fields: opts.fields,
+        shard: opts.shard,
         passages_done: 0,
     };
     let resume_from = if opts.force { None } else { resumable(out, &want) };
@@ -236,6 +249,9 @@ pub fn build_index(corpus: &Path, out: &Path, opts: &IndexOptions) -> Result<Man
         Ok(())
     };
     for_each_passage(corpus, opts.corpus, &mut skipped, |p| {
+        if opts.shard.is_some_and(|s| !s.owns(&p.id)) {
+            return Ok(true);
+        }
         seen += 1;
         if seen <= skip {
             return Ok(true);
@@ -293,6 +309,74 @@ pub fn build_index(corpus: &Path, out: &Path, opts: &IndexOptions) -> Result<Man
         k1: 1.2,
         b: 0.75,
         index_seconds: start.elapsed().as_secs_f64(),
+        shard: opts.shard,
+    };
+    write_manifest(out, &manifest)?;
+    Ok(manifest)
+}
+
+/// The index directories of a sharded `ragtime index` (see [`crate::shard`]) merged into one index in `out`:
+/// their segments become one segment (tantivy's `merge_indices`), so document frequencies and average lengths,
+/// and with them every BM25 score, are those of an index built in one go. Documents are in shard order, which
+/// changes nothing but the order of exact ties. Returns the manifest written (passage and skipped-line counts
+/// summed, `index_seconds` the sum over the shards plus the merge).
+pub fn merge_indexes(parts: &[PathBuf], out: &Path) -> Result<Manifest> {
+    let start = Instant::now();
+    let mut manifests = Vec::with_capacity(parts.len());
+    let mut indices = Vec::with_capacity(parts.len());
+    for p in parts {
+        let path = p.join(MANIFEST);
+        let text = std::fs::read_to_string(&path).with_context(|| format!("{}: cannot read", path.display()))?;
+        let m: Manifest = serde_json::from_str(&text).with_context(|| format!("{}: malformed", path.display()))?;
+        let index = Index::open_in_dir(p).with_context(|| format!("{}: cannot open the index", p.display()))?;
+        register_analyzer(&index);
+        manifests.push(m);
+        indices.push(index);
+    }
+    let Some(first) = manifests.first().cloned() else { bail!("no index to merge") };
+    for (p, m) in parts.iter().zip(&manifests) {
+        if (&m.corpus, m.format, m.passage_words, m.fields)
+            != (&first.corpus, first.format, first.passage_words, first.fields)
+        {
+            bail!("{}: built from another corpus or with other settings than {}", p.display(), parts[0].display());
+        }
+    }
+    if out.join(MANIFEST).exists() {
+        bail!("{}: a complete index is already there; merge into a new directory", out.display());
+    }
+    if out.exists() {
+        if !looks_like_ours(out)? {
+            bail!(
+                "{}: exists and is not an empty directory or a ragtime index; refusing to overwrite it",
+                out.display()
+            );
+        }
+        // a merge stopped half-way: its partial files are redone
+        if out.join("meta.json").exists() {
+            std::fs::remove_dir_all(out).with_context(|| format!("cannot clear {}", out.display()))?;
+        }
+    }
+    std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
+    let dir = tantivy::directory::MmapDirectory::open(out)
+        .with_context(|| format!("{}: cannot open as an index directory", out.display()))?;
+    let merged = tantivy::indexer::merge_indices(&indices, dir)
+        .with_context(|| format!("{}: merging the shard indexes failed", out.display()))?;
+    let passages: u64 = manifests.iter().map(|m| m.passages).sum();
+    let num_docs = merged.reader()?.searcher().num_docs();
+    if num_docs != passages {
+        bail!(
+            "{}: merged index holds {num_docs} passages, the shards {passages}; not writing the manifest",
+            out.display()
+        );
+    }
+    let manifest = Manifest {
+        passages,
+        skipped_lines: manifests.iter().map(|m| m.skipped_lines).sum(),
+        resumed_after: 0,
+        index_seconds: manifests.iter().map(|m| m.index_seconds).sum::<f64>() + start.elapsed().as_secs_f64(),
+        shard: None,
+        ragtime_version: env!("CARGO_PKG_VERSION").to_string(),
+        ..first
     };
     write_manifest(out, &manifest)?;
     Ok(manifest)

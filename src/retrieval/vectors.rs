@@ -24,6 +24,7 @@ pub use super::matrix::{random_unit_vectors, Matrix, VectorSearch};
 use crate::corpus::passages::{for_each_passage, CorpusFormat, CorpusOptions};
 use crate::encoder::{Prefixes, SentenceEncoder, TextKind};
 use crate::io::write_atomic;
+use crate::shard::Shard;
 
 /// Folder of the dense index inside an index directory.
 pub const DENSE_DIR: &str = "dense";
@@ -89,6 +90,8 @@ pub struct DenseOptions {
     pub recall_sample: usize,
     pub force: bool,
     pub progress: bool,
+    /// Embed only the passages of this shard (by passage id, see [`crate::shard`]).
+    pub shard: Option<Shard>,
 }
 
 impl Default for DenseOptions {
@@ -107,6 +110,7 @@ impl Default for DenseOptions {
             recall_sample: 1000,
             force: false,
             progress: false,
+            shard: None,
         }
     }
 }
@@ -122,6 +126,8 @@ struct Progress {
     prefixes: Prefixes,
     dtype: VectorDtype,
     chunk_rows: usize,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    shard: Option<Shard>,
 }
 
 /// `dense/dense.json`.
@@ -223,6 +229,7 @@ pub fn build_dense(
         prefixes: encoder.prefixes.clone(),
         dtype: opts.dtype,
         chunk_rows: opts.chunk_rows.max(1),
+        shard: opts.shard,
     };
     let have: Option<Progress> = std::fs::read(dir.join(PROGRESS)).ok().and_then(|b| serde_json::from_slice(&b).ok());
     let mut done_chunks = if !opts.force && have.as_ref() == Some(&want) { complete_chunks(&dir) } else { 0 };
@@ -277,6 +284,9 @@ pub fn build_dense(
         Ok(())
     };
     for_each_passage(corpus, opts.corpus, &mut skipped_lines, |p| {
+        if opts.shard.is_some_and(|s| !s.owns(&p.id)) {
+            return Ok(true);
+        }
         seen += 1;
         if seen <= skip {
             return Ok(true);
@@ -310,25 +320,7 @@ pub fn build_dense(
             matrix.rows()
         );
     }
-    let (mut hnsw_seconds, mut hnsw_recall, mut hnsw_params) = (0.0, None, None);
-    if opts.kind == DenseKind::Hnsw {
-        let t = Instant::now();
-        let h = HnswIndex::build(&matrix, opts.hnsw, opts.progress)?;
-        h.save(&dir.join(HNSW_FILE))?;
-        hnsw_seconds = t.elapsed().as_secs_f64();
-        if opts.recall_sample > 0 && matrix.rows() > 0 {
-            let queries = pair_midpoints(&matrix, opts.recall_sample, 17);
-            let r = recall_at_k(&h, &FlatIndex::new(matrix), &queries, 10)?;
-            if opts.progress {
-                eprintln!(
-                    "dense: HNSW recall@10 vs exact search: {r:.4} on {} queries (midpoints of random passage pairs)",
-                    queries.len()
-                );
-            }
-            hnsw_recall = Some(r);
-        }
-        hnsw_params = Some(opts.hnsw);
-    }
+    let (hnsw_seconds, hnsw_recall, hnsw_params) = graph(&dir, matrix, opts)?;
     let manifest = DenseManifest {
         ragtime_version: env!("CARGO_PKG_VERSION").to_string(),
         corpus: corpus_abs,
@@ -347,6 +339,107 @@ pub fn build_dense(
         hnsw_recall_at_10: hnsw_recall,
         encode_seconds,
         hnsw_seconds,
+    };
+    write_atomic(&dir.join(DENSE_MANIFEST), serde_json::to_string_pretty(&manifest)?.as_bytes())?;
+    Ok(manifest)
+}
+
+/// The HNSW graph of `matrix` in `dir` when `opts.kind` is hnsw, with the build-time recall check: (seconds,
+/// recall@10 against exact search, parameters).
+fn graph(dir: &Path, matrix: Matrix, opts: &DenseOptions) -> Result<(f64, Option<f64>, Option<HnswParams>)> {
+    if opts.kind != DenseKind::Hnsw {
+        return Ok((0.0, None, None));
+    }
+    let t = Instant::now();
+    let h = HnswIndex::build(&matrix, opts.hnsw, opts.progress)?;
+    h.save(&dir.join(HNSW_FILE))?;
+    let seconds = t.elapsed().as_secs_f64();
+    let mut recall = None;
+    if opts.recall_sample > 0 && matrix.rows() > 0 {
+        let queries = pair_midpoints(&matrix, opts.recall_sample, 17);
+        let r = recall_at_k(&h, &FlatIndex::new(matrix), &queries, 10)?;
+        if opts.progress {
+            eprintln!(
+                "dense: HNSW recall@10 vs exact search: {r:.4} on {} queries (midpoints of random passage pairs)",
+                queries.len()
+            );
+        }
+        recall = Some(r);
+    }
+    Ok((seconds, recall, Some(opts.hnsw)))
+}
+
+/// The dense indexes of a sharded `ragtime index --encoder` (in `parts[i]/dense`) merged into `out/dense`: the
+/// chunks copied in shard order (embeddings are not recomputed), then the HNSW graph built over all of them when
+/// the shards are hnsw (with the shards' parameters and `recall_sample`). The shards must share encoder, prefixes,
+/// dtype and kind.
+pub fn merge_dense(parts: &[PathBuf], out: &Path, recall_sample: usize, progress: bool) -> Result<DenseManifest> {
+    let read = |p: &Path| -> Result<(DenseManifest, Progress)> {
+        let d = p.join(DENSE_DIR);
+        let m: DenseManifest = serde_json::from_slice(
+            &std::fs::read(d.join(DENSE_MANIFEST))
+                .with_context(|| format!("{}: cannot read", d.join(DENSE_MANIFEST).display()))?,
+        )
+        .with_context(|| format!("{}: malformed", d.join(DENSE_MANIFEST).display()))?;
+        let g: Progress = serde_json::from_slice(
+            &std::fs::read(d.join(PROGRESS)).with_context(|| format!("{}: cannot read", d.join(PROGRESS).display()))?,
+        )
+        .with_context(|| format!("{}: malformed", d.join(PROGRESS).display()))?;
+        Ok((m, g))
+    };
+    let all: Vec<(DenseManifest, Progress)> = parts.iter().map(|p| read(p)).collect::<Result<_>>()?;
+    let Some((first, first_progress)) = all.first().cloned() else { bail!("no dense index to merge") };
+    for (p, (m, g)) in parts.iter().zip(&all) {
+        let same = Progress { shard: None, ..g.clone() } == Progress { shard: None, ..first_progress.clone() }
+            && (m.kind, m.hnsw) == (first.kind, first.hnsw);
+        if !same {
+            bail!("{}: its dense index was built with other settings than {}'s", p.display(), parts[0].display());
+        }
+    }
+    let dir = out.join(DENSE_DIR);
+    if dir.exists() {
+        clear_own_files(&dir)?;
+    }
+    std::fs::create_dir_all(dir.join("chunks")).with_context(|| format!("cannot create {}", dir.display()))?;
+    let mut chunks = 0;
+    for (p, (m, _)) in parts.iter().zip(&all) {
+        for i in 0..m.chunks {
+            for ext in ["ids", "bin"] {
+                let from = chunk_path(&p.join(DENSE_DIR), i, ext);
+                let to = chunk_path(&dir, chunks, ext);
+                let bytes = std::fs::read(&from).with_context(|| format!("{}: cannot read", from.display()))?;
+                write_atomic(&to, &bytes)?;
+            }
+            chunks += 1;
+        }
+    }
+    write_atomic(
+        &dir.join(PROGRESS),
+        serde_json::to_string_pretty(&Progress { shard: None, ..first_progress.clone() })?.as_bytes(),
+    )?;
+    let (_, matrix) = read_chunks(&dir, first.dim, first.dtype, chunks)?;
+    let passages: u64 = all.iter().map(|(m, _)| m.passages).sum();
+    if matrix.rows() as u64 != passages {
+        bail!("{}: merged chunks hold {} vectors, the shards {passages}", dir.display(), matrix.rows());
+    }
+    let opts = DenseOptions {
+        kind: first.kind,
+        dtype: first.dtype,
+        hnsw: first.hnsw.unwrap_or_default(),
+        recall_sample,
+        progress,
+        ..DenseOptions::default()
+    };
+    let (hnsw_seconds, hnsw_recall_at_10, hnsw) = graph(&dir, matrix, &opts)?;
+    let manifest = DenseManifest {
+        ragtime_version: env!("CARGO_PKG_VERSION").to_string(),
+        passages,
+        chunks,
+        hnsw,
+        hnsw_recall_at_10,
+        encode_seconds: all.iter().map(|(m, _)| m.encode_seconds).sum(),
+        hnsw_seconds,
+        ..first
     };
     write_atomic(&dir.join(DENSE_MANIFEST), serde_json::to_string_pretty(&manifest)?.as_bytes())?;
     Ok(manifest)

@@ -304,25 +304,7 @@ impl Synthesizer<'_> {
     }
 }
 
-/// `i/n`: this process takes the articles whose index in the dump is `i` modulo `n`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Shard {
-    pub index: usize,
-    pub count: usize,
-}
-
-impl std::str::FromStr for Shard {
-    type Err = anyhow::Error;
-    fn from_str(s: &str) -> Result<Self> {
-        let (a, b) = s.split_once('/').with_context(|| format!("shard '{s}': expected i/n, e.g. 0/4"))?;
-        let index: usize = a.trim().parse().with_context(|| format!("shard '{s}': '{a}' is not a number"))?;
-        let count: usize = b.trim().parse().with_context(|| format!("shard '{s}': '{b}' is not a number"))?;
-        if count == 0 || index >= count {
-            bail!("shard '{s}': need 0 <= i < n");
-        }
-        Ok(Shard { index, count })
-    }
-}
+pub use crate::shard::Shard;
 
 /// Progress of a run, one stderr line per article.
 pub struct Progress {
@@ -497,14 +479,6 @@ mod tests {
         assert_eq!(tokens_overlapping(&steps, 1, 5), vec![0, 1]);
         assert_eq!(tokens_overlapping(&steps, 9, 16), vec![3]);
         assert_eq!(tokens_overlapping(&steps, 1, 1), Vec::<usize>::new());
-    }
-
-    #[test]
-    fn shard_parsing() {
-        assert_eq!("1/4".parse::<Shard>().unwrap(), Shard { index: 1, count: 4 });
-        assert!("4/4".parse::<Shard>().is_err());
-        assert!("x/4".parse::<Shard>().is_err());
-        assert!("3".parse::<Shard>().is_err());
     }
 
     #[test]

@@ -30,6 +30,7 @@
 //! [`synthesizer`] runs Algorithm 1 on one question; [`stats`] sums up the attempts; [`store`] is the resumable
 //! dataset directory the attempts and dialogues go to; [`parquet`] writes and reads its dialogues.parquet.
 
+pub mod merge;
 pub mod parquet;
 pub mod stats;
 pub mod store;

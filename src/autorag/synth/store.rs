@@ -170,6 +170,11 @@ impl DialogueStore {
     }
 }
 
+/// Every attempt of a dataset directory's attempts.jsonl.
+pub fn read_attempts(dir: &Path) -> Result<Vec<Attempt>> {
+    Ok(read_records(&dir.join(ATTEMPTS_FILE))?.0)
+}
+
 /// Every dialogue of a dataset directory's dialogues.jsonl.
 pub fn read_dialogues(dir: &Path) -> Result<Vec<Dialogue>> {
     Ok(read_records(&dir.join(DIALOGUES_FILE))?.0)

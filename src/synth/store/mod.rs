@@ -60,6 +60,7 @@
 //! columns), [`writer`] ([`HalluStore`], shards and resumption), [`reader`] (examples and feature tables back).
 
 pub mod manifest;
+pub mod merge;
 pub mod reader;
 mod schema;
 pub mod writer;

@@ -43,48 +43,54 @@ pub fn read_all(dir: impl AsRef<Path>) -> Result<Vec<HalluExample>> {
     // Not reserved from the manifest's counts: a damaged manifest must not size an allocation.
     let mut out = Vec::new();
     for shard in &m.shards {
-        let path = dir.join(&shard.file);
-        for b in read_shard(&path, None)? {
-            let n = b.num_rows();
-            let s = |name| str_col(&b, name, &path);
-            let (article_id, title, template) = (s("article_id")?, s("title")?, s("template")?);
-            let (entity_label, original_entity) = (s("entity_label")?, s("original_entity")?);
-            let (generated_entity, continuation, rule) = (s("generated_entity")?, s("continuation")?, s("rule")?);
-            let offsets = column(&b, "trunc_offset", &path)?
-                .as_primitive_opt::<UInt32Type>()
-                .with_context(|| format!("{}: trunc_offset is not uint32", path.display()))?
-                .values()
-                .to_vec();
-            let labels = column(&b, "label", &path)?
-                .as_primitive_opt::<UInt8Type>()
-                .with_context(|| format!("{}: label is not uint8", path.display()))?
-                .values()
-                .to_vec();
-            let (el, em) = (f32_col(&b, "entropy_last", &path)?, f32_col(&b, "entropy_entity_mean", &path)?);
-            let mut fl = list_col(&b, "hidden_final_last", &path)?.into_iter();
-            let mut ml = list_col(&b, "hidden_mean_last", &path)?.into_iter();
-            let mut fe = list_col(&b, "hidden_final_entity", &path)?.into_iter();
-            let mut me = list_col(&b, "hidden_mean_entity", &path)?.into_iter();
-            for i in 0..n {
-                out.push(HalluExample {
-                    article_id: article_id[i].clone(),
-                    title: title[i].clone(),
-                    template: template[i].clone(),
-                    trunc_offset: offsets[i],
-                    entity_label: entity_label[i].clone(),
-                    original_entity: original_entity[i].clone(),
-                    generated_entity: generated_entity[i].clone(),
-                    continuation: continuation[i].clone(),
-                    label: labels[i],
-                    rule: rule[i].clone(),
-                    entropy_last: el[i],
-                    entropy_entity_mean: em[i],
-                    hidden_final_last: fl.next().unwrap_or_default(),
-                    hidden_mean_last: ml.next().unwrap_or_default(),
-                    hidden_final_entity: fe.next().unwrap_or_default(),
-                    hidden_mean_entity: me.next().unwrap_or_default(),
-                });
-            }
+        out.extend(read_file(&dir.join(&shard.file))?);
+    }
+    Ok(out)
+}
+
+/// The examples of one Parquet file of a dataset.
+pub(super) fn read_file(path: &Path) -> Result<Vec<HalluExample>> {
+    let mut out = Vec::new();
+    for b in read_shard(path, None)? {
+        let n = b.num_rows();
+        let s = |name| str_col(&b, name, path);
+        let (article_id, title, template) = (s("article_id")?, s("title")?, s("template")?);
+        let (entity_label, original_entity) = (s("entity_label")?, s("original_entity")?);
+        let (generated_entity, continuation, rule) = (s("generated_entity")?, s("continuation")?, s("rule")?);
+        let offsets = column(&b, "trunc_offset", path)?
+            .as_primitive_opt::<UInt32Type>()
+            .with_context(|| format!("{}: trunc_offset is not uint32", path.display()))?
+            .values()
+            .to_vec();
+        let labels = column(&b, "label", path)?
+            .as_primitive_opt::<UInt8Type>()
+            .with_context(|| format!("{}: label is not uint8", path.display()))?
+            .values()
+            .to_vec();
+        let (el, em) = (f32_col(&b, "entropy_last", path)?, f32_col(&b, "entropy_entity_mean", path)?);
+        let mut fl = list_col(&b, "hidden_final_last", path)?.into_iter();
+        let mut ml = list_col(&b, "hidden_mean_last", path)?.into_iter();
+        let mut fe = list_col(&b, "hidden_final_entity", path)?.into_iter();
+        let mut me = list_col(&b, "hidden_mean_entity", path)?.into_iter();
+        for i in 0..n {
+            out.push(HalluExample {
+                article_id: article_id[i].clone(),
+                title: title[i].clone(),
+                template: template[i].clone(),
+                trunc_offset: offsets[i],
+                entity_label: entity_label[i].clone(),
+                original_entity: original_entity[i].clone(),
+                generated_entity: generated_entity[i].clone(),
+                continuation: continuation[i].clone(),
+                label: labels[i],
+                rule: rule[i].clone(),
+                entropy_last: el[i],
+                entropy_entity_mean: em[i],
+                hidden_final_last: fl.next().unwrap_or_default(),
+                hidden_mean_last: ml.next().unwrap_or_default(),
+                hidden_final_entity: fe.next().unwrap_or_default(),
+                hidden_mean_entity: me.next().unwrap_or_default(),
+            });
         }
     }
     Ok(out)

@@ -1,0 +1,61 @@
+//! Merging the dialogue directories of a sharded `synth autorag` (`ragtime merge`, see [`crate::shard`]) into
+//! one: attempts and dialogues in the dataset's question order, then dialogues.parquet and stats.json — the
+//! directory one process would have written.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, ensure, Context, Result};
+
+use super::store::{read_attempts, read_dialogues, DialogueStore, CONFIG_FILE};
+use super::{Attempt, Stats};
+use crate::autorag::dialogue::Dialogue;
+
+fn config_of(part: &Path) -> Result<serde_json::Value> {
+    let path = part.join(CONFIG_FILE);
+    let text = std::fs::read_to_string(&path).with_context(|| format!("{}: cannot read", path.display()))?;
+    serde_json::from_str(&text).with_context(|| format!("{}: malformed", path.display()))
+}
+
+/// Writes into `out` the dialogue directory of the part directories `parts`, questions in `order` (position,
+/// part index, question id), resuming a merge into `out` that was stopped. Checks that the parts share one
+/// config and that every attempt of every part is written once.
+pub fn merge(parts: &[PathBuf], order: &[(u64, usize, &str)], out: &Path) -> Result<Stats> {
+    let first = parts.first().ok_or_else(|| anyhow::anyhow!("no parts to merge"))?;
+    let config = config_of(first)?;
+    let mut attempts: Vec<HashMap<String, Attempt>> = Vec::with_capacity(parts.len());
+    let mut dialogues: Vec<HashMap<String, Dialogue>> = Vec::with_capacity(parts.len());
+    for p in parts {
+        ensure!(
+            config_of(p)? == config,
+            "{}: its settings differ from {}'s",
+            p.join(CONFIG_FILE).display(),
+            first.display()
+        );
+        attempts.push(read_attempts(p)?.into_iter().map(|a| (a.id.clone(), a)).collect());
+        dialogues.push(read_dialogues(p)?.into_iter().map(|d| (d.id.clone(), d)).collect());
+    }
+    let mut store = DialogueStore::open(out, &config)?;
+    for &(_, part, id) in order {
+        let Some(a) = attempts[part].remove(id) else {
+            bail!("{}: no attempt for question {id:?}, which its shard marker lists", parts[part].display())
+        };
+        let d = dialogues[part].remove(id);
+        ensure!(
+            a.kept == d.is_some(),
+            "{}: question {id:?} is {}kept but has {}dialogue",
+            parts[part].display(),
+            if a.kept { "" } else { "not " },
+            if d.is_some() { "a " } else { "no " }
+        );
+        if !store.is_done(id) {
+            store.record(&a, d.as_ref())?;
+        }
+    }
+    for (p, left) in parts.iter().zip(&attempts) {
+        if let Some(id) = left.keys().next() {
+            bail!("{}: holds an attempt for {id:?}, which its shard marker does not list", p.display());
+        }
+    }
+    store.finish()
+}
