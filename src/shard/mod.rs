@@ -202,6 +202,20 @@ impl ShardRun {
                 first_difference(&have, &job)
             );
         }
+        // shards of another n in the same directory would split the items differently
+        for e in std::fs::read_dir(root).with_context(|| format!("{}: cannot list", root.display()))? {
+            let name = e.with_context(|| format!("{}: cannot list", root.display()))?.file_name();
+            let name = name.to_string_lossy();
+            if let Some((_, n)) = parse_part_name(name.trim_end_matches(".done")) {
+                if n != shard.count {
+                    bail!(
+                        "{flag} {}: holds shards of {n} ({name}), not of {}; use the same n or another {flag}",
+                        root.display(),
+                        shard.count
+                    );
+                }
+            }
+        }
         let marker = root.join(shard.marker_name());
         if marker.exists() {
             std::fs::remove_file(&marker).with_context(|| format!("{}: cannot remove", marker.display()))?;
@@ -557,6 +571,9 @@ mod tests {
         // a shard with other settings is refused before it does anything
         let e = finish_shard(&root, 1, 3, serde_json::json!({"model": "m", "seed": 2}), "b").unwrap_err();
         assert!(format!("{e:#}").contains("seed was 1, now 2"), "{e:#}");
+        // a shard of another n: refused
+        let e = finish_shard(&root, 0, 4, job.clone(), "a").unwrap_err();
+        assert!(format!("{e:#}").contains("holds shards of 3"), "{e:#}");
         let e = scan(&root).unwrap_err();
         let msg = format!("{e:#}");
         assert!(msg.contains("part-00001-of-00003: not started") && msg.contains("--array=1"), "{msg}");
