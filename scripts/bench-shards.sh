@@ -23,7 +23,12 @@ marker() { # dir shard -> "items rows seconds"
 solve() { python3 -c 'import sys; a,ta,b,tb=map(float,sys.argv[1:]); k=(tb-ta)/(b-a); print(f"{max(ta-k*a,0):.2f} {k:.5f}")' "$@"; }
 
 echo "corpus: $N_PASSAGES synthetic passages ($work)" >&2
-python3 scripts/gen_synthetic_corpus.py "$DATA/corpus/hotpotqa_paragraphs.tsv" "$work/c.tsv" "$N_PASSAGES"
+VENV=${BENCH_VENV:-target/bench-venv}   # numpy, for the synthetic corpus (as bench-retrieval-scale.sh)
+if [ ! -x "$VENV/bin/python" ]; then
+  python3 -m venv "$VENV"
+  "$VENV/bin/pip" install -q numpy
+fi
+"$VENV/bin/python" scripts/gen_synthetic_corpus.py "$DATA/corpus/hotpotqa_paragraphs.tsv" "$work/c.tsv" "$N_PASSAGES"
 "$RAGTIME" index --corpus "$work/c.tsv" --out "$work/idx100" --shard 0/100 --threads 2 -q
 "$RAGTIME" index --corpus "$work/c.tsv" --out "$work/idx4" --shard 1/4 --threads 2 -q
 read -r ia _ ta < <(marker "$work/idx100" part-00000-of-00100)

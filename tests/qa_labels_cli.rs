@@ -84,6 +84,20 @@ fn qa_labels_from_closed_book_answers() {
     let lanes = root.join("lanes");
     assert!(run(&lanes, &["--batch", "3"]).0);
     assert!(rows(&lanes) == r, "--batch 3 writes the rows of --batch 1");
+    // two shards (--shard i/2 into one --out) merged: the dataset of one process, files and manifest alike
+    let sharded = root.join("sharded");
+    for i in 0..2 {
+        let (ok, err) = run(&sharded, &["--shard", &format!("{i}/2")]);
+        assert!(ok, "{err}");
+    }
+    let merged = root.join("merged");
+    let (ok, err) = ragtime(&["merge", sharded.to_str().unwrap(), "--out", merged.to_str().unwrap(), "-q"]);
+    assert!(ok, "{err}");
+    assert!(read_all(&merged).unwrap() == read_all(&one).unwrap(), "merged rows in question order");
+    for f in ["_manifest.json", "synth-config.json"] {
+        let read = |d: &Path| std::fs::read_to_string(d.join(f)).unwrap();
+        assert_eq!(read(&merged), read(&one), "{f}");
+    }
     // a re-run resumes with nothing left to do
     assert!(run(&one, &[]).0);
     assert_eq!(rows(&one).len(), r.len());

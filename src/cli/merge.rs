@@ -15,8 +15,8 @@ pub struct Args {
     /// Where the merged output goes (default: DIR/merged). A merge stopped half-way resumes.
     #[arg(long)]
     pub out: Option<PathBuf>,
-    /// Hallucination datasets: articles per Parquet file of the merged dataset (default: the shards'
-    /// `synth hallucination --flush-every`, which makes the files those of a one-process run).
+    /// Hallucination and qa-labels datasets: articles (questions) per Parquet file of the merged dataset (default:
+    /// the shards' `--flush-every`, which makes the files those of a one-process run).
     #[arg(long, value_parser = super::ranges::int::<1, 1_000_000>)]
     pub flush_every: Option<usize>,
     /// Dense HNSW indexes: queries of the recall@10 check of the merged graph against exact search (0: skip).
@@ -40,7 +40,8 @@ pub fn run(a: Args) -> Result<()> {
             use ragtime::synth::store::{merge::merge, MANIFEST, OUTPUT_KIND};
             ragtime::io::claim_output_dir(&out, "--out", OUTPUT_KIND, MANIFEST)?;
             let config = synth_config(&parts[0])?;
-            let flush_every = a.flush_every.or(config["flush_every"].as_u64().map(|n| n as usize)).unwrap_or(16);
+            let recorded = set.job["flush_every"].as_u64().or(config["flush_every"].as_u64());
+            let flush_every = a.flush_every.or(recorded.map(|n| n as usize)).unwrap_or(16);
             let m = merge(&parts, &order, &out, flush_every.max(1))?;
             write_synth_config(config, &out)?;
             format!(
@@ -96,7 +97,9 @@ fn synth_config(part: &std::path::Path) -> Result<serde_json::Value> {
 
 /// The merged dataset's synth-config.json: shard 0's, without the shard (what a one-process run records).
 fn write_synth_config(mut v: serde_json::Value, out: &std::path::Path) -> Result<()> {
-    v["shard"] = serde_json::Value::Null;
+    if let Some(s) = v.get_mut("shard") {
+        *s = serde_json::Value::Null;
+    }
     ragtime::io::write_atomic(&out.join("synth-config.json"), serde_json::to_string_pretty(&v)?.as_bytes())
 }
 

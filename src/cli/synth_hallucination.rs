@@ -154,5 +154,6 @@ fn job_settings(a: &Args, cfg: &SynthConfig) -> Result<serde_json::Value> {
     m.insert("limit".into(), serde_json::json!(a.limit));
     m.insert("glove_threshold".into(), serde_json::json!(a.glove_threshold));
     m.insert("no_wordnet".into(), serde_json::json!(a.no_wordnet));
+    m.insert("flush_every".into(), serde_json::json!(a.flush_every));
     Ok(v)
 }

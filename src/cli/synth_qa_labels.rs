@@ -46,6 +46,11 @@ pub struct Args {
     /// Questions answered at once (lanes of one batch; the rows are those of `--batch 1`).
     #[arg(long, default_value_t = 1, value_parser = super::ranges::int::<1, 256>)]
     pub batch: usize,
+    /// i/n: answer shard i of n (the questions whose id hashes to i) into OUT/part-IIIII-of-NNNNN, all n shards
+    /// into the same --out; `ragtime merge OUT` then writes the whole dataset. Default: from Slurm's
+    /// SLURM_ARRAY_TASK_ID and RAGTIME_SHARD_COUNT (or SLURM_ARRAY_TASK_COUNT) when set.
+    #[arg(long)]
+    pub shard: Option<ragtime::shard::Shard>,
 }
 
 pub fn run(a: Args) -> Result<()> {
@@ -57,16 +62,33 @@ pub fn run(a: Args) -> Result<()> {
     if ["test", "valid", "validation", "dev"].contains(&a.split.as_str()) {
         bail!("--split {}: labels are made from training questions only", a.split);
     }
-    let examples_all: Vec<Example> =
+    let mut examples_all: Vec<Example> =
         spec.load_split(Some(&a.split))?.into_iter().take(a.limit.unwrap_or(usize::MAX)).collect();
     let prompt = spec.prompt_builder()?;
     let method = Method::load("none", None, &spec, &[], None, None, a.max_new_tokens)?;
-    ragtime::io::claim_output_dir(&a.out, "--out", OUTPUT_KIND, MANIFEST)?;
     let settings = serde_json::json!({
         "source": TEMPLATE, "dataset": spec.name, "split": a.split, "model": a.model.model,
         "max_new_tokens": method.max_new,
     });
-    let path = a.out.join("synth-config.json");
+    let (out, part) = match ragtime::shard::Shard::resolve(a.shard)? {
+        None => (a.out.clone(), None),
+        Some(s) => {
+            let mut job = settings.clone();
+            job["limit"] = serde_json::json!(a.limit);
+            job["flush_every"] = serde_json::json!(a.flush_every);
+            let run = ragtime::shard::ShardRun::begin(&a.out, "--out", s, OUTPUT_KIND, job)?;
+            let order: Vec<(String, u64)> = examples_all
+                .iter()
+                .enumerate()
+                .filter(|(_, ex)| s.owns(&ex.id))
+                .map(|(i, ex)| (ex.id.clone(), i as u64))
+                .collect();
+            examples_all.retain(|ex| s.owns(&ex.id));
+            (run.part_dir(), Some((run, order)))
+        }
+    };
+    ragtime::io::claim_output_dir(&out, "--out", OUTPUT_KIND, MANIFEST)?;
+    let path = out.join("synth-config.json");
     if let Some(old) = ragtime::io::pin_settings(&path, &serde_json::to_string_pretty(&settings)?, |t| {
         Ok(serde_json::from_str::<serde_json::Value>(t)?)
     })? {
@@ -76,7 +98,7 @@ pub fn run(a: Args) -> Result<()> {
     }
     let lm = a.model.load()?;
     let hidden = lm.config.hidden_size;
-    let mut store = HalluStore::open(&a.out, &lm.name, hidden)?.with_flush_every(a.flush_every);
+    let mut store = HalluStore::open(&out, &lm.name, hidden)?.with_flush_every(a.flush_every);
     let todo: Vec<&Example> = examples_all.iter().filter(|e| !store.is_done(&e.id)).collect();
     eprintln!(
         "synth qa-labels: {} questions of {} {} ({} done), model {}, closed-book, up to {} tokens",
@@ -133,9 +155,12 @@ pub fn run(a: Args) -> Result<()> {
     )?;
     store.flush()?;
     let m = store.manifest().clone();
+    if let Some((run, order)) = part {
+        run.finish(order.len(), m.examples, order)?;
+    }
     println!(
         "{}: {} questions, {} sentences, {} from wrong answers ({:.1}%), {} from right ones; rules: {}",
-        a.out.display(),
+        out.display(),
         m.articles,
         m.examples,
         m.hallucinated,

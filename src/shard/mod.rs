@@ -1,6 +1,6 @@
-//! The shard contract every long job shares (`synth hallucination`, `synth autorag`, `index`, `eval`), so that n
-//! processes — the tasks of a Slurm array job, or any n machines — can each do a part and `ragtime merge` can
-//! put the parts back together into what one process would have written.
+//! The shard contract every long job shares (`synth hallucination`, `synth qa-labels`, `synth autorag`, `index`,
+//! `eval`), so that n processes — the tasks of a Slurm array job, or any n machines — can each do a part and
+//! `ragtime merge` can put the parts back together into what one process would have written.
 //!
 //! # Which items a shard takes
 //!
