@@ -1,6 +1,7 @@
-//! kill -9 and resume, through the binary: `index`, `eval` and `synth hallucination` are killed (SIGKILL, no
-//! chance to clean up) part-way, re-run with the same arguments, and their final output is compared with an
-//! uninterrupted run's: no row lost or doubled, the same answers, rows and search results.
+//! kill -9 and resume, through the binary: `index`, `eval`, `synth hallucination`, `synth autorag`, `train
+//! detector` and `train autorag` are killed (SIGKILL, no chance to clean up) part-way, re-run with the same
+//! arguments, and their final output is compared with an uninterrupted run's: no row lost or doubled, the same
+//! answers, rows, search results, weights and losses.
 
 mod common;
 
@@ -238,4 +239,222 @@ fn synth_killed_and_resumed_writes_the_rows_of_an_uninterrupted_run() {
     assert!(!a.is_empty());
     assert_eq!(a.len(), b.len(), "no row lost or doubled");
     assert!(a == b, "the resumed run's rows equal the uninterrupted run's");
+}
+
+/// JSON lines of a file without the named keys (timings).
+fn jsonl_without(path: &Path, drop: &[&str]) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let mut v: serde_json::Value = serde_json::from_str(l).unwrap();
+            for k in drop {
+                v.as_object_mut().unwrap().remove(*k);
+            }
+            v
+        })
+        .collect()
+}
+
+/// `synth autorag`, killed after some questions are recorded (a line may be torn), resumed: the same attempts and
+/// dialogues as an uninterrupted run, each question once.
+#[test]
+fn synth_autorag_killed_and_resumed_equals_an_uninterrupted_run() {
+    let Some(tok) = tokenizer() else { return };
+    if ragtime::testing::require("fewshot/autorag").is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let model = common::write_tiny_gguf(Arch::Llama, root);
+    let qa: String = (0..16)
+        .map(|i| format!("{}\n", serde_json::json!({"id": format!("q{i}"), "question": format!("Where is place {i}?"), "answer": ["river"]})))
+        .collect();
+    std::fs::write(root.join("qa.jsonl"), qa).unwrap();
+    let corpus: String = (0..30).map(|i| format!("{i}\tPlace {i} lies by the river.\tPlace {i}\n")).collect();
+    std::fs::write(root.join("c.tsv"), format!("id\ttext\ttitle\n{corpus}")).unwrap();
+    let index = root.join("idx");
+    run_ok(&s(&["index", "--corpus", root.join("c.tsv").to_str().unwrap(), "--out", index.to_str().unwrap(), "-q"]));
+    let args = |out: &Path| {
+        s(&[
+            "synth",
+            "autorag",
+            "--model",
+            model.to_str().unwrap(),
+            "--tokenizer",
+            tok.to_str().unwrap(),
+            "--dataset",
+            root.join("qa.jsonl").to_str().unwrap(),
+            "--index",
+            index.to_str().unwrap(),
+            "--max-iter",
+            "3",
+            "--candidates",
+            "2",
+            "--out",
+            out.to_str().unwrap(),
+        ])
+    };
+    let whole = root.join("whole");
+    run_ok(&args(&whole));
+    let out = root.join("killed");
+    let attempts = out.join("attempts.jsonl");
+    if !kill_when(&args(&out), || lines(&attempts) >= 4) {
+        eprintln!("note: the run finished before the kill point");
+    }
+    run_ok(&args(&out));
+    for f in ["attempts.jsonl", "dialogues.jsonl"] {
+        let (a, b) = (jsonl_without(&whole.join(f), &["seconds"]), jsonl_without(&out.join(f), &["seconds"]));
+        assert_eq!(a, b, "{f}: the resumed run's records equal the uninterrupted run's");
+    }
+    assert_eq!(lines(&out.join("attempts.jsonl")), 16, "each question once");
+}
+
+/// `train detector`, killed while it trains, run again: the checkpoint of an uninterrupted run (training holds
+/// nothing on disk until the end, and the end is two atomic renames).
+#[test]
+fn train_detector_killed_and_rerun_writes_the_detector_of_an_uninterrupted_run() {
+    use ragtime::synth::store::{HalluExample, HalluStore};
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    // 3,000 random examples over 300 articles, hidden 64: a few seconds of training
+    let data = root.join("labels");
+    let mut store = HalluStore::open(&data, "tiny", 64).unwrap();
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    let mut rnd = || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        (x >> 40) as f32 / (1u64 << 24) as f32 - 0.5
+    };
+    for a in 0..300 {
+        let rows: Vec<HalluExample> = (0..10)
+            .map(|k| {
+                let v: Vec<f32> = (0..64).map(|_| rnd()).collect();
+                HalluExample {
+                    article_id: format!("a{a}"),
+                    title: format!("A{a}"),
+                    template: "mind".into(),
+                    trunc_offset: k,
+                    entity_label: "PERSON".into(),
+                    original_entity: "x".into(),
+                    generated_entity: "y".into(),
+                    continuation: "z".into(),
+                    label: u8::from(v[0] + v[1] > 0.0),
+                    rule: "exact".into(),
+                    entropy_last: 1.0,
+                    entropy_entity_mean: 1.0,
+                    hidden_final_last: v.clone(),
+                    hidden_mean_last: v.clone(),
+                    hidden_final_entity: v.clone(),
+                    hidden_mean_entity: v,
+                }
+            })
+            .collect();
+        store.add_article(&format!("a{a}"), rows).unwrap();
+    }
+    store.finish().unwrap();
+    let args = |out: &Path| {
+        s(&["train", "detector", "--data", data.to_str().unwrap(), "--epochs", "30", "--out", out.to_str().unwrap()])
+    };
+    let whole = root.join("whole");
+    run_ok(&args(&whole));
+    let out = root.join("killed");
+    let t0 = Instant::now();
+    let killed = kill_when(&args(&out), || out.exists() && t0.elapsed() > Duration::from_millis(700));
+    if killed {
+        assert!(!out.join("model.safetensors").exists() || out.join("detector.json").exists(), "no half checkpoint");
+    } else {
+        eprintln!("note: the run finished before the kill point");
+    }
+    run_ok(&args(&out));
+    let info = |d: &Path| {
+        let mut v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(d.join("detector.json")).unwrap()).unwrap();
+        if let Some(t) = v.get_mut("training").and_then(|t| t.as_object_mut()) {
+            t.remove("seconds");
+        }
+        v
+    };
+    assert_eq!(info(&whole), info(&out));
+    // compared as loaded, not as bytes: the safetensors header lists its metadata in hash-map order
+    let load = |d: &Path| ragtime::detector::Detector::load(d).unwrap();
+    assert!(load(&whole) == load(&out), "the same weights");
+}
+
+/// `train autorag`, killed after a checkpoint, resumed from it: the weights and the loss history of an
+/// uninterrupted run.
+#[test]
+fn train_autorag_killed_and_resumed_equals_an_uninterrupted_run() {
+    let Some(tok) = tokenizer() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let model = common::write_tiny_gguf(Arch::Llama, root);
+    let dialogues: String = (0..40)
+        .map(|i| {
+            let d = serde_json::json!({
+                "id": format!("d{i}"), "dataset": "toy", "question": format!("Where was person {i} born?"),
+                "answers": ["Paris"], "iterations": 1, "final_answer": "Paris",
+                "turns": [
+                    {"input": format!("Where was person {i} born?"), "output": format!("Retrieval Query: person {i} birthplace")},
+                    {"input": format!("Retrieved Document_1: Person {i} was born in Paris."), "output": "Final Answer: Paris"},
+                ],
+            });
+            format!("{d}\n")
+        })
+        .collect();
+    std::fs::write(root.join("d.jsonl"), dialogues).unwrap();
+    let args = |out: &Path| {
+        s(&[
+            "train",
+            "autorag",
+            "--data",
+            root.join("d.jsonl").to_str().unwrap(),
+            "--model",
+            model.to_str().unwrap(),
+            "--tokenizer",
+            tok.to_str().unwrap(),
+            "--epochs",
+            "4",
+            "--batch-size",
+            "1",
+            "--grad-accum",
+            "2",
+            "--lr",
+            "1e-3",
+            "--save-every",
+            "3",
+            "--eval-every",
+            "10",
+            "--out",
+            out.to_str().unwrap(),
+        ])
+    };
+    let whole = root.join("whole");
+    run_ok(&args(&whole));
+    let out = root.join("killed");
+    let state = out.join("checkpoint").join("state.json");
+    if !kill_when(&args(&out), || state.exists()) {
+        eprintln!("note: the run finished before the kill point");
+    }
+    run_ok(&args(&out));
+    let report = |d: &Path| {
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(d.join("train_report.json")).unwrap()).unwrap();
+        let losses: Vec<(u64, String)> = v["history"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| (r["step"].as_u64().unwrap(), format!("{:.6}", r["loss"].as_f64().unwrap())))
+            .collect();
+        (v["step"].clone(), losses)
+    };
+    let (a, b) = (report(&whole), report(&out));
+    assert!(!a.1.is_empty());
+    assert_eq!(a, b, "the same updates and losses");
+    assert!(
+        std::fs::read(whole.join("model.safetensors")).unwrap()
+            == std::fs::read(out.join("model.safetensors")).unwrap(),
+        "the same weights"
+    );
 }
