@@ -264,14 +264,21 @@ impl Detector {
             .iter()
             .map(|(name, shape, data)| Ok((name.clone(), TensorView::new(Dtype::F32, shape.clone(), data)?)))
             .collect::<Result<_>>()?;
-        let meta = HashMap::from([
-            ("format".to_string(), FORMAT.to_string()),
-            ("model_id".to_string(), self.info.model_id.clone()),
-        ]);
+        // One metadata entry: the safetensors header lists metadata in hash-map order, so two entries would make
+        // the bytes of equal detectors differ from run to run (the model id is in detector.json).
+        let meta = HashMap::from([("format".to_string(), FORMAT.to_string())]);
         let st = safetensors::serialize(views, Some(meta))?;
+        // detector.json is the commit point: an earlier one goes first, so that a kill between the two writes
+        // leaves weights without a config (an error naming the missing file), never new weights under an old one.
+        let info_path = dir.join(INFO_FILE);
+        match fs::remove_file(&info_path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(e).with_context(|| format!("{}: cannot replace", info_path.display()))
+            }
+            _ => {}
+        }
         let w_path = dir.join(WEIGHTS_FILE);
         crate::io::write_atomic(&w_path, &st)?;
-        let info_path = dir.join(INFO_FILE);
         crate::io::write_atomic(&info_path, serde_json::to_string_pretty(&self.info)?.as_bytes())
     }
 }
