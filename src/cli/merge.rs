@@ -45,11 +45,12 @@ pub fn run(a: Args) -> Result<()> {
             let m = merge(&parts, &order, &out, flush_every.max(1))?;
             write_synth_config(config, &out)?;
             format!(
-                "{} articles, {} examples, {} hallucinated ({:.1}%)",
+                "{} articles, {} examples, {} hallucinated ({:.1}%); templates: {}",
                 m.articles,
                 m.examples,
                 m.hallucinated,
-                100.0 * m.hallucinated_rate
+                100.0 * m.hallucinated_rate,
+                ragtime::synth::store::template_agreement(&out)?
             )
         }
         k if k == ragtime::eval::run::OUTPUT_KIND => {

@@ -141,6 +141,7 @@ pub fn run(a: Args) -> Result<()> {
         m.faithful,
         m.rules.iter().map(|(k, v)| format!("{k} {v}")).collect::<Vec<_>>().join(", ")
     );
+    println!("templates: {}", ragtime::synth::store::template_agreement(&out)?);
     Ok(())
 }
 

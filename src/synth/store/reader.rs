@@ -96,6 +96,98 @@ pub(super) fn read_file(path: &Path) -> Result<Vec<HalluExample>> {
     Ok(out)
 }
 
+/// How the prompt templates label the same truncation points: per template its examples and hallucinated share,
+/// and over the points labelled by two templates (the first two in the manifest, e.g. MIND and RaDIO) their
+/// agreement and Cohen's kappa.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TemplateAgreement {
+    /// (template, examples, hallucinated), in the manifest's order.
+    pub templates: Vec<(String, usize, usize)>,
+    /// Truncation points (article, offset) labelled by both of the first two templates.
+    pub pairs: usize,
+    /// Of those, the points both label alike.
+    pub agree: usize,
+    /// Cohen's kappa of the two labelings over the pairs (`None` without pairs or when chance agreement is 1).
+    pub kappa: Option<f64>,
+}
+
+/// [`TemplateAgreement`] of the dataset in `dir` (reads the label columns only).
+pub fn template_agreement(dir: impl AsRef<Path>) -> Result<TemplateAgreement> {
+    use std::collections::HashMap;
+    let dir = dir.as_ref();
+    let m = load_manifest(dir)?;
+    let cols = ["article_id", "template", "trunc_offset", "label"];
+    let mut templates: Vec<(String, usize, usize)> = m.templates.iter().map(|t| (t.clone(), 0, 0)).collect();
+    // (article, offset) -> labels under the first and the second template
+    let mut points: HashMap<(String, u32), [Option<u8>; 2]> = HashMap::new();
+    for shard in &m.shards {
+        let path = dir.join(&shard.file);
+        for b in read_shard(&path, Some(&cols))? {
+            let (ids, tpl) = (str_col(&b, "article_id", &path)?, str_col(&b, "template", &path)?);
+            let offsets = column(&b, "trunc_offset", &path)?
+                .as_primitive_opt::<UInt32Type>()
+                .with_context(|| format!("{}: trunc_offset is not uint32", path.display()))?
+                .values()
+                .to_vec();
+            let labels = column(&b, "label", &path)?
+                .as_primitive_opt::<UInt8Type>()
+                .with_context(|| format!("{}: label is not uint8", path.display()))?
+                .values()
+                .to_vec();
+            for i in 0..b.num_rows() {
+                let k = match templates.iter().position(|t| t.0 == tpl[i]) {
+                    Some(k) => k,
+                    None => {
+                        templates.push((tpl[i].clone(), 0, 0));
+                        templates.len() - 1
+                    }
+                };
+                templates[k].1 += 1;
+                templates[k].2 += usize::from(labels[i] == 1);
+                if k < 2 {
+                    points.entry((ids[i].clone(), offsets[i])).or_default()[k] = Some(labels[i]);
+                }
+            }
+        }
+    }
+    let both: Vec<(u8, u8)> = points.values().filter_map(|p| Some((p[0]?, p[1]?))).collect();
+    let pairs = both.len();
+    let agree = both.iter().filter(|(a, b)| a == b).count();
+    let kappa = (pairs > 0).then(|| {
+        let n = pairs as f64;
+        let (pa, pb) =
+            (both.iter().filter(|p| p.0 == 1).count() as f64 / n, both.iter().filter(|p| p.1 == 1).count() as f64 / n);
+        let chance = pa * pb + (1.0 - pa) * (1.0 - pb);
+        (agree as f64 / n - chance) / (1.0 - chance)
+    });
+    let kappa = kappa.filter(|k| k.is_finite());
+    Ok(TemplateAgreement { templates, pairs, agree, kappa })
+}
+
+impl std::fmt::Display for TemplateAgreement {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let per: Vec<String> = self
+            .templates
+            .iter()
+            .map(|(t, n, h)| format!("{t} {n} examples, {:.1}% hallucinated", 100.0 * *h as f64 / (*n).max(1) as f64))
+            .collect();
+        write!(f, "{}", per.join("; "))?;
+        if self.pairs > 0 && self.templates.len() >= 2 {
+            write!(
+                f,
+                "; {} and {} agree on {} of {} shared truncation points ({:.1}%, Cohen's kappa {})",
+                self.templates[0].0,
+                self.templates[1].0,
+                self.agree,
+                self.pairs,
+                100.0 * self.agree as f64 / self.pairs as f64,
+                self.kappa.map(|k| format!("{k:.3}")).unwrap_or_else(|| "undefined".into())
+            )?;
+        }
+        Ok(())
+    }
+}
+
 /// Feature columns of a dataset, concatenated per row in the order asked: what the detector trains on.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FeatureTable {
@@ -252,5 +344,42 @@ mod tests {
         row.extend(&e.hidden_mean_entity);
         assert_eq!(t.row(2), row.as_slice());
         assert!(read_features(dir.path(), &["nope"]).is_err());
+    }
+
+    /// Two templates over five truncation points, by hand: A labels (1, 1, 0, 1, 0), B labels the first four
+    /// (1, 0, 0, 1). Pairs 4, agreement 3 (p1, p3, p4); P(A=1) = 3/4, P(B=1) = 1/2, chance agreement
+    /// 3/4 * 1/2 + 1/4 * 1/2 = 1/2, kappa = (3/4 - 1/2) / (1 - 1/2) = 0.5.
+    #[test]
+    fn template_agreement_by_hand() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = corpus(3, 4).into_iter().flat_map(|(_, e)| e).next().unwrap();
+        let ex = |tpl: &str, offset: u32, label: u8| HalluExample {
+            article_id: "a".into(),
+            template: tpl.into(),
+            trunc_offset: offset,
+            label,
+            ..base.clone()
+        };
+        let rows = vec![
+            ex("A", 1, 1),
+            ex("B", 1, 1),
+            ex("A", 2, 1),
+            ex("B", 2, 0),
+            ex("A", 3, 0),
+            ex("B", 3, 0),
+            ex("A", 4, 1),
+            ex("B", 4, 1),
+            ex("A", 5, 0),
+        ];
+        let mut s = HalluStore::open(dir.path(), "m", 4).unwrap();
+        s.add_article("a", rows).unwrap();
+        s.finish().unwrap();
+        let t = template_agreement(dir.path()).unwrap();
+        assert_eq!(t.templates, vec![("A".to_string(), 5, 3), ("B".to_string(), 4, 2)]);
+        assert_eq!((t.pairs, t.agree), (4, 3));
+        assert!((t.kappa.unwrap() - 0.5).abs() < 1e-12);
+        assert!(t
+            .to_string()
+            .contains("A and B agree on 3 of 4 shared truncation points (75.0%, Cohen's kappa 0.500)"));
     }
 }
