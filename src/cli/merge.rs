@@ -63,23 +63,22 @@ pub fn run(a: Args) -> Result<()> {
             format!("{} questions tried, {} dialogues kept", s.tried, s.kept)
         }
         k if k == super::index::SHARD_KIND => {
-            let m = ragtime::retrieval::index::merge_indexes(&parts, &out)?;
-            let dense = parts
-                .iter()
-                .filter(|p| p.join("dense").join(ragtime::retrieval::vectors::DENSE_MANIFEST).exists())
-                .count();
-            let mut line = format!("{} passages (BM25)", m.passages);
-            if dense == parts.len() {
-                let d = ragtime::retrieval::vectors::merge_dense(&parts, &out, a.recall_sample, !a.quiet)?;
-                let recall =
-                    d.hnsw_recall_at_10.map(|r| format!(", HNSW recall@10 vs exact {r:.4}")).unwrap_or_default();
-                line += &format!(", {} dense vectors ({:?}){recall}", d.passages, d.kind);
-            } else if dense > 0 {
+            let has_dense = |p: &PathBuf| p.join("dense").join(ragtime::retrieval::vectors::DENSE_MANIFEST).exists();
+            let dense = parts.iter().filter(|p| has_dense(p)).count();
+            if dense > 0 && dense < parts.len() {
                 bail!(
                     "{}: {dense} of {} shards have a dense index; rerun the others with --encoder",
                     a.dir.display(),
                     parts.len()
                 );
+            }
+            let m = ragtime::retrieval::index::merge_indexes(&parts, &out)?;
+            let mut line = format!("{} passages (BM25)", m.passages);
+            if dense > 0 {
+                let d = ragtime::retrieval::vectors::merge_dense(&parts, &out, a.recall_sample, !a.quiet)?;
+                let recall =
+                    d.hnsw_recall_at_10.map(|r| format!(", HNSW recall@10 vs exact {r:.4}")).unwrap_or_default();
+                line += &format!(", {} dense vectors ({:?}){recall}", d.passages, d.kind);
             }
             line
         }
