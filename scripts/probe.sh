@@ -75,6 +75,16 @@ row "generate --temperature -1" "$BIN" generate --prompt hi --temperature=-1
 row "inspect --prompt ''" "$BIN" inspect --prompt ''
 row "generate, config.json with 0 heads" "$BIN" generate --prompt hi --model "$WORK/zero-heads"
 row "generate, missing model" "$BIN" generate --prompt hi --model "$WORK/none.gguf"
+row "index --shard 4/4" "$BIN" index --corpus "$WORK/c.tsv" --out "$WORK/sh1" --shard 4/4
+row "index --shard 1" "$BIN" index --corpus "$WORK/c.tsv" --out "$WORK/sh1" --shard 1
+row "index in a Slurm array numbered from 1 (task 4 of 4)" env SLURM_ARRAY_TASK_ID=4 SLURM_ARRAY_TASK_COUNT=4 "$BIN" index --corpus "$WORK/c.tsv" --out "$WORK/sh2"
+row "index --shard 0/2 --out (a folder of other files)" "$BIN" index --corpus "$WORK/c.tsv" --out "$WORK/theirs" --shard 0/2
+"$BIN" index --corpus "$WORK/c.tsv" --out "$WORK/sh3" --shard 0/3 -q >/dev/null 2>&1
+row "index --shard 1/2 beside shards of 3" "$BIN" index --corpus "$WORK/c.tsv" --out "$WORK/sh3" --shard 1/2
+row "index --shard 1/3 --passage-words 50 beside shards of 100" "$BIN" index --corpus "$WORK/c.tsv" --out "$WORK/sh3" --shard 1/3 --passage-words 50
+row "merge, shards 1 and 2 of 3 missing" "$BIN" merge "$WORK/sh3"
+row "merge, not a sharded output" "$BIN" merge "$WORK/idx"
+row "merge, missing directory" "$BIN" merge "$WORK/none"
 [[ $(cat "$WORK/theirs/part-00000.parquet") == "their shard" && $(cat "$WORK/theirs/notes.txt") == "notes" && $(ls -A "$WORK/theirs" | wc -l) == 2 ]] ||
   echo "| (the folder of other files was changed!) | - | - |"
 # a damaged index: bytes flipped in the middle of each segment file

@@ -267,8 +267,8 @@ fn first_difference(a: &serde_json::Value, b: &serde_json::Value) -> String {
     "they differ".to_string()
 }
 
-/// [`crate::io::claim_output_dir`] for a directory that n processes claim at once: entries named `part-*`,
-/// `job.json` and hidden temporary files do not count as foreign, and the marker goes through a temporary file
+/// [`crate::io::claim_output_dir`] for a directory that n processes claim at once: shard parts and markers
+/// (`part-IIIII-of-NNNNN[.done]`), `job.json` and hidden temporary files do not count as foreign, and the marker goes through a temporary file
 /// unique to the process.
 fn claim_shared_dir(dir: &Path, flag: &str, kind: &str) -> Result<()> {
     let shown = dir.display();
@@ -288,7 +288,12 @@ fn claim_shared_dir(dir: &Path, flag: &str, kind: &str) -> Result<()> {
     let foreign: Vec<String> = std::fs::read_dir(dir)
         .with_context(|| format!("{flag} {shown}: cannot list the directory"))?
         .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
-        .filter(|n| !(n.starts_with("part-") || n == JOB_FILE || (n.starts_with('.') && n.ends_with(".tmp"))))
+        .filter(|n| {
+            let ours = parse_part_name(n.trim_end_matches(".done")).is_some()
+                || n == JOB_FILE
+                || (n.starts_with('.') && n.ends_with(".tmp"));
+            !ours
+        })
         .collect();
     if !foreign.is_empty() {
         bail!(
@@ -587,11 +592,13 @@ mod tests {
         std::fs::write(root.join("part-00002-of-00003/rows.txt"), "changed").unwrap();
         let msg = format!("{:#}", scan(&root).unwrap_err());
         assert!(msg.contains("rows.txt: changed since the shard finished") && msg.contains("--array=2"), "{msg}");
-        // a directory with someone else's files is never claimed
-        let other = dir.path().join("mine");
-        std::fs::create_dir_all(&other).unwrap();
-        std::fs::write(other.join("notes.txt"), "x").unwrap();
-        assert!(finish_shard(&other, 0, 2, job, "a").is_err());
-        assert_eq!(std::fs::read_to_string(other.join("notes.txt")).unwrap(), "x");
+        // a directory with someone else's files is never claimed, even files named like parts of a dataset
+        for theirs in ["notes.txt", "part-00000.parquet"] {
+            let other = dir.path().join(format!("mine-{theirs}"));
+            std::fs::create_dir_all(&other).unwrap();
+            std::fs::write(other.join(theirs), "x").unwrap();
+            assert!(finish_shard(&other, 0, 2, job.clone(), "a").is_err(), "{theirs}");
+            assert_eq!(std::fs::read_dir(&other).unwrap().count(), 1);
+        }
     }
 }
