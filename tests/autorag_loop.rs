@@ -175,6 +175,18 @@ fn algorithm1_filters_candidates_and_records_attempts() {
     // identically
     let (a2, _) = synth.synthesize(&mut ChatGen::new(&lm), &mut ChatGen::new(&lm), &ex).unwrap();
     assert_eq!((a2.queries, a2.final_answer, a2.reason), (a.queries.clone(), a.final_answer.clone(), a.reason.clone()));
+    // rejection sampling: sample 0 is the sample above; a question is sampled until one passes, at most 3 times,
+    // and the attempt counts the tokens of every sample
+    let three = Synthesizer { cfg: SynthConfig { samples: 3, ..synth.cfg.clone() }, ..synth };
+    let (r, rd) = three.synthesize(&mut ChatGen::new(&lm), &mut ChatGen::new(&lm), &ex).unwrap();
+    assert_eq!(r.kept, rd.is_some());
+    assert!(r.samples >= 1 && r.samples <= 3 && r.sample + 1 == r.samples, "{r:?}");
+    assert!(r.kept || r.samples == 3, "a rejected question is sampled 3 times: {r:?}");
+    if a.kept {
+        assert_eq!((r.samples, &r.queries), (1, &a.queries), "sample 0 passed: no second sample");
+    } else {
+        assert!(r.generated_tokens > a.generated_tokens, "tokens of all samples: {r:?}");
+    }
     // recorded and resumed
     let dir = tempfile::tempdir().unwrap();
     let config = serde_json::json!({"test": 1});

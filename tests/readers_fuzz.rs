@@ -849,6 +849,8 @@ fn dialogue_seed() -> &'static Vec<(PathBuf, Vec<u8>)> {
                 answer_correct: kept,
                 generated_tokens: 10,
                 seconds: 2.0,
+                sample: 0,
+                samples: 1,
             };
             let d = Dialogue {
                 id: id.clone(),

@@ -57,6 +57,10 @@ pub struct Args {
     /// Seed of the query sampling and the random fallback (overrides the config).
     #[arg(long)]
     pub seed: Option<u64>,
+    /// Rejection sampling: up to K samples of each question's dialogue, keeping the first that passes the filters
+    /// (overrides the config's [synth] samples; 1 = one sample, the paper's setting).
+    #[arg(long, value_parser = super::ranges::int::<1, 1000>)]
+    pub samples: Option<usize>,
     /// Folder of the Auto-RAG prompt files (default: <shared data>/fewshot/autorag).
     #[arg(long)]
     pub prompts: Option<PathBuf>,
@@ -82,6 +86,9 @@ pub fn run(args: Args) -> Result<()> {
     }
     if let Some(s) = args.seed {
         cfg.seed = s;
+    }
+    if let Some(k) = args.samples {
+        cfg.samples = k;
     }
     anyhow::ensure!(
         cfg.rewrite == "fewshot" || cfg.rewrite == "zeroshot",

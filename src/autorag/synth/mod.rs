@@ -75,6 +75,23 @@ pub struct SynthConfig {
     pub seed: u64,
     /// Reasoning exemplar set: `2wikimultihopqa` or `nq`.
     pub reasoning: String,
+    /// Rejection sampling: up to this many samples of a question's dialogue, each with its own seed, keeping the
+    /// first that passes every filter (1: one sample, the paper's setting). Reasoning turns differ between
+    /// samples only with `reasoning_temperature` > 0; query rewrites always do (`query_temperature`).
+    #[serde(skip_serializing_if = "is_one")]
+    pub samples: usize,
+}
+
+fn is_one(n: &usize) -> bool {
+    *n == 1
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
+}
+
+fn one() -> usize {
+    1
 }
 
 impl Default for SynthConfig {
@@ -95,6 +112,7 @@ impl Default for SynthConfig {
             answer_tokens: 32,
             seed: 0,
             reasoning: "2wikimultihopqa".into(),
+            samples: 1,
         }
     }
 }
@@ -119,8 +137,15 @@ pub struct Attempt {
     /// The final answer matches the gold (whether or not a quality filter dropped the dialogue).
     #[serde(default)]
     pub answer_correct: bool,
+    /// Tokens generated and seconds spent on the question, over all its samples.
     pub generated_tokens: usize,
     pub seconds: f64,
+    /// Which sample this attempt is (0-based; rejection sampling, [`SynthConfig::samples`]).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub sample: usize,
+    /// Samples tried for the question.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub samples: usize,
 }
 
 #[cfg(test)]
@@ -162,6 +187,8 @@ pub(crate) mod fixtures {
             answer_correct: kept || id == "4",
             generated_tokens: 10,
             seconds: 2.0,
+            sample: 0,
+            samples: 1,
         }
     }
 }

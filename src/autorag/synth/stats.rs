@@ -27,6 +27,12 @@ pub struct Stats {
     /// Share of attempts whose answer was forced.
     pub forced_rate: f64,
     pub seconds_per_question: f64,
+    /// Rejection sampling: samples tried over all questions, and kept dialogues per sample index (0: the first
+    /// sample passed) — the yield each further sample adds.
+    #[serde(default)]
+    pub samples_tried: usize,
+    #[serde(default)]
+    pub kept_by_sample: BTreeMap<usize, usize>,
 }
 
 impl Stats {
@@ -40,7 +46,9 @@ impl Stats {
             if a.kept {
                 s.kept += 1;
                 *s.iterations_kept.entry(a.iterations).or_default() += 1;
+                *s.kept_by_sample.entry(a.sample).or_default() += 1;
             }
+            s.samples_tried += a.samples;
             queries += a.sub_answers.len();
             hits += a.sub_answers.iter().filter(|x| x.is_some()).count();
             forced += a.forced_answer as usize;
@@ -95,5 +103,11 @@ mod tests {
         assert_eq!(s.reasons, BTreeMap::from([("kept".to_string(), 2), ("wrong_answer".to_string(), 2)]));
         assert!((s.forced_rate - 0.5).abs() < 1e-12);
         assert_eq!(Stats::of(&[]).yield_rate, 0.0);
+        // rejection sampling: question 3 kept at its third sample, question 4 given up after three
+        let mut a = a;
+        (a[2].sample, a[2].samples, a[3].sample, a[3].samples) = (2, 3, 2, 3);
+        let s = Stats::of(&a);
+        assert_eq!(s.samples_tried, 1 + 1 + 3 + 3);
+        assert_eq!(s.kept_by_sample, BTreeMap::from([(0, 1), (2, 1)]));
     }
 }

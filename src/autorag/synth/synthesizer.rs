@@ -87,16 +87,42 @@ impl<'a> Synthesizer<'a> {
     }
 
     /// Runs Algorithm 1 on one question: `tgen` is the teacher's session, `qgen` the query model's.
+    /// One question through Algorithm 1, sampled up to `cfg.samples` times (rejection sampling): the first
+    /// sample kept, else the last one, with the tokens and seconds of all of them.
     pub fn synthesize(
         &self,
         tgen: &mut ChatGen<'_>,
         qgen: &mut ChatGen<'_>,
         ex: &Example,
     ) -> Result<(Attempt, Option<Dialogue>)> {
+        let (mut tokens, mut seconds) = (0, 0.0);
+        let samples = self.cfg.samples.max(1);
+        for k in 0..samples {
+            let (mut a, d) = self.sample(tgen, qgen, ex, k)?;
+            tokens += a.generated_tokens;
+            seconds += a.seconds;
+            if a.kept || k + 1 == samples {
+                (a.generated_tokens, a.seconds, a.sample, a.samples) = (tokens, seconds, k, k + 1);
+                return Ok((a, d));
+            }
+        }
+        unreachable!("samples >= 1")
+    }
+
+    /// Sample `k` of a question: its own seed (sample 0's is that of a run without rejection sampling).
+    fn sample(
+        &self,
+        tgen: &mut ChatGen<'_>,
+        qgen: &mut ChatGen<'_>,
+        ex: &Example,
+        k: usize,
+    ) -> Result<(Attempt, Option<Dialogue>)> {
         let t0 = std::time::Instant::now();
         let gen0 = tgen.generated + qgen.generated;
         let cfg = &self.cfg;
-        let mut rng = StdRng::seed_from_u64(cfg.seed ^ id_hash(&ex.id));
+        // sample k > 0: the seed mixed with k by SplitMix64's increment, so samples never share a stream
+        let mix = (k as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        let mut rng = StdRng::seed_from_u64(cfg.seed ^ id_hash(&ex.id) ^ mix);
         let mut reasoner = Sampler::new(cfg.reasoning_temperature, 1.0, rng.random::<u64>());
         let mut turns = vec![Turn { input: prompts::question_input(&ex.question), output: String::new() }];
         let mut queries: Vec<String> = Vec::new();
@@ -216,6 +242,8 @@ impl<'a> Synthesizer<'a> {
             answer_correct: correct,
             generated_tokens: tgen.generated + qgen.generated - gen0,
             seconds: t0.elapsed().as_secs_f64(),
+            sample: k,
+            samples: k + 1,
         };
         let dialogue = kept.then(|| Dialogue {
             id: ex.id.clone(),
