@@ -334,6 +334,29 @@ pub fn train<B: AutodiffBackend>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every shard of a sharded synthesis (`--shard i/n`) holds train, valid and test articles in about the
+    /// split's proportions: the shard hash and the split hash must not line up.
+    #[test]
+    fn every_shard_holds_every_split() {
+        for n in [2usize, 4, 8, 10] {
+            for i in 0..n {
+                let shard = crate::shard::Shard { index: i, count: n };
+                let mut count: BTreeMap<Split, usize> = BTreeMap::new();
+                let mut total = 0;
+                for k in 0..8000 {
+                    let id = format!("Article {k}");
+                    if shard.owns(&id) {
+                        *count.entry(split_of(&id)).or_default() += 1;
+                        total += 1;
+                    }
+                }
+                let share = |s: Split| count.get(&s).copied().unwrap_or(0) as f64 / total as f64;
+                assert!((share(Split::Test) - 0.1).abs() < 0.05, "shard {i}/{n}: {count:?}");
+                assert!((share(Split::Valid) - 0.1).abs() < 0.05, "shard {i}/{n}: {count:?}");
+            }
+        }
+    }
     use crate::synth::store::{read_features, HalluExample, HalluStore};
     use burn::backend::{Autodiff, Flex};
     use rand::Rng;

@@ -5,7 +5,8 @@
 //! # Which items a shard takes
 //!
 //! Shard `i/n` takes the items (articles, questions, passages) whose id hashes to `i`: the first 8 bytes of
-//! SHA-256 of the id, big-endian, modulo `n` ([`Shard::owns`]). The split depends on the ids only, not on the
+//! SHA-256 of `"ragtime-shard\0"` + the id, big-endian, modulo `n` ([`Shard::owns`]; the prefix keeps the shards
+//! independent of other splits by hash of the same ids, such as the detector's train/valid/test split). The split depends on the ids only, not on the
 //! order of a file list or on the number of files, and the same id lands in the same shard on every machine and
 //! in every later version.
 //!
@@ -44,6 +45,8 @@ use sha2::{Digest, Sha256};
 pub const FORMAT: &str = "ragtime-shard";
 /// The settings file of a sharded output.
 pub const JOB_FILE: &str = "job.json";
+/// How [`shard_of`] splits, recorded in `job.json` (`shard_hash`).
+pub const SPLIT: &str = "sha256(\"ragtime-shard\\0\" + id)[0..8] big-endian mod n";
 /// Environment variable that fixes `n` for Slurm array tasks (see the module doc).
 pub const COUNT_VAR: &str = "RAGTIME_SHARD_COUNT";
 
@@ -121,10 +124,17 @@ impl Shard {
     }
 }
 
+/// What the id is prefixed with before hashing. Other splits by hash of the same ids (the detector's
+/// train/valid/test split of articles hashes the bare id) must not line up with the shards: without the prefix,
+/// shard 0 of 8 (hash divisible by 8) would hold no article of the detector's test split (hash 9 modulo 10).
+pub const HASH_DOMAIN: &str = "ragtime-shard\0";
+
 /// The shard (of `count`) the item `id` belongs to.
 pub fn shard_of(id: &str, count: usize) -> usize {
-    let h = Sha256::digest(id.as_bytes());
-    let x = u64::from_be_bytes(h[..8].try_into().expect("8 bytes"));
+    let mut h = Sha256::new();
+    h.update(HASH_DOMAIN.as_bytes());
+    h.update(id.as_bytes());
+    let x = u64::from_be_bytes(h.finalize()[..8].try_into().expect("8 bytes"));
     (x % count as u64) as usize
 }
 
@@ -173,6 +183,11 @@ impl ShardRun {
     /// output goes to [`ShardRun::part_dir`].
     pub fn begin(root: &Path, flag: &str, shard: Shard, kind: &str, job: serde_json::Value) -> Result<Self> {
         claim_shared_dir(root, flag, &format!("sharded {kind}"))?;
+        // the split itself is a setting: shards that hash ids another way must not share an output
+        let mut job = job;
+        if let Some(m) = job.as_object_mut() {
+            m.insert("shard_hash".into(), serde_json::Value::String(SPLIT.into()));
+        }
         // as it reads back from text (serde_json's float parsing need not return the very f64 it printed)
         let job: serde_json::Value = serde_json::from_str(&serde_json::to_string(&job)?)?;
         let path = root.join(JOB_FILE);
@@ -532,7 +547,7 @@ mod tests {
         assert!(sizes.iter().all(|&s| (900..1100).contains(&s)), "{sizes:?}");
         // pinned: the split must not change between versions (shards of one job may run different builds)
         assert_eq!(shard_of("Albert Einstein", 16), shard_of("Albert Einstein", 16));
-        let sha = Sha256::digest(b"12");
+        let sha = Sha256::digest(b"ragtime-shard\x0012");
         assert_eq!(shard_of("12", 7) as u64, u64::from_be_bytes(sha[..8].try_into().unwrap()) % 7);
     }
 
