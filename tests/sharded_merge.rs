@@ -133,6 +133,9 @@ fn sharded_index_merges_into_the_index_of_one_process() {
     // a rerun of a finished shard (a requeued array task) leaves it as it was
     run_as_array_task(&args(&sharded), 1, 3);
     let merged = root.join("merged");
+    let o = run_ok(&s(&["merge", p(&sharded), "--check"]));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("all 3 shards complete (index); ready to merge"));
+    assert!(!sharded.join("merged").exists(), "--check writes nothing");
     let o = run_ok(&s(&["merge", p(&sharded), "--out", p(&merged)]));
     assert!(String::from_utf8_lossy(&o.stdout).contains("3000 passages"), "{}", String::from_utf8_lossy(&o.stdout));
     let parts: u64 = (0..3)

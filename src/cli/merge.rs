@@ -25,11 +25,20 @@ pub struct Args {
     /// No per-shard table on stderr.
     #[arg(long, short)]
     pub quiet: bool,
+    /// Only check the shards (all present, finished, unchanged, of one job) and print their table; write
+    /// nothing. Exit 0 when they are ready to merge; otherwise the error names the indices to rerun.
+    #[arg(long)]
+    pub check: bool,
 }
 
 pub fn run(a: Args) -> Result<()> {
     let set = scan(&a.dir)?;
     let out = a.out.clone().unwrap_or_else(|| a.dir.join("merged"));
+    if a.check {
+        println!("{}", shard_table(&set));
+        println!("{}: all {} shards complete ({}); ready to merge", a.dir.display(), set.count, set.kind);
+        return Ok(());
+    }
     if !a.quiet {
         eprintln!("{}", shard_table(&set));
     }
