@@ -20,7 +20,9 @@ marker() { # dir shard -> "items rows seconds"
   python3 -c 'import json,sys; m=json.load(open(sys.argv[1])); print(m["items"], m["rows"], round(m["seconds"], 2))' "$1/$2.done"
 }
 # fixed + per-item cost from two shards: (items_a, secs_a), (items_b, secs_b)
-solve() { python3 -c 'import sys; a,ta,b,tb=map(float,sys.argv[1:]); k=(tb-ta)/(b-a); print(f"{max(ta-k*a,0):.2f} {k:.5f}")' "$@"; }
+solve() {
+  python3 -c 'import sys; a,ta,b,tb=map(float,sys.argv[1:]); assert a != b, "two shards of the same size"; k=(tb-ta)/(b-a); print(f"{max(ta-k*a,0):.2f} {k:.5f}")' "$@"
+}
 
 echo "corpus: $N_PASSAGES synthetic passages ($work)" >&2
 VENV=${BENCH_VENV:-target/bench-venv}   # numpy, for the synthetic corpus (as bench-retrieval-scale.sh)
@@ -38,10 +40,11 @@ read -r index_fixed index_per < <(solve "$ia" "$ta" "$ib" "$tb")
 wiki=$DATA/wiki/dump_train
 articles=$(find "$wiki" -type f | xargs cat | grep -c '"id"' || true)
 synth() { "$RAGTIME" synth hallucination --wiki "$wiki" --model "$MODEL" --out "$work/synth-$1" --shard "$2" --batch 8 >/dev/null 2>&1; }
+# two shard sizes, not nested in each other (0/3000 would lie inside 0/1000)
 synth a 0/3000
-synth b 0/1000
+synth b 0/700
 read -r sa ra ta_s < <(marker "$work/synth-a" part-00000-of-03000)
-read -r sb rb tb_s < <(marker "$work/synth-b" part-00000-of-01000)
+read -r sb rb tb_s < <(marker "$work/synth-b" part-00000-of-00700)
 read -r synth_fixed synth_per < <(solve "$sa" "$ta_s" "$sb" "$tb_s")
 
 "$RAGTIME" eval --dataset hotpotqa --split valid --trigger rind --model "$MODEL" --shard 0/10 --batch 4 \
