@@ -118,13 +118,7 @@ fn claim_out(
         Some(s) => {
             let job = serde_json::to_value(toml::Value::Table(run_config.clone()))?;
             let run = ragtime::shard::ShardRun::begin(&dir, "--out", s, OUTPUT_KIND, job)?;
-            let order: Vec<(String, u64)> = examples
-                .iter()
-                .enumerate()
-                .filter(|(_, ex)| s.owns(&ex.id))
-                .map(|(i, ex)| (ex.id.clone(), i as u64))
-                .collect();
-            examples.retain(|ex| s.owns(&ex.id));
+            let order = s.take(examples, |x| &x.id);
             run_config.insert("shard".into(), toml::Value::String(s.to_string()));
             (run.part_dir(), Some((run, order)))
         }

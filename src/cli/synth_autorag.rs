@@ -125,13 +125,7 @@ pub fn run(args: Args) -> Result<()> {
         None => (args.out.clone(), None),
         Some(s) => {
             let run = ragtime::shard::ShardRun::begin(&args.out, "--out", s, dstore::OUTPUT_KIND, config.clone())?;
-            let order: Vec<(String, u64)> = examples
-                .iter()
-                .enumerate()
-                .filter(|(_, ex)| s.owns(&ex.id))
-                .map(|(i, ex)| (ex.id.clone(), i as u64))
-                .collect();
-            examples.retain(|ex| s.owns(&ex.id));
+            let order = s.take(&mut examples, |x| &x.id);
             (run.part_dir(), Some((run, order)))
         }
     };

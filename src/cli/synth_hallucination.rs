@@ -95,13 +95,7 @@ pub fn run(a: Args) -> Result<()> {
         Some(s) => {
             let job = job_settings(&a, &cfg)?;
             let run = ShardRun::begin(&a.out, "--out", s, OUTPUT_KIND, job)?;
-            let order: Vec<(String, u64)> = articles
-                .iter()
-                .enumerate()
-                .filter(|(_, x)| s.owns(&x.id))
-                .map(|(i, x)| (x.id.clone(), i as u64))
-                .collect();
-            articles.retain(|x| s.owns(&x.id));
+            let order = s.take(&mut articles, |x| &x.id);
             (run.part_dir(), Some(run), order)
         }
     };

@@ -77,13 +77,7 @@ pub fn run(a: Args) -> Result<()> {
             job["limit"] = serde_json::json!(a.limit);
             job["flush_every"] = serde_json::json!(a.flush_every);
             let run = ragtime::shard::ShardRun::begin(&a.out, "--out", s, OUTPUT_KIND, job)?;
-            let order: Vec<(String, u64)> = examples_all
-                .iter()
-                .enumerate()
-                .filter(|(_, ex)| s.owns(&ex.id))
-                .map(|(i, ex)| (ex.id.clone(), i as u64))
-                .collect();
-            examples_all.retain(|ex| s.owns(&ex.id));
+            let order = s.take(&mut examples_all, |x| &x.id);
             (run.part_dir(), Some((run, order)))
         }
     };

@@ -114,6 +114,19 @@ impl Shard {
         shard_of(id, self.count) == self.index
     }
 
+    /// Keeps the items of `items` this shard owns (by `id`), in their order, and returns `(id, position in the
+    /// input)` of each: the order a shard's marker records for the merge.
+    pub fn take<T>(&self, items: &mut Vec<T>, id: impl Fn(&T) -> &str) -> Vec<(String, u64)> {
+        let order: Vec<(String, u64)> = items
+            .iter()
+            .enumerate()
+            .filter(|(_, x)| self.owns(id(x)))
+            .map(|(i, x)| (id(x).to_string(), i as u64))
+            .collect();
+        items.retain(|x| self.owns(id(x)));
+        order
+    }
+
     /// `part-00001-of-00004`.
     pub fn name(&self) -> String {
         format!("part-{:05}-of-{:05}", self.index, self.count)
