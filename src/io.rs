@@ -38,6 +38,14 @@ pub const OUTPUT_MARKER: &str = ".ragtime-output";
 ///
 /// It then leaves the marker, which also shows that the directory is writable.
 pub fn claim_output_dir(dir: &Path, flag: &str, kind: &str, signature: &str) -> Result<()> {
+    claim_output_dir_with(dir, flag, kind, |entries| entries.iter().any(|e| e == signature))
+}
+
+/// [`claim_output_dir`] with the test for a directory without the marker given as `ours(entries)`: whether a
+/// directory holding these entries is a `kind` output (an empty one always is). Several processes may claim one
+/// directory at once (the shards of a job): the marker goes through a temporary file of the process's own and a
+/// rename, so none sees another's half-written marker.
+pub fn claim_output_dir_with(dir: &Path, flag: &str, kind: &str, ours: impl Fn(&[String]) -> bool) -> Result<()> {
     let shown = dir.display();
     if dir.exists() && !dir.is_dir() {
         bail!("{flag} {shown}: exists and is not a directory");
@@ -56,7 +64,7 @@ pub fn claim_output_dir(dir: &Path, flag: &str, kind: &str, signature: &str) -> 
             if found != kind {
                 bail!("{flag} {shown}: holds a ragtime {found}, not a {kind}; use another directory");
             }
-        } else if !entries.is_empty() && !entries.iter().any(|e| e == signature) {
+        } else if !entries.is_empty() && !ours(&entries) {
             let mut some: Vec<&str> = entries.iter().map(String::as_str).take(3).collect();
             some.sort_unstable();
             let more = if entries.len() > 3 { format!(" and {} more", entries.len() - 3) } else { String::new() };
@@ -69,8 +77,11 @@ pub fn claim_output_dir(dir: &Path, flag: &str, kind: &str, signature: &str) -> 
     } else {
         std::fs::create_dir_all(dir).with_context(|| format!("{flag} {shown}: cannot create the directory"))?;
     }
-    write_atomic(&dir.join(OUTPUT_MARKER), format!("{kind}\n").as_bytes())
-        .with_context(|| format!("{flag} {shown}: cannot write in the directory"))
+    let tmp = dir.join(format!(".{}.{}.tmp", OUTPUT_MARKER.trim_start_matches('.'), std::process::id()));
+    let written = File::create(&tmp)
+        .and_then(|mut f| f.write_all(format!("{kind}\n").as_bytes()).and_then(|_| f.sync_all()))
+        .and_then(|_| std::fs::rename(&tmp, dir.join(OUTPUT_MARKER)));
+    written.with_context(|| format!("{flag} {shown}: cannot write in the directory"))
 }
 
 /// The temporary file beside `path`: `dir/.NAME.tmp`, hidden so that directory readers skip it.

@@ -295,45 +295,16 @@ fn first_difference(a: &serde_json::Value, b: &serde_json::Value) -> String {
     "they differ".to_string()
 }
 
-/// [`crate::io::claim_output_dir`] for a directory that n processes claim at once: shard parts and markers
-/// (`part-IIIII-of-NNNNN[.done]`), `job.json` and hidden temporary files do not count as foreign, and the marker goes through a temporary file
-/// unique to the process.
+/// [`crate::io::claim_output_dir_with`] for the directory all shards share: besides the marker it may hold only
+/// shard parts and markers (`part-IIIII-of-NNNNN[.done]`), `job.json` and hidden temporary files.
 fn claim_shared_dir(dir: &Path, flag: &str, kind: &str) -> Result<()> {
-    let shown = dir.display();
-    if dir.exists() && !dir.is_dir() {
-        bail!("{flag} {shown}: exists and is not a directory");
-    }
-    std::fs::create_dir_all(dir).with_context(|| format!("{flag} {shown}: cannot create the directory"))?;
-    let marker = dir.join(crate::io::OUTPUT_MARKER);
-    if marker.is_file() {
-        let found = std::fs::read_to_string(&marker).with_context(|| format!("{}: cannot read", marker.display()))?;
-        let found = found.trim();
-        if found != kind {
-            bail!("{flag} {shown}: holds a ragtime {found}, not a {kind}; use another directory");
-        }
-        return Ok(());
-    }
-    let foreign: Vec<String> = std::fs::read_dir(dir)
-        .with_context(|| format!("{flag} {shown}: cannot list the directory"))?
-        .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
-        .filter(|n| {
-            let ours = parse_part_name(n.trim_end_matches(".done")).is_some()
+    crate::io::claim_output_dir_with(dir, flag, kind, |entries| {
+        entries.iter().all(|n| {
+            parse_part_name(n.trim_end_matches(".done")).is_some()
                 || n == JOB_FILE
-                || (n.starts_with('.') && n.ends_with(".tmp"));
-            !ours
+                || (n.starts_with('.') && n.ends_with(".tmp"))
         })
-        .collect();
-    if !foreign.is_empty() {
-        bail!(
-            "{flag} {shown}: not empty and not a ragtime {kind} (found {}); ragtime writes only into a new or empty \
-             directory or its own earlier output",
-            foreign.iter().take(3).cloned().collect::<Vec<_>>().join(", ")
-        );
-    }
-    let tmp = dir.join(format!(".{}.{}.tmp", crate::io::OUTPUT_MARKER.trim_start_matches('.'), std::process::id()));
-    std::fs::write(&tmp, format!("{kind}\n"))
-        .with_context(|| format!("{flag} {shown}: cannot write in the directory"))?;
-    std::fs::rename(&tmp, &marker).with_context(|| format!("{flag} {shown}: cannot write in the directory"))
+    })
 }
 
 /// SHA-256 and size of every file under `dir` (recursively), hidden files (locks, temporaries) excepted, sorted
