@@ -97,17 +97,7 @@ fn eval_killed_and_resumed_equals_an_uninterrupted_run() {
             eprintln!("note: the run finished before the kill point");
         }
         run_ok(&args(&out));
-        let read = |d: &Path| -> Vec<serde_json::Value> {
-            std::fs::read_to_string(d.join("predictions.jsonl"))
-                .unwrap()
-                .lines()
-                .map(|l| {
-                    let mut v: serde_json::Value = serde_json::from_str(l).unwrap();
-                    v.as_object_mut().unwrap().remove("seconds");
-                    v
-                })
-                .collect()
-        };
+        let read = |d: &Path| common::jsonl_without(&d.join("predictions.jsonl"), &["seconds"]);
         let (a, b) = (read(&whole), read(&out));
         assert_eq!(b.len(), 30, "each question once, none lost (kill after {kill_after})");
         assert_eq!(a, b, "the resumed run's predictions equal the uninterrupted run's");
@@ -240,22 +230,6 @@ fn synth_killed_and_resumed_writes_the_rows_of_an_uninterrupted_run() {
     assert_eq!(a.len(), b.len(), "no row lost or doubled");
     assert!(a == b, "the resumed run's rows equal the uninterrupted run's");
 }
-
-/// JSON lines of a file without the named keys (timings).
-fn jsonl_without(path: &Path, drop: &[&str]) -> Vec<serde_json::Value> {
-    std::fs::read_to_string(path)
-        .unwrap()
-        .lines()
-        .map(|l| {
-            let mut v: serde_json::Value = serde_json::from_str(l).unwrap();
-            for k in drop {
-                v.as_object_mut().unwrap().remove(*k);
-            }
-            v
-        })
-        .collect()
-}
-
 /// `synth autorag`, killed after some questions are recorded (a line may be torn), resumed: the same attempts and
 /// dialogues as an uninterrupted run, each question once.
 #[test]
@@ -304,7 +278,8 @@ fn synth_autorag_killed_and_resumed_equals_an_uninterrupted_run() {
     }
     run_ok(&args(&out));
     for f in ["attempts.jsonl", "dialogues.jsonl"] {
-        let (a, b) = (jsonl_without(&whole.join(f), &["seconds"]), jsonl_without(&out.join(f), &["seconds"]));
+        let (a, b) =
+            (common::jsonl_without(&whole.join(f), &["seconds"]), common::jsonl_without(&out.join(f), &["seconds"]));
         assert_eq!(a, b, "{f}: the resumed run's records equal the uninterrupted run's");
     }
     assert_eq!(lines(&out.join("attempts.jsonl")), 16, "each question once");

@@ -70,22 +70,6 @@ fn tokenizer() -> Option<PathBuf> {
 fn json(path: &Path) -> serde_json::Value {
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
-
-/// JSON lines of a file, without the keys that hold timings.
-fn jsonl_without(path: &Path, drop: &[&str]) -> Vec<serde_json::Value> {
-    std::fs::read_to_string(path)
-        .unwrap()
-        .lines()
-        .map(|l| {
-            let mut v: serde_json::Value = serde_json::from_str(l).unwrap();
-            for k in drop {
-                v.as_object_mut().unwrap().remove(*k);
-            }
-            v
-        })
-        .collect()
-}
-
 fn corpus(root: &Path, n: u64) -> PathBuf {
     let words = ["river", "mountain", "city", "painter", "volcano", "sea", "king", "bridge", "island", "forest"];
     let mut c = String::from("id\ttext\ttitle\n");
@@ -240,7 +224,7 @@ fn sharded_eval_merges_into_the_run_of_one_process() {
     run_shards(&args(&sharded), 3);
     let merged = root.join("merged");
     run_ok(&s(&["merge", p(&sharded), "--out", p(&merged), "-q"]));
-    let preds = |d: &Path| jsonl_without(&d.join("predictions.jsonl"), &["seconds"]);
+    let preds = |d: &Path| common::jsonl_without(&d.join("predictions.jsonl"), &["seconds"]);
     assert_eq!(preds(&whole).len(), 20);
     assert_eq!(preds(&whole), preds(&merged), "the same predictions, in question order");
     let cfg = |d: &Path| std::fs::read_to_string(d.join("config.toml")).unwrap();
@@ -346,10 +330,10 @@ fn sharded_synth_autorag_merges_into_the_dialogues_of_one_process() {
     let merged = root.join("merged");
     run_ok(&s(&["merge", p(&sharded), "--out", p(&merged), "-q"]));
     for f in ["attempts.jsonl", "dialogues.jsonl"] {
-        let rows = |d: &Path| jsonl_without(&d.join(f), &["seconds"]);
+        let rows = |d: &Path| common::jsonl_without(&d.join(f), &["seconds"]);
         assert_eq!(rows(&whole), rows(&merged), "{f}");
     }
-    assert_eq!(jsonl_without(&whole.join("attempts.jsonl"), &[]).len(), 8);
+    assert_eq!(common::jsonl_without(&whole.join("attempts.jsonl"), &[]).len(), 8);
     let stats = |d: &Path| {
         let mut v = json(&d.join("stats.json"));
         v.as_object_mut().unwrap().remove("seconds_per_question");

@@ -198,3 +198,18 @@ pub fn write_tiny_gguf_with(
     gguf_file::write(&mut f, &meta_refs, &tensor_refs).unwrap();
     path
 }
+
+/// The records of a JSON-lines file, each without the keys in `drop` (timings that differ between two runs).
+pub fn jsonl_without(path: &std::path::Path, drop: &[&str]) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let mut v: serde_json::Value = serde_json::from_str(l).unwrap();
+            for k in drop {
+                v.as_object_mut().unwrap().remove(*k);
+            }
+            v
+        })
+        .collect()
+}
