@@ -11,18 +11,122 @@
 //! and so is a number that is NaN or infinite. Inside each table, the method that reads it refuses unknown keys
 //! ([`crate::trigger::params::Params::finish`], or serde's `deny_unknown_fields` via [`MethodConfig::section`]).
 //! Commands record [`MethodConfig::root`] in their output (`config.toml` of a run), so a run says what it used.
+//!
+//! Every error here is a [`ConfigError`] that says where the bad setting came from ([`Origin`]): a file, or a
+//! `--set` override — the latter is a usage error (exit code 2, see [`crate::usage`]). Errors that the methods
+//! raise while reading their tables are attributed the same way by [`MethodConfig::attribute`].
 
+use std::fmt;
 use std::path::{Path, PathBuf};
 
-use anyhow::{bail, Context, Result};
 use serde::de::DeserializeOwned;
 use toml::Value;
+
+/// Where a setting came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Origin {
+    /// A config file.
+    File(PathBuf),
+    /// A `--set KEY=VALUE` override on the command line.
+    Set(String),
+    /// A method's own table, read before the caller knows where the key came from (the method's name);
+    /// [`MethodConfig::attribute`] replaces it with the file or the `--set` that wrote the key.
+    Method(String),
+}
+
+impl fmt::Display for Origin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Origin::File(p) => write!(f, "{}", p.display()),
+            Origin::Set(spec) => write!(f, "--set '{spec}'"),
+            Origin::Method(_) => write!(f, "method config"),
+        }
+    }
+}
+
+/// The config layer's error: a method config or a `--set` override that cannot be used, and where it came from.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{}: cannot read method config", .path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{}: not valid TOML", .path.display())]
+    Toml {
+        path: PathBuf,
+        #[source]
+        source: toml::de::Error,
+    },
+    /// A value of the wrong shape (a table where a number belongs, `--set` without `=`, ...).
+    #[error("{at}: {detail}")]
+    Shape { at: Origin, detail: String },
+    #[error("{at}: unknown table [{name}] (valid: {})", .valid.join(", "))]
+    UnknownTable { at: Origin, name: String, valid: Vec<String> },
+    /// Keys a table's reader does not know; `valid` lists the known ones, the closest to the first unknown first.
+    #[error("{at}: {table}: unknown key{} {} (valid: {})", if .keys.len() == 1 { "" } else { "s" },
+        .keys.iter().map(|k| format!("'{k}'")).collect::<Vec<_>>().join(", "), .valid.join(", "))]
+    UnknownKey { at: Origin, table: String, keys: Vec<String>, valid: Vec<String> },
+    #[error("{at}: '{key}' = {value}: must be a finite number")]
+    NotFinite { at: Origin, key: String, value: f64 },
+    /// A known key with a value its reader cannot take; `key` is empty where the reader does not say which.
+    #[error("{at}: {table}: {}{detail}", if .key.is_empty() { String::new() } else { format!("config key '{}': ", .key) })]
+    BadValue { at: Origin, table: String, key: String, detail: String },
+}
+
+impl ConfigError {
+    /// Whether the command line itself is at fault (a `--set` override), so the binary exits with 2.
+    pub fn is_usage(&self) -> bool {
+        matches!(self.origin(), Some(Origin::Set(_)))
+    }
+
+    pub fn origin(&self) -> Option<&Origin> {
+        match self {
+            ConfigError::Read { .. } | ConfigError::Toml { .. } => None,
+            ConfigError::Shape { at, .. }
+            | ConfigError::UnknownTable { at, .. }
+            | ConfigError::UnknownKey { at, .. }
+            | ConfigError::NotFinite { at, .. }
+            | ConfigError::BadValue { at, .. } => Some(at),
+        }
+    }
+
+    fn origin_mut(&mut self) -> Option<&mut Origin> {
+        match self {
+            ConfigError::Read { .. } | ConfigError::Toml { .. } => None,
+            ConfigError::Shape { at, .. }
+            | ConfigError::UnknownTable { at, .. }
+            | ConfigError::UnknownKey { at, .. }
+            | ConfigError::NotFinite { at, .. }
+            | ConfigError::BadValue { at, .. } => Some(at),
+        }
+    }
+
+    /// The key the error is about, where it names one.
+    fn key(&self) -> Option<&str> {
+        match self {
+            ConfigError::UnknownKey { keys, .. } => keys.first().map(String::as_str),
+            ConfigError::BadValue { key, .. } if !key.is_empty() => Some(key),
+            _ => None,
+        }
+    }
+}
+
+/// What the config layer returns.
+pub type Result<T, E = ConfigError> = std::result::Result<T, E>;
+
+fn shape(at: Origin, detail: impl Into<String>) -> ConfigError {
+    ConfigError::Shape { at, detail: detail.into() }
+}
 
 /// A method config as a command uses it: the file it came from and the merged, validated table.
 #[derive(Debug, Clone)]
 pub struct MethodConfig {
     pub path: PathBuf,
     pub root: Value,
+    /// The `--set` overrides applied, in order (to say which one wrote a bad key).
+    pub overrides: Vec<String>,
 }
 
 /// Tables a token-level controller's config holds (`configs/rind.toml`, ...): read by `ragtime eval`; `[sweep]`
@@ -52,9 +156,26 @@ pub struct GenerationTable {
     pub max_new_tokens: Option<usize>,
 }
 
-/// `configs/<method>.toml`, where a method's shipped config lives.
+/// `configs/<method>.toml`, where a method's shipped config lives (see [`shipped`]).
 pub fn default_path(method: &str) -> PathBuf {
-    PathBuf::from(format!("configs/{method}.toml"))
+    shipped(&format!("{method}.toml"))
+}
+
+/// A file shipped under the repository's `configs/` (`rel`: `rind.toml`, `calibrated/MODEL.toml`): the working
+/// directory's `configs/REL` when it is there (a checkout, or the user's own copy to edit), else the one beside the
+/// sources the binary was built from, so that a command run from another directory reads the same settings;
+/// where neither exists, the working directory's path, which an error then names.
+pub fn shipped(rel: &str) -> PathBuf {
+    let local = Path::new("configs").join(rel);
+    if crate::io::present_or_refused(&local) {
+        return local;
+    }
+    let built = Path::new(env!("CARGO_MANIFEST_DIR")).join("configs").join(rel);
+    if crate::io::present_or_refused(&built) {
+        built
+    } else {
+        local
+    }
 }
 
 impl MethodConfig {
@@ -62,8 +183,9 @@ impl MethodConfig {
     /// every top-level table is one of `sections` (`datasets` is always allowed in the file).
     pub fn load(path: &Path, dataset: Option<&str>, overrides: &[String], sections: &[&str]) -> Result<Self> {
         let text =
-            std::fs::read_to_string(path).with_context(|| format!("{}: cannot read method config", path.display()))?;
-        let root: Value = toml::from_str(&text).with_context(|| format!("{}: not valid TOML", path.display()))?;
+            std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })?;
+        let root: Value =
+            toml::from_str(&text).map_err(|source| ConfigError::Toml { path: path.to_path_buf(), source })?;
         Self::from_value(path, root, dataset, overrides, sections)
     }
 
@@ -75,34 +197,83 @@ impl MethodConfig {
         overrides: &[String],
         sections: &[&str],
     ) -> Result<Self> {
-        let mut root = resolve_dataset(&root, dataset).with_context(|| format!("{}", path.display()))?;
-        check_sections(&root, sections).with_context(|| format!("{}", path.display()))?;
+        let file = Origin::File(path.to_path_buf());
+        let mut root = resolve_dataset(&root, dataset).map_err(|d| shape(file.clone(), d))?;
+        check_sections(&root, sections, &file)?;
+        check_finite(&root, "", &file)?;
         for o in overrides {
+            let set = Origin::Set(o.clone());
             apply_override(&mut root, o)?;
-            check_sections(&root, sections).with_context(|| format!("--set '{o}'"))?;
+            check_sections(&root, sections, &set)?;
+            check_finite(&root, "", &set)?;
         }
-        check_finite(&root, "").with_context(|| format!("{}", path.display()))?;
-        Ok(MethodConfig { path: path.to_path_buf(), root })
+        Ok(MethodConfig { path: path.to_path_buf(), root, overrides: overrides.to_vec() })
+    }
+
+    /// Where `table.key` got its value: the last `--set` that wrote it (or, with `key` `None`, wrote into
+    /// `table`; with `table` `None`, any table's `key`), else the file.
+    pub fn origin_of(&self, table: Option<&str>, key: Option<&str>) -> Origin {
+        let hit = self.overrides.iter().rev().find(|o| {
+            let path = o.split_once('=').map_or(o.as_str(), |(p, _)| p).trim();
+            let mut parts = path.splitn(2, '.');
+            let (t, k) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+            table.is_none_or(|want| want == t) && key.is_none_or(|want| want == k || k.starts_with(&format!("{want}.")))
+        });
+        match hit {
+            Some(o) => Origin::Set(o.clone()),
+            None => Origin::File(self.path.clone()),
+        }
+    }
+
+    /// Gives an error that a method raised while reading its table (`table`: `trigger`, `query`, ...) the
+    /// origin of the key it names: the `--set` that wrote it, else this config's file. Other errors get the
+    /// file as context.
+    pub fn attribute(&self, table: &str, err: anyhow::Error) -> anyhow::Error {
+        match err.downcast::<ConfigError>() {
+            Ok(mut e) => {
+                let origin = self.origin_of(Some(table), e.key());
+                if let Some(at) = e.origin_mut() {
+                    if matches!(at, Origin::Method(_)) {
+                        *at = origin;
+                    }
+                }
+                anyhow::Error::new(e)
+            }
+            Err(other) => other.context(self.path.display().to_string()),
+        }
     }
 
     /// Table `name` as `T`: `T::default()` when absent; a wrong type or an unknown key (with
     /// `deny_unknown_fields` on `T`) is an error naming the file and the table.
     pub fn section<T: DeserializeOwned + Default>(&self, name: &str) -> Result<T> {
-        match self.root.get(name) {
-            None => Ok(T::default()),
-            Some(v) => {
-                v.clone().try_into::<T>().with_context(|| format!("{}: bad [{name}] table", self.path.display()))
+        let Some(v) = self.root.get(name) else { return Ok(T::default()) };
+        if let (Some(fields), Some(t)) = (struct_fields::<T>(), v.as_table()) {
+            let unknown: Vec<String> = t.keys().filter(|k| !fields.contains(&k.as_str())).cloned().collect();
+            if let Some(first) = unknown.first() {
+                return Err(ConfigError::UnknownKey {
+                    at: self.origin_of(Some(name), Some(first)),
+                    table: format!("[{name}]"),
+                    valid: closest_first(first, fields).into_iter().map(String::from).collect(),
+                    keys: unknown,
+                });
             }
         }
+        v.clone().try_into::<T>().map_err(|e| ConfigError::BadValue {
+            at: self.origin_of(Some(name), None),
+            table: format!("[{name}]"),
+            key: String::new(),
+            detail: e.to_string().trim().to_string(),
+        })
     }
 
     /// Table `name`, created empty when absent (for a flag that sets a value inside it).
     pub fn table_mut(&mut self, name: &str) -> Result<&mut toml::value::Table> {
-        let Value::Table(t) = &mut self.root else { bail!("{}: the root must be a table", self.path.display()) };
+        let file = Origin::File(self.path.clone());
+        let Value::Table(t) = &mut self.root else { return Err(shape(file, "the root must be a table")) };
         let entry = t.entry(name.to_string()).or_insert_with(|| Value::Table(Default::default()));
         match entry {
             Value::Table(t) => Ok(t),
-            other => bail!("{}: '{name}' must be a table, found {}", self.path.display(), other.type_str()),
+            other => Err(shape(file, format!("'{name}' must be a table, found {}", other.type_str()))),
         }
     }
 }
@@ -110,14 +281,14 @@ impl MethodConfig {
 /// Applies a config file's per-dataset overrides: the root's `[datasets.<dataset>]` table is merged, key by
 /// key and recursively, over the root (so `[datasets.hotpotqa.trigger] theta = 1.4` replaces `[trigger]
 /// theta`). The `datasets` table itself is dropped from the result. Unknown dataset: the root unchanged.
-pub fn resolve_dataset(root: &Value, dataset: Option<&str>) -> Result<Value> {
-    let Value::Table(t) = root else { bail!("config: the root must be a table") };
+pub fn resolve_dataset(root: &Value, dataset: Option<&str>) -> Result<Value, String> {
+    let Value::Table(t) = root else { return Err("the root must be a table".into()) };
     let mut out = t.clone();
     let datasets = out.remove("datasets");
     if let (Some(name), Some(datasets)) = (dataset, datasets) {
-        let Value::Table(datasets) = datasets else { bail!("config: [datasets] must be a table") };
+        let Value::Table(datasets) = datasets else { return Err("[datasets] must be a table".into()) };
         if let Some(over) = datasets.get(name) {
-            let Value::Table(over) = over else { bail!("config: [datasets.{name}] must be a table") };
+            let Value::Table(over) = over else { return Err(format!("[datasets.{name}] must be a table")) };
             merge(&mut out, over);
         }
     }
@@ -139,15 +310,16 @@ fn merge(base: &mut toml::value::Table, over: &toml::value::Table) {
 /// `trigger.truncate="sentence"`) to a method config. The value is read as TOML (number, bool, quoted string,
 /// array); anything that does not parse as TOML is taken as a bare string. Missing tables are created.
 pub fn apply_override(root: &mut Value, spec: &str) -> Result<()> {
+    let at = || Origin::Set(spec.to_string());
     let Some((path, raw)) = spec.split_once('=') else {
-        bail!("--set '{spec}': expected KEY=VALUE, e.g. trigger.theta=0.35")
+        return Err(shape(at(), "expected KEY=VALUE, e.g. trigger.theta=0.35"));
     };
     let keys: Vec<&str> = path.trim().split('.').collect();
     if keys.iter().any(|k| k.is_empty()) {
-        bail!("--set '{spec}': empty key in '{path}'");
+        return Err(shape(at(), format!("empty key in '{path}'")));
     }
     if keys.len() < 2 {
-        bail!("--set '{spec}': expected SECTION.KEY=VALUE, e.g. trigger.theta=0.35");
+        return Err(shape(at(), "expected SECTION.KEY=VALUE, e.g. trigger.theta=0.35"));
     }
     let value = match toml::from_str::<toml::Table>(&format!("v = {}", raw.trim())) {
         Ok(mut t) => t.remove("v").unwrap_or_else(|| Value::String(raw.trim().to_string())),
@@ -155,40 +327,74 @@ pub fn apply_override(root: &mut Value, spec: &str) -> Result<()> {
     };
     let mut cur = root;
     for k in &keys[..keys.len() - 1] {
-        let Some(t) = cur.as_table_mut() else { bail!("--set '{spec}': '{k}' is inside a value that is not a table") };
+        let Some(t) = cur.as_table_mut() else {
+            return Err(shape(at(), format!("'{k}' is inside a value that is not a table")));
+        };
         cur = t.entry(k.to_string()).or_insert_with(|| Value::Table(Default::default()));
     }
     let Some(t) = cur.as_table_mut() else {
-        bail!("--set '{spec}': the parent of '{}' is not a table", keys[keys.len() - 1])
+        return Err(shape(at(), format!("the parent of '{}' is not a table", keys[keys.len() - 1])));
     };
     t.insert(keys[keys.len() - 1].to_string(), value);
     Ok(())
 }
 
 /// Every top-level key must be a table the command reads.
-fn check_sections(root: &Value, sections: &[&str]) -> Result<()> {
-    let Value::Table(t) = root else { bail!("the root must be a table") };
+fn check_sections(root: &Value, sections: &[&str], at: &Origin) -> Result<()> {
+    let Value::Table(t) = root else { return Err(shape(at.clone(), "the root must be a table")) };
     for (k, v) in t {
         if !sections.contains(&k.as_str()) {
-            bail!("unknown table [{k}] (valid: {})", closest_first(k, sections).join(", "));
+            let valid = closest_first(k, sections).into_iter().map(String::from).collect();
+            return Err(ConfigError::UnknownTable { at: at.clone(), name: k.clone(), valid });
         }
         if !v.is_table() {
-            bail!("'{k}' must be a table [{k}], found {}", v.type_str());
+            return Err(shape(at.clone(), format!("'{k}' must be a table [{k}], found {}", v.type_str())));
         }
     }
     Ok(())
 }
 
 /// No NaN or infinite number anywhere (TOML accepts `nan` and `inf`; no setting of ours means them).
-fn check_finite(v: &Value, at: &str) -> Result<()> {
+fn check_finite(v: &Value, key: &str, at: &Origin) -> Result<()> {
     match v {
-        Value::Float(f) if !f.is_finite() => bail!("'{at}' = {f}: must be a finite number"),
+        Value::Float(f) if !f.is_finite() => {
+            Err(ConfigError::NotFinite { at: at.clone(), key: key.to_string(), value: *f })
+        }
         Value::Table(t) => t
             .iter()
-            .try_for_each(|(k, v)| check_finite(v, &if at.is_empty() { k.clone() } else { format!("{at}.{k}") })),
-        Value::Array(a) => a.iter().enumerate().try_for_each(|(i, v)| check_finite(v, &format!("{at}[{i}]"))),
+            .try_for_each(|(k, v)| check_finite(v, &if key.is_empty() { k.clone() } else { format!("{key}.{k}") }, at)),
+        Value::Array(a) => a.iter().enumerate().try_for_each(|(i, v)| check_finite(v, &format!("{key}[{i}]"), at)),
         _ => Ok(()),
     }
+}
+
+/// The field names of a struct that derives `Deserialize` (what `deserialize_struct` is told), for listing the
+/// valid keys of a table; `None` for a type that is not a struct.
+pub fn struct_fields<T: DeserializeOwned>() -> Option<&'static [&'static str]> {
+    use serde::de::{self, Visitor};
+    struct Probe<'a>(&'a std::cell::Cell<Option<&'static [&'static str]>>);
+    impl<'de> de::Deserializer<'de> for Probe<'_> {
+        type Error = de::value::Error;
+        fn deserialize_any<V: Visitor<'de>>(self, _: V) -> std::result::Result<V::Value, Self::Error> {
+            Err(de::Error::custom("not a struct"))
+        }
+        fn deserialize_struct<V: Visitor<'de>>(
+            self,
+            _: &'static str,
+            fields: &'static [&'static str],
+            _: V,
+        ) -> std::result::Result<V::Value, Self::Error> {
+            self.0.set(Some(fields));
+            Err(de::Error::custom("fields read"))
+        }
+        serde::forward_to_deserialize_any! {
+            bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf option unit
+            unit_struct newtype_struct seq tuple tuple_struct map enum identifier ignored_any
+        }
+    }
+    let cell = std::cell::Cell::new(None);
+    let _ = T::deserialize(Probe(&cell));
+    cell.get()
 }
 
 /// `names` ordered by edit distance to `word` (ties keep their order), for "did you mean" lists.
@@ -308,8 +514,75 @@ mod tests {
         assert_eq!(c.section::<R>("generation").unwrap(), R::default());
         let v: Value = toml::from_str("[retrieval]\ntop_kk = 5\n").unwrap();
         let c = MethodConfig::from_value(Path::new("c.toml"), v, None, &[], SECTIONS).unwrap();
-        let e = format!("{:#}", c.section::<R>("retrieval").unwrap_err());
-        assert!(e.contains("c.toml: bad [retrieval] table") && e.contains("top_kk"), "{e}");
+        let e = c.section::<R>("retrieval").unwrap_err();
+        assert_eq!(e.to_string(), "c.toml: [retrieval]: unknown key 'top_kk' (valid: top_k)");
+        assert!(!e.is_usage());
+        let v: Value = toml::from_str("[retrieval]\ntop_k = \"five\"\n").unwrap();
+        let c = MethodConfig::from_value(Path::new("c.toml"), v, None, &[], SECTIONS).unwrap();
+        let e = c.section::<R>("retrieval").unwrap_err().to_string();
+        assert!(e.starts_with("c.toml: [retrieval]: ") && e.contains("invalid type"), "{e}");
+    }
+
+    /// An unknown key or a bad value that came from `--set` is a usage error naming that `--set`, and the valid
+    /// keys are listed closest first; the same key from the file names the file.
+    #[test]
+    fn keys_are_attributed_to_their_origin() {
+        #[derive(serde::Deserialize, Default, Debug)]
+        #[serde(default, deny_unknown_fields)]
+        #[allow(dead_code)]
+        struct G {
+            max_new_tokens: usize,
+            top_k: usize,
+        }
+        let p = Path::new("configs/rind.toml");
+        let v: Value = toml::from_str("[trigger]\nname = \"rind\"\n").unwrap();
+        let sets = ["generation.max_new_token=5".to_string()];
+        let c = MethodConfig::from_value(p, v.clone(), None, &sets, SECTIONS).unwrap();
+        let e = c.section::<G>("generation").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "--set 'generation.max_new_token=5': [generation]: unknown key 'max_new_token' (valid: max_new_tokens, \
+             top_k)"
+        );
+        assert!(e.is_usage());
+        // a method's own error, attributed: the --set that wrote the key, else the file
+        let raised = || {
+            anyhow::Error::new(ConfigError::UnknownKey {
+                at: Origin::Method("rind".into()),
+                table: "rind".into(),
+                keys: vec!["thetta".into()],
+                valid: vec!["theta".into()],
+            })
+        };
+        let c = MethodConfig::from_value(p, v.clone(), None, &["trigger.thetta=0.3".into()], SECTIONS).unwrap();
+        let e = c.attribute("trigger", raised());
+        assert_eq!(format!("{e:#}"), "--set 'trigger.thetta=0.3': rind: unknown key 'thetta' (valid: theta)");
+        assert_eq!(crate::usage::exit_code(&e), 2);
+        let c = MethodConfig::from_value(p, v, None, &[], SECTIONS).unwrap();
+        let e = c.attribute("trigger", raised());
+        assert_eq!(format!("{e:#}"), "configs/rind.toml: rind: unknown key 'thetta' (valid: theta)");
+        assert_eq!(crate::usage::exit_code(&e), 1);
+        assert_eq!(format!("{:#}", c.attribute("trigger", anyhow::anyhow!("other"))), "configs/rind.toml: other");
+    }
+
+    /// A NaN from the file names the file; one from --set names the --set (it used to name the file for both).
+    #[test]
+    fn non_finite_numbers_name_their_origin() {
+        let p = Path::new("configs/rind.toml");
+        let v: Value = toml::from_str("[trigger]\nname = \"rind\"\ntheta = nan\n").unwrap();
+        let e = MethodConfig::from_value(p, v, None, &[], SECTIONS).unwrap_err();
+        assert_eq!(e.to_string(), "configs/rind.toml: 'trigger.theta' = NaN: must be a finite number");
+        assert!(!e.is_usage());
+        let v: Value = toml::from_str("[trigger]\nname = \"rind\"\n").unwrap();
+        let e = MethodConfig::from_value(p, v, None, &["trigger.theta=nan".into()], SECTIONS).unwrap_err();
+        assert_eq!(e.to_string(), "--set 'trigger.theta=nan': 'trigger.theta' = NaN: must be a finite number");
+        assert!(e.is_usage());
+    }
+
+    #[test]
+    fn struct_fields_of_a_derived_struct() {
+        assert_eq!(struct_fields::<RetrievalTable>(), Some(&["top_k", "source"][..]));
+        assert_eq!(struct_fields::<u32>(), None);
     }
 
     #[test]

@@ -72,17 +72,22 @@ pub fn check_cuda(n: usize) -> Result<()> {
     }
     let has_driver = driver_dirs()
         .iter()
-        .any(|d| Path::new(d).join("libcuda.so.1").exists() || Path::new(d).join("libcuda.so").exists());
+        .any(|d| present(&Path::new(d).join("libcuda.so.1")) || present(&Path::new(d).join("libcuda.so")));
     if !has_driver {
         bail!("--device cuda: no CUDA driver (libcuda.so.1) found on this machine; use --device cpu");
     }
-    if !Path::new("/dev/nvidiactl").exists() && !Path::new("/dev/dxg").exists() {
+    if !present(Path::new("/dev/nvidiactl")) && !present(Path::new("/dev/dxg")) {
         bail!("--device cuda: no NVIDIA device nodes (/dev/nvidiactl) on this machine; use --device cpu");
     }
-    if !Path::new(&format!("/dev/nvidia{n}")).exists() && !Path::new("/dev/dxg").exists() {
+    if !present(Path::new(&format!("/dev/nvidia{n}"))) && !present(Path::new("/dev/dxg")) {
         bail!("--device cuda:{n}: /dev/nvidia{n} does not exist; use a smaller index or --device cpu");
     }
     Ok(())
+}
+
+/// A driver file or device node that is there, or that the OS refuses to show (then opening it says why).
+fn present(p: &Path) -> bool {
+    crate::io::present_or_refused(p)
 }
 
 /// Runs `f`, turning a panic inside the backend (e.g. a CUDA initialisation failure) into an error.

@@ -14,8 +14,12 @@
 //!   rather than mixed in ([`pin_settings`] keeps and returns them; the caller decides what must match);
 //! - a command writes only into a directory it made or recognises as its own kind of output, and checks that
 //!   before any work ([`claim_output_dir`]): a directory with someone else's files is refused, never cleared.
+//!
+//! Whether a path is there is asked with [`probe`] or [`exists`], never `Path::exists`: that says "no" for a
+//! path the OS refuses (permission denied, a path through a file, a symbolic-link loop), which a caller would
+//! then report as "not found". The file layer's error is [`FileError`].
 
-use std::fs::File;
+use std::fs::{File, Metadata};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -23,6 +27,70 @@ use anyhow::{bail, Context, Result};
 use arrow_array::RecordBatch;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
+
+/// The file layer's error: which file, and what is wrong with it.
+#[derive(Debug, thiserror::Error)]
+pub enum FileError {
+    /// Nothing at the path; `hint` says how to make it (empty for none).
+    #[error("{}: {what} not found{}", .path.display(), if .hint.is_empty() { String::new() } else { format!(" ({})", .hint) })]
+    NotFound { path: PathBuf, what: String, hint: String },
+    /// The OS refused the path (permission denied, a path through a file, a symbolic-link loop, ...); its own
+    /// words follow as the cause.
+    #[error("{}: cannot {action}", .path.display())]
+    Os {
+        path: PathBuf,
+        action: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// Something is at the path, but not what belongs there (a file where a directory belongs).
+    #[error("{}: {detail}", .path.display())]
+    Kind { path: PathBuf, detail: String },
+}
+
+/// What is at `path`: `Ok(None)` when nothing is (and nothing else is wrong), its metadata when something is,
+/// and [`FileError::Os`] with the OS's reason otherwise. Symbolic links are followed.
+pub fn probe(path: &Path) -> std::result::Result<Option<Metadata>, FileError> {
+    match std::fs::metadata(path) {
+        Ok(m) => Ok(Some(m)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(source) => Err(FileError::Os { path: path.to_path_buf(), action: "read".into(), source }),
+    }
+}
+
+/// Whether something is at `path`, as [`probe`]: an error (not `false`) where the OS refuses to say.
+pub fn exists(path: &Path) -> std::result::Result<bool, FileError> {
+    probe(path).map(|m| m.is_some())
+}
+
+/// Whether something is at `path` or the OS refuses to say, for a search that takes the first candidate: a
+/// refused candidate is taken, so that reading it reports the OS's reason instead of "not found".
+pub fn present_or_refused(path: &Path) -> bool {
+    exists(path).unwrap_or(true)
+}
+
+/// Whether `path` is a directory (following links), as [`probe`]: an error where the OS refuses to say.
+pub fn is_dir(path: &Path) -> std::result::Result<bool, FileError> {
+    probe(path).map(|m| m.is_some_and(|m| m.is_dir()))
+}
+
+/// Whether `path` is a regular file (following links), as [`probe`]: an error where the OS refuses to say.
+pub fn is_file(path: &Path) -> std::result::Result<bool, FileError> {
+    probe(path).map(|m| m.is_some_and(|m| m.is_file()))
+}
+
+/// `path` must be a directory: [`FileError::NotFound`] (`what`, `hint`) when nothing is there,
+/// [`FileError::Kind`] for a file, [`FileError::Os`] when the OS refuses.
+pub fn require_dir(path: &Path, what: &str, hint: &str) -> std::result::Result<(), FileError> {
+    match probe(path)? {
+        Some(m) if m.is_dir() => Ok(()),
+        Some(_) => Err(FileError::Kind {
+            path: path.to_path_buf(),
+            detail: format!("not a directory (the {what} is a directory)"),
+        }),
+        None => Err(FileError::NotFound { path: path.to_path_buf(), what: what.into(), hint: hint.into() }),
+    }
+}
 
 /// The marker file ragtime leaves in every output directory it claims: the kind of output, one line.
 pub const OUTPUT_MARKER: &str = ".ragtime-output";
@@ -47,17 +115,18 @@ pub fn claim_output_dir(dir: &Path, flag: &str, kind: &str, signature: &str) -> 
 /// rename, so none sees another's half-written marker.
 pub fn claim_output_dir_with(dir: &Path, flag: &str, kind: &str, ours: impl Fn(&[String]) -> bool) -> Result<()> {
     let shown = dir.display();
-    if dir.exists() && !dir.is_dir() {
+    let found = probe(dir).with_context(|| format!("{flag} {shown}"))?;
+    if found.as_ref().is_some_and(|m| !m.is_dir()) {
         bail!("{flag} {shown}: exists and is not a directory");
     }
-    if dir.is_dir() {
+    if found.is_some() {
         let marker = dir.join(OUTPUT_MARKER);
         let entries: Vec<String> = std::fs::read_dir(dir)
             .with_context(|| format!("{flag} {shown}: cannot list the directory"))?
             .map(|e| e.map(|e| e.file_name().to_string_lossy().into_owned()))
             .collect::<std::io::Result<_>>()
             .with_context(|| format!("{flag} {shown}: cannot list the directory"))?;
-        if marker.is_file() {
+        if is_file(&marker)? {
             let found =
                 std::fs::read_to_string(&marker).with_context(|| format!("{}: cannot read", marker.display()))?;
             let found = found.trim();
@@ -214,7 +283,7 @@ pub fn read_jsonl<T: DeserializeOwned>(path: &Path, what: &str) -> Result<JsonLi
 /// not exist, writes `text` there (atomically) and returns `None`; otherwise returns the stored settings, parsed
 /// with `parse`, for the caller to compare with its own (and refuse the directory when they differ).
 pub fn pin_settings<V>(path: &Path, text: &str, parse: impl Fn(&str) -> Result<V>) -> Result<Option<V>> {
-    if !path.exists() {
+    if !exists(path)? {
         write_atomic(path, text.as_bytes())?;
         return Ok(None);
     }
@@ -225,6 +294,33 @@ pub fn pin_settings<V>(path: &Path, text: &str, parse: impl Fn(&str) -> Result<V
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Only "nothing there" is `None`; a path the OS refuses is an error with the OS's own words (with
+    /// `Path::exists` both were `false`, and the callers said "not found").
+    #[test]
+    fn probe_tells_missing_from_refused() {
+        let root = tempfile::tempdir().unwrap();
+        let file = root.path().join("f");
+        std::fs::write(&file, b"x").unwrap();
+        assert!(probe(&root.path().join("none")).unwrap().is_none());
+        assert!(probe(&file).unwrap().unwrap().is_file());
+        let through = file.join("child");
+        assert!(!through.exists());
+        let e = anyhow::Error::new(probe(&through).unwrap_err());
+        assert!(format!("{e:#}").ends_with("/f/child: cannot read: Not a directory (os error 20)"), "{e:#}");
+        #[cfg(unix)]
+        {
+            let (a, b) = (root.path().join("a"), root.path().join("b"));
+            std::os::unix::fs::symlink(&a, &b).unwrap();
+            std::os::unix::fs::symlink(&b, &a).unwrap();
+            let e = format!("{:#}", anyhow::Error::new(exists(&a).unwrap_err()));
+            assert!(e.contains("Too many levels of symbolic links"), "{e}");
+        }
+        let e = require_dir(&file, "index", "").unwrap_err().to_string();
+        assert!(e.ends_with("/f: not a directory (the index is a directory)"), "{e}");
+        let e = require_dir(&root.path().join("none"), "index", "build one").unwrap_err().to_string();
+        assert!(e.ends_with("/none: index not found (build one)"), "{e}");
+    }
 
     #[test]
     fn output_dirs_are_claimed_only_when_new_empty_or_ours() {

@@ -2,8 +2,9 @@ use clap::Parser;
 
 mod cli;
 
-/// Exit codes: 0 success, 1 an error (printed as `error: ...` with its causes), 2 a usage error (clap's own
-/// message). A closed pipe (`ragtime search ... | head`) ends the process quietly, as it does other Unix tools;
+/// Exit codes: 0 success; 2 a usage error: clap's own, or a request the command line makes that cannot be met
+/// (`ragtime::usage::UsageError`, a bad `--set`); 1 any other error (a file, model, index or disk that is not as
+/// it should be). Errors print as `error: ...` with their causes on one line. A closed pipe (`ragtime search ... | head`) ends the process quietly, as it does other Unix tools;
 /// any other failure to write (a full disk) is an error naming the OS error. A panic (a bug, or a dependency
 /// that panics on bad input) is reported as an error too, with the panic's backtrace only when `RUST_BACKTRACE`
 /// asks for it.
@@ -21,7 +22,7 @@ fn main() {
         Ok(Ok(())) => 0,
         Ok(Err(err)) => {
             eprintln!("error: {err:#}");
-            1
+            ragtime::usage::exit_code(&err)
         }
         Err(payload) => {
             let msg = payload

@@ -43,7 +43,7 @@ pub fn require(rel: &str) -> Option<PathBuf> {
 /// The model checkpoint `checkpoints/NAME` if present; else reports the skip (see [`require`]).
 pub fn require_checkpoint(name: &str) -> Option<PathBuf> {
     let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("checkpoints").join(name);
-    if p.exists() {
+    if crate::io::present_or_refused(&p) {
         return Some(p);
     }
     missing(&p, "run scripts/setup.sh to download it (`scripts/setup.sh --help` lists the optional models)")

@@ -2,6 +2,7 @@
 //! detector` and `train autorag` are killed (SIGKILL, no chance to clean up) part-way, re-run with the same
 //! arguments, and their final output is compared with an uninterrupted run's: no row lost or doubled, the same
 //! answers, rows, search results, weights and losses.
+#![allow(clippy::disallowed_methods)] // a test looks at paths directly (clippy.toml)
 
 mod common;
 

@@ -1,5 +1,6 @@
 //! Fine-tune a tiny random decoder on toy Auto-RAG dialogues (full and LoRA), export it as a Hugging Face
 //! folder, and load that folder back with `Lm::load`: same config, same chat template default, same logits.
+#![allow(clippy::disallowed_methods)] // a test looks at paths directly (clippy.toml)
 
 use std::collections::HashMap;
 

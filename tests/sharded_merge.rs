@@ -2,6 +2,7 @@
 //! autorag`) run as n shards into one directory — the shards started at the same time, as a Slurm array starts
 //! them — then `ragtime merge`, equals the same job run by one process. Also: what `merge` says when shards are
 //! missing, broken or made with other settings.
+#![allow(clippy::disallowed_methods)] // a test looks at paths directly (clippy.toml)
 
 mod common;
 

@@ -1,96 +1,15 @@
 //! `ragtime sweep` end to end on a tiny random model, through the binary: one run per setting, sweep.jsonl and
 //! pareto.svg, `--pick` writing calibrated points, `eval` loading them (`--budget`, the default budget, `none`),
 //! `report --baseline` over the calibrated runs, and a resumed sweep doing no work twice.
+#![allow(clippy::disallowed_methods)] // a test looks at paths directly (clippy.toml)
 
 mod common;
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 
 use ragtime::eval::sweep::{read_records, Calibrated};
-use ragtime::model::Arch;
 
-fn ragtime(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_ragtime")).args(args).output().expect("runs the binary");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-fn ok(args: &[&str]) -> String {
-    let (success, stdout, stderr) = ragtime(args);
-    assert!(success, "ragtime {}\n{stderr}", args.join(" "));
-    stdout
-}
-
-struct Setup {
-    _dir: tempfile::TempDir,
-    root: PathBuf,
-    model: String,
-    tokenizer: String,
-    spec: String,
-    index: String,
-}
-
-fn setup() -> Option<Setup> {
-    let tokenizer = ragtime::testing::require("models/smollm2-135m-instruct/tokenizer.json")?;
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().to_path_buf();
-    let model = common::write_tiny_gguf(Arch::Llama, &root);
-    let qa: String = [
-        ("Which river flows through Rome?", "Tiber"),
-        ("Who painted the Sistine Chapel ceiling?", "Michelangelo"),
-        ("What is the capital of Italy?", "Rome"),
-        ("Which volcano destroyed Pompeii?", "Vesuvius"),
-        ("Which city has the Colosseum?", "Rome"),
-        ("What sea lies east of Italy?", "Adriatic"),
-    ]
-    .iter()
-    .map(|(q, a)| format!("{}\n", serde_json::json!({"question": q, "answer": [a]})))
-    .collect();
-    std::fs::write(root.join("qa.jsonl"), qa).unwrap();
-    let spec = root.join("tinyqa.toml");
-    std::fs::write(
-        &spec,
-        format!(
-            "name = \"tinyqa\"\nfile = \"{}\"\nlayout = \"nq-open\"\nmax_new_tokens = 40\n\n[splits]\nvalid = \"0..4\"\ntest = \"4..6\"\n",
-            root.join("qa.jsonl").display()
-        ),
-    )
-    .unwrap();
-    let corpus: String = [
-        "The Tiber flows through Rome.",
-        "Michelangelo painted the Sistine Chapel ceiling.",
-        "Rome is the capital of Italy.",
-        "Vesuvius destroyed Pompeii in 79 AD.",
-        "The Colosseum stands in Rome.",
-        "The Adriatic Sea lies east of Italy.",
-    ]
-    .iter()
-    .enumerate()
-    .map(|(i, t)| format!("{i}\t{t}\tdoc {i}\n"))
-    .collect();
-    std::fs::write(root.join("corpus.tsv"), format!("id\ttext\ttitle\n{corpus}")).unwrap();
-    let index = root.join("index");
-    ok(&["index", "--corpus", root.join("corpus.tsv").to_str().unwrap(), "--out", index.to_str().unwrap()]);
-    Some(Setup {
-        model: model.display().to_string(),
-        tokenizer: tokenizer.display().to_string(),
-        spec: spec.display().to_string(),
-        index: index.display().to_string(),
-        root,
-        _dir: dir,
-    })
-}
-
-fn model_args(s: &Setup) -> Vec<String> {
-    ["--model", &s.model, "--tokenizer", &s.tokenizer, "--dataset", &s.spec, "--index", &s.index]
-        .iter()
-        .map(|x| x.to_string())
-        .collect()
-}
+use common::{model_args, ok, ragtime, tiny_eval as setup};
 
 fn run_config(dir: &Path) -> toml::Value {
     toml::from_str(&std::fs::read_to_string(dir.join("config.toml")).unwrap()).unwrap()

@@ -184,7 +184,7 @@ impl AutoRagPrompts {
     /// `zero_shot_query_rewriting.txt` and `parametric_knowledge.txt` from `dir`.
     pub fn load(dir: &Path, kind: &str) -> Result<Self> {
         let rpath = dir.join(format!("reasoning_{kind}.txt"));
-        if !rpath.exists() {
+        if !crate::io::exists(&rpath)? {
             bail!("{}: no Auto-RAG reasoning prompt for '{kind}' (known: 2wikimultihopqa, nq)", rpath.display());
         }
         let (instruction, blocks) = parse_blocks(&unwrap(&read(&rpath)?));
@@ -197,7 +197,7 @@ impl AutoRagPrompts {
             bail!("{}: no exemplar (blocks separated by ### starting with 'Question:')", rpath.display());
         }
         let fpath = dir.join(format!("few_shot_query_rewriting_{kind}.txt"));
-        let rewrite_fewshot = if fpath.exists() { Some(unwrap(&read(&fpath)?)) } else { None };
+        let rewrite_fewshot = if crate::io::exists(&fpath)? { Some(unwrap(&read(&fpath)?)) } else { None };
         let zpath = dir.join("zero_shot_query_rewriting.txt");
         let rewrite_zero_shot = unwrap(&read(&zpath)?);
         if rewrite_zero_shot.matches("{}").count() != 2 {

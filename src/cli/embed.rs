@@ -58,7 +58,7 @@ struct InLine {
 }
 
 pub fn run(a: EmbedArgs) -> Result<()> {
-    if a.out.exists() && !a.force {
+    if ragtime::io::exists(&a.out)? && !a.force {
         bail!("--out {}: exists (pass --force to replace it)", a.out.display());
     }
     let kind = if a.query {
@@ -70,7 +70,7 @@ pub fn run(a: EmbedArgs) -> Result<()> {
     };
     let enc = SentenceEncoder::load(&a.model, a.device, Prefixes::preset(&a.prefixes)?)?;
     let partial = PathBuf::from(format!("{}.partial", a.out.display()));
-    let done = if partial.exists() {
+    let done = if ragtime::io::exists(&partial)? {
         let f = std::fs::File::open(&partial).with_context(|| format!("{}: cannot read", partial.display()))?;
         std::io::BufReader::new(f).lines().map_while(|l| l.ok()).filter(|l| l.ends_with('}')).count()
     } else {

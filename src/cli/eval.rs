@@ -24,6 +24,10 @@ pub struct Args {
     /// Dataset name (datasets/NAME.toml) or a data file.
     #[arg(long)]
     pub dataset: String,
+    /// Layout of a data file given as --dataset PATH (default: detected from its first record): hotpotqa-ircot,
+    /// hotpotqa-simple, 2wiki, strategyqa-bigbench, strategyqa, iirc, nq-open, triviaqa, popqa, pubmedqa, bioasq.
+    #[arg(long)]
+    pub layout: Option<ragtime::qa::Layout>,
     /// Trigger / method name: reads configs/NAME.toml unless --config is given.
     #[arg(long)]
     pub trigger: String,
@@ -236,16 +240,16 @@ impl Method {
     }
 
     pub fn trigger(&self) -> Result<Box<dyn ragtime::trigger::Trigger>> {
-        ragtime::trigger::build_section(&self.mc.root).with_context(|| format!("{}", self.config_path.display()))
+        ragtime::trigger::build_section(&self.mc.root).map_err(|e| self.mc.attribute("trigger", e))
     }
 
     pub fn query(&self) -> Result<Box<dyn ragtime::query::QueryFormer>> {
-        ragtime::query::build_section(&self.mc.root).with_context(|| format!("{}", self.config_path.display()))
+        ragtime::query::build_section(&self.mc.root).map_err(|e| self.mc.attribute("query", e))
     }
 
     /// The `[sweep]` table: the setting a sweep varies and its grid.
     pub fn sweep(&self) -> Result<ragtime::eval::sweep::SweepTable> {
-        self.mc.section("sweep")
+        Ok(self.mc.section("sweep")?)
     }
 
     /// The passages this method reads: none for `none`, the question's gold paragraphs for an oracle, else the
@@ -266,7 +270,7 @@ impl Method {
         }
         match index.map(|p| p.to_path_buf()).or_else(|| dataset.index.clone()) {
             Some(dir) => Ok((Some(retr.open(&dir)?), dir.display().to_string())),
-            None => anyhow::bail!(
+            None => ragtime::usage_bail!(
                 "--trigger {} retrieves: give --index DIR (dataset '{}' names no default index)",
                 self.name,
                 dataset.name
@@ -294,7 +298,7 @@ fn calibrated_point(
     dataset: &str,
     method: &Method,
 ) -> Result<Option<(ragtime::eval::sweep::CalibratedPoint, PathBuf)>> {
-    use ragtime::eval::sweep::{calibrated_path, Calibrated};
+    use ragtime::eval::sweep::Calibrated;
     if args.budget == Some(Budget::None) {
         return Ok(None);
     }
@@ -310,12 +314,12 @@ fn calibrated_point(
     };
     if args.overrides.iter().any(|o| o.split_once('=').is_some_and(|(k, _)| k.trim() == key)) {
         if args.budget.is_some() {
-            anyhow::bail!("--budget and --set {key}=... both set {key}; give one");
+            ragtime::usage_bail!("--budget and --set {key}=... both set {key}; give one");
         }
         return Ok(None);
     }
     let model = args.model.model.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
-    let path = args.calibrated.clone().unwrap_or_else(|| calibrated_path(&model));
+    let path = args.calibrated.clone().unwrap_or_else(|| ragtime::config::shipped(&format!("calibrated/{model}.toml")));
     let file = Calibrated::load(&path).with_context(|| "--calibrated")?;
     let want = match (args.budget, &file) {
         (Some(Budget::At(b)), _) => b,
@@ -327,7 +331,7 @@ fn calibrated_point(
         Some(p) => Ok(Some((p.clone(), path))),
         None if args.budget.is_some() => {
             let have = file.as_ref().map(|f| f.budgets(&args.trigger, dataset)).unwrap_or_default();
-            anyhow::bail!(
+            ragtime::usage_bail!(
                 "--budget {want}: {} has no point for --trigger {} on {dataset}{}; make one with `ragtime sweep --dataset {dataset} --split valid --triggers {} --pick`",
                 path.display(),
                 args.trigger,
@@ -348,7 +352,7 @@ pub fn run(args: Args) -> Result<()> {
         return run_autorag(args);
     }
     // load
-    let spec = DatasetSpec::load(&args.dataset)?;
+    let spec = DatasetSpec::load_as(&args.dataset, args.layout)?;
     let mut examples = select(spec.load_split(args.split.as_deref())?, args.skip, args.limit);
     let prompt = spec.prompt_builder()?;
     let plain = Method::load(
@@ -509,7 +513,7 @@ fn record(ex: &Example, o: &Outcome, seconds: f64) -> PredictionRecord {
 fn run_autorag(args: Args) -> Result<()> {
     use ragtime::autorag::infer::{AutoRag, ChatGen, InferConfig};
     use ragtime::autorag::prompts::AutoRagPrompts;
-    let spec = DatasetSpec::load(&args.dataset)?;
+    let spec = DatasetSpec::load_as(&args.dataset, args.layout)?;
     let mut examples = select(spec.load_split(args.split.as_deref())?, args.skip, args.limit);
     let config_path = args.config.clone().unwrap_or_else(|| config::default_path("autorag"));
     let mc = MethodConfig::load(&config_path, Some(&spec.name), &args.overrides, config::AUTORAG_TABLES)?;
@@ -524,7 +528,10 @@ fn run_autorag(args: Args) -> Result<()> {
     let prompts = AutoRagPrompts::load(&prompt_dir, &cfg.reasoning)?;
     let index = args.index.clone().or_else(|| spec.index.clone());
     let Some(index) = index else {
-        anyhow::bail!("--trigger autorag retrieves: give --index DIR (dataset '{}' names no default index)", spec.name)
+        ragtime::usage_bail!(
+            "--trigger autorag retrieves: give --index DIR (dataset '{}' names no default index)",
+            spec.name
+        )
     };
     let retriever = args.retr.open(&index)?;
     let (out_dir, mut run_config) = run_header(&args, &spec.name, index.display().to_string());

@@ -57,8 +57,11 @@ pub fn read_prompt(prompt: &Option<String>, file: &Option<PathBuf>) -> Result<St
             std::fs::read_to_string(f).with_context(|| format!("{}: cannot read prompt file", f.display()))?,
             f.display().to_string(),
         ),
-        (None, None) => anyhow::bail!("give --prompt or --prompt-file"),
+        (None, None) => ragtime::usage_bail!("give --prompt or --prompt-file"),
     };
+    if text.is_empty() && prompt.is_some() {
+        ragtime::usage_bail!("{from}: the prompt is empty");
+    }
     anyhow::ensure!(!text.is_empty(), "{from}: the prompt is empty");
     Ok(text)
 }

@@ -134,9 +134,9 @@ pub fn run(mut a: IndexArgs) -> Result<()> {
         progress: !a.quiet,
         shard,
     };
-    let dense_done =
-        a.encoder.is_none() || a.out.join("dense").join(ragtime::retrieval::vectors::DENSE_MANIFEST).exists();
-    if part.is_some() && !a.force && a.out.join(MANIFEST).exists() && dense_done {
+    let dense_done = a.encoder.is_none()
+        || ragtime::io::exists(&a.out.join("dense").join(ragtime::retrieval::vectors::DENSE_MANIFEST))?;
+    if part.is_some() && !a.force && ragtime::io::exists(&a.out.join(MANIFEST))? && dense_done {
         // a rerun of a finished shard (a requeued array task): nothing to build, the marker is written again
         if !a.quiet {
             eprintln!("{}: shard already complete", a.out.display());
@@ -153,7 +153,7 @@ pub fn run(mut a: IndexArgs) -> Result<()> {
 
 /// The BM25 index (unless complete and only the dense one is asked for), then the dense one.
 fn build(a: &IndexArgs, opts: &IndexOptions) -> Result<()> {
-    let keep_bm25 = a.encoder.is_some() && !a.force && a.out.join(MANIFEST).exists();
+    let keep_bm25 = a.encoder.is_some() && !a.force && ragtime::io::exists(&a.out.join(MANIFEST))?;
     if keep_bm25 {
         if !a.quiet {
             eprintln!("{}: BM25 index already complete; adding the dense index", a.out.display());

@@ -72,7 +72,9 @@ pub fn run(a: Args) -> Result<()> {
             format!("{} questions tried, {} dialogues kept", s.tried, s.kept)
         }
         k if k == super::index::SHARD_KIND => {
-            let has_dense = |p: &PathBuf| p.join("dense").join(ragtime::retrieval::vectors::DENSE_MANIFEST).exists();
+            let has_dense = |p: &PathBuf| {
+                ragtime::io::present_or_refused(&p.join("dense").join(ragtime::retrieval::vectors::DENSE_MANIFEST))
+            };
             let dense = parts.iter().filter(|p| has_dense(p)).count();
             if dense > 0 && dense < parts.len() {
                 bail!(

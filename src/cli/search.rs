@@ -4,7 +4,7 @@ use std::io::{BufRead, Write};
 use std::path::PathBuf;
 use std::time::Instant;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use clap::Args;
 
 use ragtime::retrieval::bm25::{Bm25Index, MultiField, TopK};
@@ -56,13 +56,13 @@ pub fn run(a: SearchArgs) -> Result<()> {
     let mf = match a.multi_field.as_str() {
         "best" => MultiField::Best,
         "most" => MultiField::Most,
-        other => bail!("--multi-field {other:?}: expected best or most"),
+        other => ragtime::usage_bail!("--multi-field {other:?}: expected best or most"),
     };
     let strategy = match a.strategy.as_str() {
         "auto" => TopK::Auto,
         "exhaustive" => TopK::Exhaustive,
         "wand" => TopK::BlockWand,
-        other => bail!("--strategy {other:?}: expected auto, exhaustive or wand"),
+        other => ragtime::usage_bail!("--strategy {other:?}: expected auto, exhaustive or wand"),
     };
     let index: Box<dyn Retriever> = match a.retr.retriever {
         RetrieverKind::Bm25 => Box::new(

@@ -38,6 +38,10 @@ pub struct Args {
     /// Dataset name (datasets/NAME.toml) or a data file.
     #[arg(long)]
     pub dataset: String,
+    /// Layout of a data file given as --dataset PATH (default: detected from its first record): hotpotqa-ircot,
+    /// hotpotqa-simple, 2wiki, strategyqa-bigbench, strategyqa, iirc, nq-open, triviaqa, popqa, pubmedqa, bioasq.
+    #[arg(long)]
+    pub layout: Option<ragtime::qa::Layout>,
     /// The split swept (the dataset spec's [splits]); calibration belongs on validation questions.
     #[arg(long, default_value = "valid")]
     pub split: String,
@@ -89,7 +93,7 @@ pub struct Args {
 
 fn check_budget(flag: &str, b: f64) -> Result<()> {
     if !b.is_finite() || !(0.0..=1000.0).contains(&b) {
-        bail!("{flag} {b}: expected retrievals per question in [0, 1000]");
+        ragtime::usage_bail!("{flag} {b}: expected retrievals per question in [0, 1000]");
     }
     Ok(())
 }
@@ -97,7 +101,7 @@ fn check_budget(flag: &str, b: f64) -> Result<()> {
 pub fn run(args: Args) -> Result<()> {
     // check every input before the model loads
     if args.pick && args.split == "test" {
-        bail!("--pick with --split test: thresholds are calibrated on validation questions; test questions are for reporting");
+        ragtime::usage_bail!("--pick with --split test: thresholds are calibrated on validation questions; test questions are for reporting");
     }
     for &b in &args.budgets {
         check_budget("--budgets", b)?;
@@ -106,9 +110,11 @@ pub fn run(args: Args) -> Result<()> {
     let mut triggers = args.triggers.clone();
     triggers.dedup();
     if triggers.contains(&"autorag".to_string()) {
-        bail!("--triggers autorag: Auto-RAG has no threshold to sweep; run it with `ragtime eval --trigger autorag`");
+        ragtime::usage_bail!(
+            "--triggers autorag: Auto-RAG has no threshold to sweep; run it with `ragtime eval --trigger autorag`"
+        );
     }
-    let spec = DatasetSpec::load(&args.dataset)?;
+    let spec = DatasetSpec::load_as(&args.dataset, args.layout)?;
     let examples: Vec<_> =
         spec.load_split(Some(&args.split))?.into_iter().take(args.limit.unwrap_or(usize::MAX)).collect();
     let prompt = spec.prompt_builder()?;
@@ -130,7 +136,7 @@ pub fn run(args: Args) -> Result<()> {
             let mut overrides = Vec::new();
             if let (Some(spec_), Some(key)) = (s.override_spec(), &s.key) {
                 if args.overrides.iter().any(|o| o.split_once('=').is_some_and(|(k, _)| k.trim() == key)) {
-                    bail!("--set {key}=...: {key} is what the sweep of {t} varies");
+                    ragtime::usage_bail!("--set {key}=...: {key} is what the sweep of {t} varies");
                 }
                 overrides.push(spec_);
             }
@@ -145,7 +151,10 @@ pub fn run(args: Args) -> Result<()> {
     let index: Option<Box<dyn Retriever>> = match (&index_dir, needs_index) {
         (_, false) => None,
         (Some(d), true) => Some(args.retr.open(d)?),
-        (None, true) => bail!("--triggers retrieve: give --index DIR (dataset '{}' names no default index)", spec.name),
+        (None, true) => ragtime::usage_bail!(
+            "--triggers retrieve: give --index DIR (dataset '{}' names no default index)",
+            spec.name
+        ),
     };
     let gold = ragtime::retrieval::gold::GoldRetriever::new(&examples);
     ragtime::io::claim_output_dir(&out, "--out", SWEEP_KIND, RECORDS_FILE)?;
@@ -153,7 +162,7 @@ pub fn run(args: Args) -> Result<()> {
     if args.pick {
         // refuse a foreign file now, not after hours of sweeping
         Calibrated::load(&calibrated_file).with_context(|| format!("--calibrated {}", calibrated_file.display()))?;
-        if calibrated_file.exists() {
+        if ragtime::io::exists(&calibrated_file)? {
             let text = std::fs::read_to_string(&calibrated_file)?;
             if !text.starts_with(sweep::CALIBRATED_HEADER) {
                 bail!(
@@ -181,7 +190,7 @@ pub fn run(args: Args) -> Result<()> {
     let t0 = Instant::now();
     // settings swept into this directory by earlier sweeps of other controllers stay in sweep.jsonl and the plot
     let ours: Vec<String> = plan.iter().map(|(s, _)| format!("runs/{}", s.dir_name())).collect();
-    let earlier: Vec<SweepRecord> = if out.join(RECORDS_FILE).is_file() {
+    let earlier: Vec<SweepRecord> = if ragtime::io::is_file(&out.join(RECORDS_FILE))? {
         sweep::read_records(&out.join(RECORDS_FILE))?.into_iter().filter(|r| !ours.contains(&r.run)).collect()
     } else {
         Vec::new()

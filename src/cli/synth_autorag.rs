@@ -23,6 +23,10 @@ pub struct Args {
     /// Dataset name (datasets/NAME.toml) or a data file.
     #[arg(long)]
     pub dataset: String,
+    /// Layout of a data file given as --dataset PATH (default: detected from its first record): hotpotqa-ircot,
+    /// hotpotqa-simple, 2wiki, strategyqa-bigbench, strategyqa, iirc, nq-open, triviaqa, popqa, pubmedqa, bioasq.
+    #[arg(long)]
+    pub layout: Option<ragtime::qa::Layout>,
     /// Index from `ragtime index` (default: the dataset's).
     #[arg(long)]
     pub index: Option<PathBuf>,
@@ -37,9 +41,9 @@ pub struct Args {
     /// Output directory (dialogues.jsonl, dialogues.parquet, attempts.jsonl, stats.json). Re-running resumes.
     #[arg(long, default_value = "datasets/autorag")]
     pub out: PathBuf,
-    /// Method config with a [synth] table.
-    #[arg(long, default_value = "configs/autorag.toml")]
-    pub config: PathBuf,
+    /// Method config with a [synth] table (default: configs/autorag.toml).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
     /// Only the first N questions.
     #[arg(long)]
     pub limit: Option<usize>,
@@ -71,12 +75,13 @@ fn load_model(path: &Path, base: &ModelArgs) -> Result<Lm> {
 }
 
 pub fn run(args: Args) -> Result<()> {
-    let spec = DatasetSpec::load(&args.dataset)?;
+    let spec = DatasetSpec::load_as(&args.dataset, args.layout)?;
     let mut examples = spec.load_examples()?;
     if let Some(n) = args.limit {
         examples.truncate(n);
     }
-    let mc = MethodConfig::load(&args.config, Some(&spec.name), &[], config::AUTORAG_TABLES)?;
+    let config_path = args.config.clone().unwrap_or_else(|| config::default_path("autorag"));
+    let mc = MethodConfig::load(&config_path, Some(&spec.name), &[], config::AUTORAG_TABLES)?;
     let mut cfg: SynthConfig = mc.section("synth")?;
     if let Some(t) = args.max_iter {
         cfg.max_iter = t;
@@ -93,7 +98,7 @@ pub fn run(args: Args) -> Result<()> {
     anyhow::ensure!(
         cfg.rewrite == "fewshot" || cfg.rewrite == "zeroshot",
         "{}: [synth] rewrite must be fewshot or zeroshot, not {:?}",
-        args.config.display(),
+        config_path.display(),
         cfg.rewrite
     );
     let prompt_dir = args.prompts.clone().unwrap_or_else(AutoRagPrompts::default_dir);

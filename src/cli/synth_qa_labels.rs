@@ -28,6 +28,10 @@ pub struct Args {
     /// 2WikiMultihopQA are refused (their questions are reserved for testing controllers).
     #[arg(long)]
     pub dataset: String,
+    /// Layout of a data file given as --dataset PATH (default: detected from its first record): hotpotqa-ircot,
+    /// hotpotqa-simple, 2wiki, strategyqa-bigbench, strategyqa, iirc, nq-open, triviaqa, popqa, pubmedqa, bioasq.
+    #[arg(long)]
+    pub layout: Option<ragtime::qa::Layout>,
     /// The split to answer (the spec's [splits]); `valid` and `test` are refused.
     #[arg(long, default_value = "train")]
     pub split: String,
@@ -55,12 +59,12 @@ pub struct Args {
 
 pub fn run(a: Args) -> Result<()> {
     // load, checking everything before the model
-    let spec = DatasetSpec::load(&a.dataset)?;
+    let spec = DatasetSpec::load_as(&a.dataset, a.layout)?;
     if RESERVED.contains(&spec.name.as_str()) {
-        bail!("--dataset {}: its questions are reserved for testing controllers; label NQ-open, TriviaQA or another training pool", spec.name);
+        ragtime::usage_bail!("--dataset {}: its questions are reserved for testing controllers; label NQ-open, TriviaQA or another training pool", spec.name);
     }
     if ["test", "valid", "validation", "dev"].contains(&a.split.as_str()) {
-        bail!("--split {}: labels are made from training questions only", a.split);
+        ragtime::usage_bail!("--split {}: labels are made from training questions only", a.split);
     }
     let mut examples_all: Vec<Example> =
         spec.load_split(Some(&a.split))?.into_iter().take(a.limit.unwrap_or(usize::MAX)).collect();

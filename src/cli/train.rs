@@ -90,14 +90,15 @@ pub fn run(args: TrainArgs) -> Result<()> {
 
 fn run_detector(a: &DetectorArgs) -> Result<()> {
     let cfg = a.config();
-    // the output first: a wrong --out fails now, not after training
-    ragtime::io::claim_output_dir(&a.out, "--out", "detector", ragtime::detector::INFO_FILE)?;
+    // every input and the output before any work: a wrong --data or --out fails now, not after training, and
+    // a wrong --data leaves no output directory behind
     let (mut articles, mut hallucinated) = (0, 0);
     for d in &a.data {
         let m = load_manifest(d)?;
         articles += m.articles;
         hallucinated += m.hallucinated;
     }
+    ragtime::io::claim_output_dir(&a.out, "--out", "detector", ragtime::detector::INFO_FILE)?;
     let names: Vec<&str> = cfg.features.iter().map(|s| s.as_str()).collect();
     let shown = a.data.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(",");
     let table = read_features_many(&a.data, &names).with_context(|| format!("{shown}: cannot read features"))?;

@@ -41,9 +41,10 @@ pub struct Args {
     /// Output folder: the trained model (HF layout), train_report.json, checkpoint/.
     #[arg(long, default_value = "checkpoints/autorag")]
     pub out: PathBuf,
-    /// Defaults (TOML, sections [train] and [lora]); flags override.
-    #[arg(long, default_value = "configs/autorag-train.toml")]
-    pub config: PathBuf,
+    /// Defaults (TOML, sections [train] and [lora]; default: configs/autorag-train.toml, else built-in); flags
+    /// override.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
     #[arg(long, value_parser = super::ranges::int::<1, 100_000>)]
     pub epochs: Option<usize>,
     /// Peak learning rate (default: [train] lr, or [lora] lr with --lora).
@@ -119,12 +120,20 @@ struct LoraSection {
 impl Args {
     /// The file's settings with the flags applied.
     pub fn config(&self) -> Result<SftConfig> {
-        let (mut cfg, lora_sec) = if self.config.exists() {
-            let mc = MethodConfig::load(&self.config, None, &[], TRAIN_TABLES)?;
-            (mc.section::<SftConfig>("train")?, mc.section::<LoraSection>("lora")?)
-        } else {
-            eprintln!("{}: not found, using built-in defaults", self.config.display());
-            (SftConfig::default(), LoraSection::default())
+        // a --config that is not there is an error; the shipped one missing falls back to the built-in values
+        let path = match &self.config {
+            Some(p) => Some(p.clone()),
+            None => Some(ragtime::config::default_path("autorag-train")).filter(|p| ragtime::io::present_or_refused(p)),
+        };
+        let (mut cfg, lora_sec) = match path {
+            Some(p) => {
+                let mc = MethodConfig::load(&p, None, &[], TRAIN_TABLES)?;
+                (mc.section::<SftConfig>("train")?, mc.section::<LoraSection>("lora")?)
+            }
+            None => {
+                eprintln!("configs/autorag-train.toml: not found, using built-in defaults");
+                (SftConfig::default(), LoraSection::default())
+            }
         };
         macro_rules! set {
             ($($f:ident),*) => { $( if let Some(v) = self.$f { cfg.$f = v; } )* };
@@ -177,36 +186,35 @@ fn open_base(
     model: &Path,
     tokenizer: Option<&Path>,
 ) -> Result<(Box<dyn WeightSource>, ModelConfig, Tokenizer, PathBuf)> {
-    if !model.exists() {
-        bail!("{}: model not found (run scripts/setup.sh to fetch the default model)", model.display());
-    }
-    let (src, cfg, tok, tok_json): (Box<dyn WeightSource>, ModelConfig, Tokenizer, PathBuf) = if model.is_dir() {
-        let st = SafetensorsDir::open(model)?;
-        let cfg = st.config().clone();
-        let tj = tokenizer.map(Path::to_path_buf).unwrap_or_else(|| model.join("tokenizer.json"));
-        let tok = Tokenizer::from_file(&tj)?;
-        (Box::new(st), cfg, tok, tj)
-    } else {
-        let g = GgufFile::open(model)?;
-        let cfg = g.config().clone();
-        let beside = model.with_file_name("tokenizer.json");
-        let tj = match tokenizer {
-            Some(t) => t.to_path_buf(),
-            None if beside.exists() => beside,
-            None => bail!(
+    ragtime::model::require_model(model)?;
+    let (src, cfg, tok, tok_json): (Box<dyn WeightSource>, ModelConfig, Tokenizer, PathBuf) =
+        if ragtime::io::is_dir(model)? {
+            let st = SafetensorsDir::open(model)?;
+            let cfg = st.config().clone();
+            let tj = tokenizer.map(Path::to_path_buf).unwrap_or_else(|| model.join("tokenizer.json"));
+            let tok = Tokenizer::from_file(&tj)?;
+            (Box::new(st), cfg, tok, tj)
+        } else {
+            let g = GgufFile::open(model)?;
+            let cfg = g.config().clone();
+            let beside = model.with_file_name("tokenizer.json");
+            let tj = match tokenizer {
+                Some(t) => t.to_path_buf(),
+                None if ragtime::io::exists(&beside)? => beside,
+                None => bail!(
                 "{}: a GGUF model needs --tokenizer PATH/tokenizer.json (it is copied into the exported folder), e.g. \
                  --tokenizer ../shared/data/models/smollm2-135m-instruct/tokenizer.json for SmolLM2",
                 model.display()
             ),
+            };
+            let mut tok = Tokenizer::from_file(&tj)?;
+            if tok.default_system.is_none() {
+                // A bare tokenizer.json has no chat template; the GGUF's own says which system prompt inference
+                // with this model inserts, and training must render the same.
+                tok.default_system = Tokenizer::from_gguf(&g).ok().and_then(|t| t.default_system);
+            }
+            (Box::new(g), cfg, tok, tj)
         };
-        let mut tok = Tokenizer::from_file(&tj)?;
-        if tok.default_system.is_none() {
-            // A bare tokenizer.json has no chat template; the GGUF's own says which system prompt inference
-            // with this model inserts, and training must render the same.
-            tok.default_system = Tokenizer::from_gguf(&g).ok().and_then(|t| t.default_system);
-        }
-        (Box::new(g), cfg, tok, tj)
-    };
     if tok.vocab_size() > cfg.vocab_size {
         bail!(
             "tokenizer {} has {} tokens but the model has {}: wrong tokenizer for this model?",
@@ -224,7 +232,7 @@ fn open_base(
 
 pub fn run(a: Args) -> Result<()> {
     let cfg = a.config()?;
-    let data_file = if a.data.is_dir() { a.data.join("dialogues.jsonl") } else { a.data.clone() };
+    let data_file = if ragtime::io::is_dir(&a.data)? { a.data.join("dialogues.jsonl") } else { a.data.clone() };
     let (src, model_cfg, tok, tok_json) = open_base(&a.model, a.tokenizer.as_deref())?;
     if let Some(dir) = &a.export_base {
         ragtime::io::claim_output_dir(dir, "--export-base", "model export", ragtime::io::OUTPUT_MARKER)?;
@@ -233,9 +241,10 @@ pub fn run(a: Args) -> Result<()> {
         eprintln!("wrote the base model {} as a Hugging Face folder: {}", a.model.display(), dir.display());
         return Ok(());
     }
-    // the output before any work: a wrong --out fails at once
-    ragtime::io::claim_output_dir(&a.out, "--out", "autorag fine-tune", "train_report.json")?;
+    // the inputs, then the output, before any work: a wrong --data or --out fails at once, and a wrong --data
+    // leaves no output directory behind
     let dialogues = read_dialogues(&data_file)?;
+    ragtime::io::claim_output_dir(&a.out, "--out", "autorag fine-tune", "train_report.json")?;
     let data = SftData::prepare(&dialogues, &tok, cfg.max_len, cfg.valid_fraction)?;
     let count = |s: &[ragtime::sft::Example]| {
         (s.iter().map(|e| e.len()).sum::<usize>(), s.iter().map(|e| e.targets()).sum::<usize>())

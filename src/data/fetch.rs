@@ -178,8 +178,11 @@ impl Drop for TempFile {
 pub fn fetch_file(source: &Source, url: &str, dest: &Path, sha256: Option<&str>) -> Result<String> {
     let dir = dest.parent().ok_or_else(|| anyhow!("{}: no parent folder", dest.display()))?;
     // The folders this call creates, removed again (when still empty) if nothing is placed.
-    let created: Vec<PathBuf> =
-        dir.ancestors().take_while(|d| !d.as_os_str().is_empty() && !d.exists()).map(Path::to_path_buf).collect();
+    let created: Vec<PathBuf> = dir
+        .ancestors()
+        .take_while(|d| !d.as_os_str().is_empty() && matches!(crate::io::exists(d), Ok(false)))
+        .map(Path::to_path_buf)
+        .collect();
     std::fs::create_dir_all(dir).with_context(|| format!("{}: cannot create folder", dir.display()))?;
     let placed = fetch_file_in(source, url, dest, sha256);
     if placed.is_err() {
@@ -275,7 +278,7 @@ pub fn fetch_into(
     let mut offline = false;
     for (url, rel, sha) in source.items(file) {
         let dest = fetch_root.join(&rel);
-        if dest.exists() {
+        if crate::io::exists(&dest)? {
             verify(&dest, sha.as_deref()).with_context(|| {
                 format!("{name}: {} is already there with other contents; remove it to fetch again", dest.display())
             })?;
@@ -298,7 +301,7 @@ pub fn fetch_into(
             }
         }
         let shared = shared_root.join(&rel);
-        if !shared.exists() {
+        if !crate::io::exists(&shared)? {
             bail!("{name}: cannot download {url}, and {} does not exist", shared.display());
         }
         verify(&shared, sha.as_deref())

@@ -63,11 +63,11 @@ pub enum Origin {
 /// The first existing `root/rel` of [`roots`], with its origin; `None` when no folder holds it.
 pub fn find(rel: &Path) -> Option<(PathBuf, Origin)> {
     if rel.is_absolute() {
-        return rel.exists().then(|| (rel.to_path_buf(), Origin::Fetched));
+        return crate::io::present_or_refused(rel).then(|| (rel.to_path_buf(), Origin::Fetched));
     }
     roots().into_iter().enumerate().find_map(|(i, r)| {
         let p = r.join(rel);
-        p.exists().then_some((p, if i == 0 { Origin::Fetched } else { Origin::Shared }))
+        crate::io::present_or_refused(&p).then_some((p, if i == 0 { Origin::Fetched } else { Origin::Shared }))
     })
 }
 

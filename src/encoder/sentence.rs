@@ -68,7 +68,7 @@ impl Prefixes {
                 query: "Represent this sentence for searching relevant passages: ".into(),
                 passage: String::new(),
             }),
-            other => bail!("--prefixes {other:?}: expected folder, none, e5 or bge"),
+            other => crate::usage_bail!("--prefixes {other:?}: expected folder, none, e5 or bge"),
         })
     }
 
@@ -181,11 +181,17 @@ pub struct SentenceEncoder {
 impl SentenceEncoder {
     /// Loads a sentence-transformers folder. `prefixes`: `None` = the folder's own prompts (else none).
     pub fn load(dir: &Path, device: DeviceKind, prefixes: Option<Prefixes>) -> Result<Self> {
-        if !dir.is_dir() {
-            bail!("{}: no such model folder (for all-MiniLM-L6-v2 run scripts/setup.sh --minilm)", dir.display());
+        match crate::io::probe(dir)? {
+            None => {
+                bail!("{}: no such model folder (for all-MiniLM-L6-v2 run scripts/setup.sh --minilm)", dir.display())
+            }
+            Some(m) if !m.is_dir() => {
+                bail!("{}: not a folder (a sentence-transformers model is a folder)", dir.display())
+            }
+            Some(_) => {}
         }
         let modules_path = dir.join("modules.json");
-        if !modules_path.exists() {
+        if !crate::io::exists(&modules_path)? {
             bail!("{}: missing: {} is not a sentence-transformers folder", modules_path.display(), dir.display());
         }
         let modules: Vec<ModuleEntry> = read_json(&modules_path, "sentence-transformers module list")?;
@@ -210,7 +216,7 @@ impl SentenceEncoder {
         let config = BertConfig::from_file(&tdir.join("config.json"))?;
 
         let pool_path = pdir.join("config.json");
-        if !pool_path.exists() {
+        if !crate::io::exists(&pool_path)? {
             bail!(
                 "{}: missing: the Pooling module's config (modules.json names {})",
                 pool_path.display(),
@@ -250,7 +256,7 @@ impl SentenceEncoder {
         };
 
         let sb_path = tdir.join("sentence_bert_config.json");
-        let sb: SbertConfig = if sb_path.exists() {
+        let sb: SbertConfig = if crate::io::exists(&sb_path)? {
             read_json(&sb_path, "sentence-transformers config")?
         } else {
             SbertConfig::default()
@@ -259,7 +265,7 @@ impl SentenceEncoder {
             sb.max_seq_length.unwrap_or(config.max_position_embeddings).min(config.max_position_embeddings);
 
         let tok_path = tdir.join("tokenizer.json");
-        if !tok_path.exists() {
+        if !crate::io::exists(&tok_path)? {
             bail!(
                 "{}: missing: the model's tokenizer (a Hugging Face tokenizer.json) must be in the folder",
                 tok_path.display()
@@ -286,7 +292,7 @@ impl SentenceEncoder {
         };
 
         let weights_path = tdir.join("model.safetensors");
-        if !weights_path.exists() {
+        if !crate::io::exists(&weights_path)? {
             bail!("{}: missing: the model weights (safetensors) must be in the folder", weights_path.display());
         }
         let src = SafetensorsFile::open(&weights_path)?;
@@ -397,7 +403,7 @@ impl SentenceEncoder {
 
 /// The prompts a folder's `config_sentence_transformers.json` names (none when it names none).
 fn folder_prompts(path: &Path) -> Result<Prefixes> {
-    if !path.exists() {
+    if !crate::io::exists(path)? {
         return Ok(Prefixes::default());
     }
     let v: serde_json::Value = read_json(path, "sentence-transformers config")?;

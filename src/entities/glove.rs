@@ -137,7 +137,7 @@ impl Glove {
     /// GloVe from [`Glove::default_dir`], or `Ok(None)` when its files are not there.
     pub fn load_default() -> Result<Option<Glove>> {
         let dir = Self::default_dir();
-        if !dir.join(NPY_FILE).is_file() || !dir.join(INDEX_FILE).is_file() {
+        if !crate::io::is_file(&dir.join(NPY_FILE))? || !crate::io::is_file(&dir.join(INDEX_FILE))? {
             return Ok(None);
         }
         Self::load(&dir).map(Some)

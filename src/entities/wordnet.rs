@@ -29,7 +29,7 @@ impl WordNet {
     /// WordNet from [`WordNet::default_dir`] if it holds `data.noun`; `Ok(None)` if not installed.
     pub fn load_default() -> Result<Option<WordNet>> {
         let dir = Self::default_dir();
-        if !dir.join("data.noun").is_file() {
+        if !crate::io::is_file(&dir.join("data.noun"))? {
             return Ok(None);
         }
         Self::load(&dir).map(Some)
@@ -39,12 +39,12 @@ impl WordNet {
     pub fn load(dir: &Path) -> Result<WordNet> {
         let mut wn = WordNet { synsets: HashMap::new(), instances: Vec::new() };
         let noun = dir.join("data.noun");
-        if !noun.is_file() {
+        if !crate::io::is_file(&noun)? {
             bail!("{}: WordNet data.noun not found", noun.display());
         }
         for (file, pos) in [("data.noun", 1u64), ("data.verb", 2), ("data.adj", 3), ("data.adv", 4)] {
             let path = dir.join(file);
-            if path.is_file() {
+            if crate::io::is_file(&path)? {
                 let text = std::fs::read_to_string(&path).with_context(|| format!("cannot read {}", path.display()))?;
                 wn.add_data_file(&text, pos, &path)?;
             }

@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 use std::fmt::Write as _;
 
-use anyhow::{bail, Result};
+use anyhow::Result;
 
 use super::bootstrap::{paired_bootstrap, PairedDiff};
 use super::report::LoadedRun;
@@ -74,7 +74,7 @@ pub fn budget_tables(runs: &[LoadedRun], baseline: &str, resamples: usize, seed:
         let Some(base) = base else {
             let names: Vec<&str> = in_group.iter().chain(&references).map(|r| name_of(r)).collect();
             let at = b.map(|b| format!(" at budget {b}")).unwrap_or_default();
-            bail!("--baseline {baseline}: no such run{at} (runs: {})", names.join(", "));
+            crate::usage_bail!("--baseline {baseline}: no such run{at} (runs: {})", names.join(", "));
         };
         let base_scores = scores(base);
         let mut rows = Vec::new();

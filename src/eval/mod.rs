@@ -167,9 +167,25 @@ impl DatasetSpec {
     /// file ([`DatasetSpec::from_data_file`], layout detected); anything else is a name looked up as
     /// `datasets/NAME.toml`.
     pub fn load(name_or_path: &str) -> Result<Self> {
+        Self::load_as(name_or_path, None)
+    }
+
+    /// [`DatasetSpec::load`] with the layout of a data file given (`--layout`) instead of detected; a layout
+    /// given for a spec (which names its own) is a usage error.
+    pub fn load_as(name_or_path: &str, layout: Option<Layout>) -> Result<Self> {
         let p = Path::new(name_or_path);
-        if p.exists() {
-            if p.extension().is_some_and(|e| e == "toml") {
+        let is_spec = |p: &Path| p.extension().is_some_and(|e| e == "toml");
+        if let Some(l) = layout {
+            if !crate::io::exists(p)? || is_spec(p) {
+                crate::usage_bail!(
+                    "--layout {l}: applies to a data file given as --dataset PATH; '{name_or_path}' is a dataset spec, \
+                     which names its own layout"
+                );
+            }
+            return Self::from_data_file(p, Some(l));
+        }
+        if crate::io::exists(p)? {
+            if is_spec(p) {
                 return Self::from_toml_file(p);
             }
             return Self::from_data_file(p, None);
@@ -178,14 +194,20 @@ impl DatasetSpec {
             Some(f) => Self::from_toml_file(&f),
             None => {
                 let known = Self::known_names();
-                bail!("dataset '{name_or_path}' is neither a file nor a known name (known: {})", known.join(", "))
+                crate::usage_bail!(
+                    "dataset '{name_or_path}' is neither a file nor a known name (known: {})",
+                    known.join(", ")
+                )
             }
         }
     }
 
     /// The spec file `NAME.toml` in [`DatasetSpec::search_dirs`].
     pub fn find_toml(name: &str) -> Option<PathBuf> {
-        Self::search_dirs().into_iter().map(|d| d.join(format!("{name}.toml"))).find(|f| f.exists())
+        Self::search_dirs()
+            .into_iter()
+            .map(|d| d.join(format!("{name}.toml")))
+            .find(|f| crate::io::present_or_refused(f))
     }
 
     /// Names of the specs in [`DatasetSpec::search_dirs`].
@@ -234,9 +256,16 @@ impl DatasetSpec {
         let Some(r) = self.splits.get(name) else {
             let known: Vec<&str> = self.splits.keys().map(String::as_str).collect();
             if known.is_empty() {
-                bail!("--split {name}: dataset '{}' defines no splits (add [splits] to its spec)", self.name);
+                crate::usage_bail!(
+                    "--split {name}: dataset '{}' defines no splits (add [splits] to its spec)",
+                    self.name
+                );
             }
-            bail!("--split {name}: dataset '{}' has no such split (known: {})", self.name, known.join(", "));
+            crate::usage_bail!(
+                "--split {name}: dataset '{}' has no such split (known: {})",
+                self.name,
+                known.join(", ")
+            );
         };
         let end = r.end.unwrap_or(count);
         if end > count || r.start >= end {
@@ -296,7 +325,7 @@ impl DatasetSpec {
 
     /// The questions, filtered by `kinds`.
     pub fn load_examples(&self) -> Result<Vec<Example>> {
-        if !self.file.exists() && self.source.is_some() {
+        if !crate::io::exists(&self.file)? && self.source.is_some() {
             let roots: Vec<String> = crate::data::roots().iter().map(|r| r.display().to_string()).collect();
             bail!(
                 "{}: cannot read: dataset '{}' is in none of the data folders ({}); run `ragtime data fetch {}`",
@@ -458,6 +487,30 @@ mod tests {
             (spec.layout, spec.metric, spec.name.as_str()),
             (Some(Layout::Pubmedqa), Metric::Accuracy, "pqal_dev_500")
         );
+    }
+
+    /// A file whose layout cannot be detected says to name it with --layout; --layout is the layout used (a
+    /// wrong one fails on the fields it needs); --layout with a spec's name is a usage error (the spec names
+    /// its own layout).
+    #[test]
+    fn layout_flag_names_the_layout_of_a_data_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let odd = dir.path().join("odd.jsonl");
+        std::fs::write(&odd, "{\"query\": \"Who wrote Hamlet?\", \"label\": \"Shakespeare\"}\n").unwrap();
+        let e = format!("{:#}", DatasetSpec::load(odd.to_str().unwrap()).unwrap_err());
+        assert!(e.contains("cannot tell the layout") && e.contains("--layout (one of hotpotqa-ircot"), "{e}");
+        let nq = dir.path().join("nq.jsonl");
+        std::fs::write(&nq, "{\"question\": \"Who wrote Hamlet?\", \"answer\": [\"Shakespeare\"]}\n").unwrap();
+        let spec = DatasetSpec::load_as(nq.to_str().unwrap(), Some(Layout::NqOpen)).unwrap();
+        let ex = spec.load_examples().unwrap();
+        assert_eq!((spec.layout, ex.len(), ex[0].question.as_str()), (Some(Layout::NqOpen), 1, "Who wrote Hamlet?"));
+        let wrong = DatasetSpec::load_as(nq.to_str().unwrap(), Some(Layout::Popqa)).unwrap();
+        let e = format!("{:#}", wrong.load_examples().unwrap_err());
+        assert!(e.contains("missing field 'possible_answers'"), "{e}");
+        let e = DatasetSpec::load_as("hotpotqa", Some(Layout::Popqa)).unwrap_err();
+        assert_eq!(crate::usage::exit_code(&e), 2);
+        assert!(e.to_string().starts_with("--layout popqa: applies to a data file"), "{e}");
+        assert_eq!("nq-open".parse::<Layout>().unwrap(), Layout::NqOpen);
     }
 
     #[test]

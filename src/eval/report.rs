@@ -22,7 +22,7 @@ pub struct LoadedRun {
 pub fn load_runs(dirs: &[PathBuf]) -> Result<Vec<LoadedRun>> {
     let mut out = Vec::new();
     for d in dirs {
-        if !d.join(PREDICTIONS_FILE).is_file() {
+        if !crate::io::is_file(&d.join(PREDICTIONS_FILE))? {
             eprintln!("warning: {}: not a run directory (no {PREDICTIONS_FILE}), skipped", d.display());
             continue;
         }

@@ -200,7 +200,7 @@ impl RunWriter {
         }
         let pred_path = dir.join(PREDICTIONS_FILE);
         let mut done = HashSet::new();
-        if pred_path.exists() {
+        if crate::io::exists(&pred_path)? {
             let (records, truncated_at) = read_predictions_inner(&pred_path)?;
             if let Some(len) = truncated_at {
                 let f = OpenOptions::new()
@@ -353,14 +353,14 @@ fn config_name(cfg: &toml::Value, key: &str) -> Option<String> {
 /// Averages a run directory's predictions (see [`Summary`]).
 pub fn summarise(run_dir: &Path) -> Result<Summary> {
     let pred_path = run_dir.join(PREDICTIONS_FILE);
-    if !pred_path.exists() {
+    if !crate::io::exists(&pred_path)? {
         bail!("{}: not a run directory (no {PREDICTIONS_FILE})", run_dir.display());
     }
     let (records, truncated) = read_predictions_inner(&pred_path)?;
     let run =
         run_dir.file_name().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| run_dir.display().to_string());
     let cfg_path = run_dir.join(CONFIG_FILE);
-    let cfg: Option<toml::Value> = if cfg_path.exists() {
+    let cfg: Option<toml::Value> = if crate::io::exists(&cfg_path)? {
         let t = std::fs::read_to_string(&cfg_path).with_context(|| format!("{}: cannot read", cfg_path.display()))?;
         Some(toml::from_str(&t).with_context(|| format!("{}: malformed TOML", cfg_path.display()))?)
     } else {

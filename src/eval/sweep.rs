@@ -245,7 +245,7 @@ impl Calibrated {
 
     /// Reads `path`; `None` when it does not exist.
     pub fn load(path: &Path) -> Result<Option<Self>> {
-        if !path.exists() {
+        if !crate::io::exists(path)? {
             return Ok(None);
         }
         let text = std::fs::read_to_string(path).with_context(|| format!("{}: cannot read", path.display()))?;
@@ -285,7 +285,7 @@ impl Calibrated {
     /// Writes the file (temp file + rename). An existing file that does not start with [`CALIBRATED_HEADER`] is
     /// someone else's and is left alone.
     pub fn save(&self, path: &Path) -> Result<()> {
-        if path.exists() {
+        if crate::io::exists(path)? {
             let text = std::fs::read_to_string(path).with_context(|| format!("{}: cannot read", path.display()))?;
             if !text.starts_with(CALIBRATED_HEADER) {
                 bail!(

@@ -2,7 +2,9 @@
 
 use std::path::Path;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
+
+use super::ModelError;
 
 /// The decoder families ragtime runs: they differ only in biases and in how GGUF stores Q/K.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -61,7 +63,14 @@ impl ModelConfig {
         let arch = match model_type {
             "llama" | "mistral" => Arch::Llama,
             "qwen2" => Arch::Qwen2,
-            other => bail!("{}: model_type '{other}' is not supported (llama, mistral, qwen2)", path.display()),
+            other => {
+                return Err(ModelError::Unsupported {
+                    file: path.display().to_string(),
+                    what: format!("model_type '{other}'"),
+                    supported: "llama, mistral, qwen2".into(),
+                }
+                .into())
+            }
         };
         let hidden_size = get("hidden_size")?;
         let num_heads = get("num_attention_heads")?;
@@ -80,7 +89,12 @@ impl ModelConfig {
         if let Some(scaling) = v.get("rope_scaling").filter(|s| !s.is_null()) {
             let kind = scaling.get("rope_type").or_else(|| scaling.get("type")).and_then(|x| x.as_str()).unwrap_or("?");
             if kind != "default" {
-                bail!("{}: rope_scaling type '{kind}' is not supported yet", path.display());
+                return Err(ModelError::Unsupported {
+                    file: path.display().to_string(),
+                    what: format!("rope_scaling type '{kind}'"),
+                    supported: "default".into(),
+                }
+                .into());
             }
         }
         let eos_token_ids = match v.get("eos_token_id") {
@@ -111,10 +125,16 @@ impl ModelConfig {
     /// Checks the whole config once, at load, so that a bad value is an error naming the file and its key instead
     /// of a division by zero or an absurd allocation later. `key` maps a Hugging Face `config.json` key to the
     /// file's own name for it (GGUF metadata keys differ).
-    pub fn validate(&self, file: &str, key: impl Fn(&str) -> String) -> Result<()> {
-        let count = |k: &str, v: usize, max: usize| -> Result<()> {
+    pub fn validate(&self, file: &str, key: impl Fn(&str) -> String) -> Result<(), ModelError> {
+        let bad = |k: &str, value: String, detail: String| ModelError::BadValue {
+            file: file.to_string(),
+            key: key(k),
+            value,
+            detail,
+        };
+        let count = |k: &str, v: usize, max: usize| -> Result<(), ModelError> {
             if v == 0 || v > max {
-                bail!("{file}: {} = {v}: expected 1..={max}", key(k));
+                return Err(bad(k, v.to_string(), format!("expected 1..={max}")));
             }
             Ok(())
         };
@@ -127,20 +147,20 @@ impl ModelConfig {
         count("vocab_size", self.vocab_size, 1 << 22)?;
         count("max_position_embeddings", self.max_position_embeddings, 1 << 24)?;
         if !self.num_heads.is_multiple_of(self.num_kv_heads) {
-            bail!(
-                "{file}: {} = {} is not a multiple of {} = {} (each key/value head serves a whole group of heads)",
-                key("num_attention_heads"),
-                self.num_heads,
+            let detail = format!(
+                "not a multiple of {} = {} (each key/value head serves a whole group of heads)",
                 key("num_key_value_heads"),
                 self.num_kv_heads
             );
+            return Err(bad("num_attention_heads", self.num_heads.to_string(), detail));
         }
         if !self.head_dim.is_multiple_of(2) {
-            bail!("{file}: {} = {}: rotary embeddings need an even head size", key("head_dim"), self.head_dim);
+            let detail = "rotary embeddings need an even head size".to_string();
+            return Err(bad("head_dim", self.head_dim.to_string(), detail));
         }
         for (k, v) in [("rope_theta", self.rope_theta), ("rms_norm_eps", self.rms_norm_eps)] {
             if !(v.is_finite() && v > 0.0) {
-                bail!("{file}: {} = {v}: expected a finite number above 0", key(k));
+                return Err(bad(k, v.to_string(), "expected a finite number above 0".into()));
             }
         }
         Ok(())
@@ -215,13 +235,18 @@ mod tests {
         assert_eq!(ModelConfig::from_hf_config(&ok).unwrap().head_dim, 8);
         for (fields, want) in [
             (r#""num_attention_heads": 0"#, "num_attention_heads = 0: expected 1..=1024"),
-            (r#""num_attention_heads": 4, "num_key_value_heads": 3"#, "num_attention_heads = 4 is not a multiple of"),
+            (
+                r#""num_attention_heads": 4, "num_key_value_heads": 3"#,
+                "num_attention_heads = 4: not a multiple of num_key_value_heads = 3",
+            ),
             (r#""num_attention_heads": 4, "head_dim": 7"#, "head_dim = 7: rotary embeddings need an even head size"),
             (r#""num_attention_heads": 4, "rope_theta": -1.0"#, "rope_theta = -1: expected a finite number above 0"),
             (r#""num_attention_heads": 4, "max_position_embeddings": 1099511627776"#, "max_position_embeddings = "),
         ] {
             let p = hf_config(dir.path(), fields);
-            let e = format!("{:#}", ModelConfig::from_hf_config(&p).unwrap_err());
+            let err = ModelConfig::from_hf_config(&p).unwrap_err();
+            assert!(matches!(err.downcast_ref::<ModelError>(), Some(ModelError::BadValue { .. })), "{err:#}");
+            let e = format!("{err:#}");
             assert!(e.contains("config.json") && e.contains(want), "{fields}: {e}");
         }
         let mut c = ModelConfig::tiny(Arch::Llama, 10);

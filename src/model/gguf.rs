@@ -78,7 +78,14 @@ impl GgufFile {
         let arch = match arch_name.as_str() {
             "llama" => Arch::Llama,
             "qwen2" => Arch::Qwen2,
-            other => bail!("{}: GGUF architecture '{other}' is not supported (llama, qwen2)", path.display()),
+            other => {
+                return Err(super::ModelError::Unsupported {
+                    file: path.display().to_string(),
+                    what: format!("GGUF architecture '{other}'"),
+                    supported: "llama, qwen2".into(),
+                }
+                .into())
+            }
         };
         let a = arch_name.as_str();
         let need = |key: String| -> Result<usize> {
@@ -339,7 +346,7 @@ mod tests {
         c.num_kv_heads = 3;
         let e = c.validate("m.gguf", |k| gguf_key("llama", k)).unwrap_err().to_string();
         assert!(
-            e.contains("llama.attention.head_count = 4 is not a multiple of llama.attention.head_count_kv = 3"),
+            e.contains("llama.attention.head_count = 4: not a multiple of llama.attention.head_count_kv = 3"),
             "{e}"
         );
     }

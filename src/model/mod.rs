@@ -20,7 +20,7 @@ pub mod sampling;
 pub mod tokenizer;
 pub mod weights;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use burn::module::Param;
@@ -152,6 +152,29 @@ pub struct Lm {
     pub int8_decode_bytes: usize,
 }
 
+/// The model layer's error: a model file or folder that cannot be used, naming the file and, for a bad value
+/// in its metadata, the file's own key (`qwen2.block_count`, `num_attention_heads`).
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    #[error("{}: model not found (run scripts/setup.sh to fetch the default model)", .path.display())]
+    NotFound { path: PathBuf },
+    /// A metadata value that would divide by zero, allocate without bound or make no model.
+    #[error("{file}: {key} = {value}: {detail}")]
+    BadValue { file: String, key: String, value: String, detail: String },
+    /// An architecture or option ragtime does not implement.
+    #[error("{file}: {what} is not supported ({supported})")]
+    Unsupported { file: String, what: String, supported: String },
+}
+
+/// The model at `path` must be there: [`ModelError::NotFound`] when nothing is, the OS's reason when it refuses
+/// the path (permission denied, a path through a file).
+pub fn require_model(path: &Path) -> Result<()> {
+    if !crate::io::exists(path)? {
+        return Err(ModelError::NotFound { path: path.to_path_buf() }.into());
+    }
+    Ok(())
+}
+
 /// Maximum RoPE table length (positions) we precompute.
 const MAX_POSITIONS: usize = 32768;
 
@@ -164,10 +187,8 @@ impl Lm {
 
     /// [`Lm::load`] onto the engine `engine` picks (see [`engine`]).
     pub fn load_on(path: &Path, device: DeviceKind, engine: EngineKind, tokenizer: Option<&Path>) -> Result<Lm> {
-        if !path.exists() {
-            bail!("{}: model not found (run scripts/setup.sh to fetch the default model)", path.display());
-        }
-        let (src, cfg, tok): (Box<dyn WeightSource>, ModelConfig, Tokenizer) = if path.is_dir() {
+        require_model(path)?;
+        let (src, cfg, tok): (Box<dyn WeightSource>, ModelConfig, Tokenizer) = if crate::io::is_dir(path)? {
             let st = safetensors::SafetensorsDir::open(path)?;
             let cfg = st.config().clone();
             let tok_path = tokenizer.map(Path::to_path_buf).unwrap_or_else(|| path.join("tokenizer.json"));

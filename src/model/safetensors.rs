@@ -24,7 +24,7 @@ impl SafetensorsDir {
     pub fn open(dir: &Path) -> Result<Self> {
         let config = ModelConfig::from_hf_config(&dir.join("config.json"))?;
         let index_path = dir.join("model.safetensors.index.json");
-        let files: Vec<PathBuf> = if index_path.exists() {
+        let files: Vec<PathBuf> = if crate::io::exists(&index_path)? {
             let text = std::fs::read_to_string(&index_path)?;
             let v: serde_json::Value =
                 serde_json::from_str(&text).with_context(|| format!("{}: not valid JSON", index_path.display()))?;
@@ -36,7 +36,7 @@ impl SafetensorsDir {
             names.sort();
             names.dedup();
             names.into_iter().map(|n| dir.join(n)).collect()
-        } else if dir.join("model.safetensors").exists() {
+        } else if crate::io::exists(&dir.join("model.safetensors"))? {
             vec![dir.join("model.safetensors")]
         } else {
             bail!("{}: no model.safetensors or model.safetensors.index.json", dir.display());

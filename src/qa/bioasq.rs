@@ -20,7 +20,7 @@ pub fn json_files(dir: &Path) -> Result<Vec<PathBuf>> {
     while let Some(d) = stack.pop() {
         for entry in std::fs::read_dir(&d).with_context(|| format!("{}: cannot list folder", d.display()))? {
             let p = entry?.path();
-            if p.is_dir() {
+            if crate::io::is_dir(&p)? {
                 stack.push(p);
             } else if p.extension().is_some_and(|e| e == "json") {
                 out.push(p);
@@ -32,7 +32,7 @@ pub fn json_files(dir: &Path) -> Result<Vec<PathBuf>> {
 }
 
 pub fn load(path: &Path) -> Result<Vec<Example>> {
-    if path.is_dir() {
+    if crate::io::is_dir(path)? {
         let files = json_files(path)?;
         if files.is_empty() {
             bail!("{}: no *.json files in folder", path.display());

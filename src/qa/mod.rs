@@ -194,7 +194,7 @@ pub fn load(path: &Path, layout: Option<Layout>) -> Result<Vec<Example>> {
 
 /// Guesses the layout of `path` from its extension and the keys of its first record.
 pub fn detect_layout(path: &Path) -> Result<Layout> {
-    if path.is_dir() {
+    if crate::io::is_dir(path)? {
         let first = bioasq::json_files(path)?.into_iter().next();
         return match first {
             Some(f) if detect_layout(&f)? == Layout::Bioasq => Ok(Layout::Bioasq),

@@ -23,8 +23,10 @@ impl LastTokens {
     pub fn from_config(config: &toml::Value) -> Result<Self> {
         let p = Params::new("last-tokens", config)?;
         let n = p.usize("n", None)?;
+        if n == 0 {
+            return Err(p.invalid("n", "must be positive"));
+        }
         p.finish()?;
-        anyhow::ensure!(n > 0, "last-tokens: config key 'n' must be positive");
         Ok(LastTokens::new(n))
     }
 }

@@ -52,8 +52,10 @@ impl Qfs {
         let with_question = p.bool("with_question", true)?;
         let content_words_only = p.bool("content_words_only", true)?;
         let word_rows = p.choice("attention_from", &["token", "word"])? == "word";
+        if top_n == 0 {
+            return Err(p.invalid("top_n", "must be positive"));
+        }
         p.finish()?;
-        anyhow::ensure!(top_n > 0, "qfs: config key 'top_n' must be positive");
         Ok(Qfs { top_n, with_question, content_words_only, word_rows })
     }
 

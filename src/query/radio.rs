@@ -77,8 +77,10 @@ impl Radio {
         let top_n = p.usize("top_n", None)?;
         let with_question = p.bool("with_question", true)?;
         let use_glove = p.bool("glove", true)?;
+        if top_n == 0 {
+            return Err(p.invalid("top_n", "must be positive"));
+        }
         p.finish()?;
-        anyhow::ensure!(top_n > 0, "radio: config key 'top_n' must be positive");
         let glove = if use_glove { Glove::load_default()? } else { None };
         Ok(Radio { top_n, with_question, glove })
     }

@@ -30,7 +30,7 @@ use tantivy::tokenizer::TextAnalyzer;
 use tantivy::{DocAddress, Index, IndexReader, ReloadPolicy, Score, Searcher, Term};
 
 use super::index::{fields_of, register_analyzer, Fields, Manifest, MANIFEST};
-use super::{Passage, Retriever};
+use super::{IndexError, Passage, Retriever};
 
 /// How title and text scores combine in a [`FieldMode::Separate`](super::index::FieldMode::Separate) index.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -106,19 +106,21 @@ impl Bm25Index {
     }
 
     fn open_inner(dir: &Path) -> Result<Self> {
-        if !dir.is_dir() {
-            bail!(
-                "{}: no such index directory (build one with `ragtime index --corpus PATH --out DIR`)",
-                dir.display()
-            );
+        match crate::io::probe(dir)? {
+            None => return Err(IndexError::NotFound { dir: dir.to_path_buf() }.into()),
+            Some(m) if !m.is_dir() => bail!("{}: not an index directory (an index is a directory)", dir.display()),
+            Some(_) => {}
         }
         let mpath = dir.join(MANIFEST);
-        if !mpath.exists() {
-            bail!(
-                "{}: not a complete ragtime index: {MANIFEST} is missing (indexing was interrupted or never ran; \
-                 re-run `ragtime index` with the same arguments to resume)",
-                dir.display()
-            );
+        if !crate::io::exists(&mpath)? {
+            return Err(IndexError::Incomplete {
+                dir: dir.to_path_buf(),
+                kind: "BM25",
+                manifest: MANIFEST.to_string(),
+                hint: "indexing was interrupted or never ran; re-run `ragtime index` with the same arguments to resume"
+                    .into(),
+            }
+            .into());
         }
         let manifest: Manifest =
             serde_json::from_slice(&std::fs::read(&mpath).with_context(|| format!("cannot read {}", mpath.display()))?)
@@ -278,12 +280,7 @@ impl Bm25Index {
 fn guard<T>(dir: &Path, f: impl FnOnce() -> Result<T>) -> Result<T> {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|p| {
         let msg = crate::io::panic_message(p.as_ref()).unwrap_or("tantivy failed");
-        bail!(
-            "{}: damaged index (tantivy: {msg}); rebuild it with `ragtime index --corpus CORPUS --out {}` into a new \
-             or empty directory",
-            dir.display(),
-            dir.display()
-        )
+        Err(IndexError::Damaged { dir: dir.to_path_buf(), detail: format!("tantivy: {msg}") }.into())
     })
 }
 
@@ -441,7 +438,7 @@ mod tests {
         let err = build_index(&corpus, &out, &o).unwrap_err();
         assert!(format!("{err:#}").contains("c.tsv:6"), "{err:#}");
         let err = Bm25Index::open(&out).err().unwrap();
-        assert!(format!("{err:#}").contains("not a complete ragtime index"), "{err:#}");
+        assert!(format!("{err:#}").contains("not a complete ragtime BM25 index"), "{err:#}");
         // Same corpus path and settings: resumes after the 4 committed passages.
         std::fs::write(&corpus, &rows).unwrap();
         let m = build_index(&corpus, &out, &o).unwrap();

@@ -184,7 +184,7 @@ pub fn build_index(corpus: &Path, out: &Path, opts: &IndexOptions) -> Result<Man
     let corpus_abs =
         std::fs::canonicalize(corpus).with_context(|| format!("cannot read corpus {}", corpus.display()))?;
     let manifest_path = out.join(MANIFEST);
-    if manifest_path.exists() && !opts.force {
+    if crate::io::exists(&manifest_path)? && !opts.force {
         bail!("{}: a complete index is already there (remove it, or pass --force to rebuild)", out.display());
     }
     let want = Checkpoint {
@@ -204,7 +204,7 @@ pub fn build_index(corpus: &Path, out: &Path, opts: &IndexOptions) -> Result<Man
             Index::open_in_dir(out).with_context(|| format!("{}: cannot open partial index", out.display()))?
         }
         None => {
-            if out.exists() {
+            if crate::io::exists(out)? {
                 if !looks_like_ours(out)? {
                     bail!(
                         "{}: exists and is not an empty directory or a ragtime index; refusing to overwrite it",
@@ -341,10 +341,10 @@ pub fn merge_indexes(parts: &[PathBuf], out: &Path) -> Result<Manifest> {
             bail!("{}: built from another corpus or with other settings than {}", p.display(), parts[0].display());
         }
     }
-    if out.join(MANIFEST).exists() {
+    if crate::io::exists(&out.join(MANIFEST))? {
         bail!("{}: a complete index is already there; merge into a new directory", out.display());
     }
-    if out.exists() {
+    if crate::io::exists(out)? {
         if !looks_like_ours(out)? {
             bail!(
                 "{}: exists and is not an empty directory or a ragtime index; refusing to overwrite it",
@@ -352,7 +352,7 @@ pub fn merge_indexes(parts: &[PathBuf], out: &Path) -> Result<Manifest> {
             );
         }
         // a merge stopped half-way: its partial files are redone
-        if out.join("meta.json").exists() {
+        if crate::io::exists(&out.join("meta.json"))? {
             std::fs::remove_dir_all(out).with_context(|| format!("cannot clear {}", out.display()))?;
         }
     }
@@ -398,7 +398,9 @@ fn resumable(out: &Path, want: &Checkpoint) -> Option<u64> {
 /// An empty directory, or one holding a tantivy index (ours, partial or complete).
 fn looks_like_ours(dir: &Path) -> Result<bool> {
     let mut entries = std::fs::read_dir(dir).with_context(|| format!("cannot list {}", dir.display()))?;
-    Ok(entries.next().is_none() || dir.join("meta.json").exists() || dir.join(MANIFEST).exists())
+    Ok(entries.next().is_none()
+        || crate::io::exists(&dir.join("meta.json"))?
+        || crate::io::exists(&dir.join(MANIFEST))?)
 }
 
 /// Look the ragtime fields up in an index's schema.

@@ -14,8 +14,24 @@ pub mod truncate;
 pub mod vectors;
 
 use std::collections::HashSet;
+use std::path::PathBuf;
 
 use anyhow::Result;
+
+/// The retrieval layer's error: an index that cannot be searched, naming its directory and how to make a good one.
+#[derive(Debug, thiserror::Error)]
+pub enum IndexError {
+    /// Nothing at the path.
+    #[error("{}: no such index directory (build one with `ragtime index --corpus PATH --out DIR`)", .dir.display())]
+    NotFound { dir: PathBuf },
+    /// A directory without a finished index (its manifest is written last, so a build that was killed has none).
+    #[error("{}: not a complete ragtime {kind} index: {manifest} is missing ({hint})", .dir.display())]
+    Incomplete { dir: PathBuf, kind: &'static str, manifest: String, hint: String },
+    /// An index whose files do not read (flipped bytes, a truncated segment, a tantivy panic caught at the boundary).
+    #[error("{}: damaged index ({detail}); rebuild it with `ragtime index --corpus CORPUS --out {}` into a new or empty \
+             directory", .dir.display(), .dir.display())]
+    Damaged { dir: PathBuf, detail: String },
+}
 
 /// A retrieved passage.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]

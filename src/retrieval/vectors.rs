@@ -166,12 +166,12 @@ fn encode_rows(v: &[Vec<f32>], dtype: VectorDtype) -> Vec<u8> {
 }
 
 /// Count of complete chunks (a `.bin` present for 0..n, each with its `.ids`).
-fn complete_chunks(dir: &Path) -> usize {
+fn complete_chunks(dir: &Path) -> Result<usize> {
     let mut n = 0;
-    while chunk_path(dir, n, "bin").exists() && chunk_path(dir, n, "ids").exists() {
+    while crate::io::exists(&chunk_path(dir, n, "bin"))? && crate::io::exists(&chunk_path(dir, n, "ids"))? {
         n += 1;
     }
-    n
+    Ok(n)
 }
 
 /// Removes what a dense build writes in `dir` (the settings, the manifest, the HNSW graph, the chunk files and
@@ -190,7 +190,7 @@ fn clear_own_files(dir: &Path) -> Result<()> {
         remove(&crate::io::tmp_path(&dir.join(name)))?;
     }
     let chunks = dir.join("chunks");
-    if chunks.is_dir() {
+    if crate::io::is_dir(&chunks)? {
         for entry in std::fs::read_dir(&chunks).with_context(|| format!("cannot list {}", chunks.display()))? {
             let entry = entry?;
             let name = entry.file_name().to_string_lossy().into_owned();
@@ -217,7 +217,7 @@ pub fn build_dense(
     let corpus_abs =
         std::fs::canonicalize(corpus).with_context(|| format!("cannot read corpus {}", corpus.display()))?;
     let dir = index_dir.join(DENSE_DIR);
-    if dir.join(DENSE_MANIFEST).exists() && !opts.force {
+    if crate::io::exists(&dir.join(DENSE_MANIFEST))? && !opts.force {
         bail!("{}: a complete dense index is already there (remove it, or pass --force to rebuild)", dir.display());
     }
     let want = Progress {
@@ -232,11 +232,11 @@ pub fn build_dense(
         shard: opts.shard,
     };
     let have: Option<Progress> = std::fs::read(dir.join(PROGRESS)).ok().and_then(|b| serde_json::from_slice(&b).ok());
-    let mut done_chunks = if !opts.force && have.as_ref() == Some(&want) { complete_chunks(&dir) } else { 0 };
+    let mut done_chunks = if !opts.force && have.as_ref() == Some(&want) { complete_chunks(&dir)? } else { 0 };
     if done_chunks == 0 {
-        if dir.exists() {
-            let ours = dir.join(PROGRESS).exists()
-                || dir.join(DENSE_MANIFEST).exists()
+        if crate::io::exists(&dir)? {
+            let ours = crate::io::exists(&dir.join(PROGRESS))?
+                || crate::io::exists(&dir.join(DENSE_MANIFEST))?
                 || std::fs::read_dir(&dir)?.next().is_none();
             if !ours {
                 bail!("{}: exists and is not a ragtime dense index; refusing to overwrite it", dir.display());
@@ -397,7 +397,7 @@ pub fn merge_dense(parts: &[PathBuf], out: &Path, recall_sample: usize, progress
         }
     }
     let dir = out.join(DENSE_DIR);
-    if dir.exists() {
+    if crate::io::exists(&dir)? {
         clear_own_files(&dir)?;
     }
     std::fs::create_dir_all(dir.join("chunks")).with_context(|| format!("cannot create {}", dir.display()))?;
@@ -511,12 +511,17 @@ impl DenseIndex {
     pub fn open(index_dir: &Path, kind: Option<DenseKind>, ef_search: Option<usize>) -> Result<Self> {
         let dir = index_dir.join(DENSE_DIR);
         let mpath = dir.join(DENSE_MANIFEST);
-        if !mpath.exists() {
-            bail!(
-                "{}: no complete dense index (build one with `ragtime index --corpus PATH --encoder MODEL_DIR --out {}`)",
-                mpath.display(),
-                index_dir.display()
-            );
+        if !crate::io::exists(&mpath)? {
+            return Err(super::IndexError::Incomplete {
+                dir: index_dir.to_path_buf(),
+                kind: "dense",
+                manifest: format!("{DENSE_DIR}/{DENSE_MANIFEST}"),
+                hint: format!(
+                    "build one with `ragtime index --corpus PATH --encoder MODEL_DIR --out {}`",
+                    index_dir.display()
+                ),
+            }
+            .into());
         }
         let manifest: DenseManifest =
             serde_json::from_slice(&std::fs::read(&mpath).with_context(|| format!("cannot read {}", mpath.display()))?)

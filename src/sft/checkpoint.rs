@@ -70,13 +70,13 @@ fn tmp_dir(dir: &Path) -> PathBuf {
 
 /// The complete checkpoint to resume from: `dir`, or `dir.old` when a kill interrupted the swap.
 pub fn existing_checkpoint(dir: &Path) -> Option<PathBuf> {
-    [dir.to_path_buf(), old_dir(dir)].into_iter().find(|d| d.join("state.json").exists())
+    [dir.to_path_buf(), old_dir(dir)].into_iter().find(|d| crate::io::present_or_refused(&d.join("state.json")))
 }
 
 /// Deletes a checkpoint (for `--restart`).
 pub fn remove_checkpoint(dir: &Path) -> Result<()> {
     for d in [dir.to_path_buf(), old_dir(dir), tmp_dir(dir)] {
-        if d.exists() {
+        if crate::io::exists(&d)? {
             std::fs::remove_dir_all(&d).with_context(|| format!("{}: cannot remove", d.display()))?;
         }
     }
@@ -92,7 +92,7 @@ pub(super) fn save_checkpoint<AB: AutodiffBackend>(
     lora_cfg: Option<&LoraConfig>,
 ) -> Result<()> {
     let tmp = tmp_dir(dir);
-    if tmp.exists() {
+    if crate::io::exists(&tmp)? {
         std::fs::remove_dir_all(&tmp).with_context(|| format!("{}: cannot remove", tmp.display()))?;
     }
     std::fs::create_dir_all(&tmp).with_context(|| format!("{}: cannot create", tmp.display()))?;
@@ -111,14 +111,14 @@ pub(super) fn save_checkpoint<AB: AutodiffBackend>(
     write_tensors(&tmp.join("optimizer.safetensors"), &opt.state_tensors())?;
     std::fs::write(tmp.join("state.json"), serde_json::to_string_pretty(state)?)?;
     let old = old_dir(dir);
-    if old.exists() {
+    if crate::io::exists(&old)? {
         std::fs::remove_dir_all(&old)?;
     }
-    if dir.exists() {
+    if crate::io::exists(dir)? {
         std::fs::rename(dir, &old).with_context(|| format!("{}: cannot move aside", dir.display()))?;
     }
     std::fs::rename(&tmp, dir).with_context(|| format!("{}: cannot rename into place", tmp.display()))?;
-    if old.exists() {
+    if crate::io::exists(&old)? {
         std::fs::remove_dir_all(&old)?;
     }
     Ok(())

@@ -86,7 +86,7 @@ pub fn export_hf<B: Backend>(
     std::fs::write(out.join("config.json"), serde_json::to_string_pretty(&hf_config(cfg))?)?;
     // The source may be read-only (shared data): replace any earlier copy and make ours writable.
     let tj = out.join("tokenizer.json");
-    if tj.exists() {
+    if crate::io::exists(&tj)? {
         std::fs::remove_file(&tj).with_context(|| format!("{}: cannot replace", tj.display()))?;
     }
     std::fs::copy(tokenizer_json, &tj)

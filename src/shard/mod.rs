@@ -205,7 +205,7 @@ impl ShardRun {
         let job: serde_json::Value = serde_json::from_str(&serde_json::to_string(&job)?)?;
         let path = root.join(JOB_FILE);
         let text = serde_json::to_string_pretty(&job)? + "\n";
-        if !path.exists() {
+        if !crate::io::exists(&path)? {
             // first shard to start: a unique temporary file, then a hard link, which fails if another shard won
             let tmp = root.join(format!(".{JOB_FILE}.{}.tmp", std::process::id()));
             crate::io::write_atomic(&tmp, text.as_bytes())?;
@@ -245,7 +245,7 @@ impl ShardRun {
             }
         }
         let marker = root.join(shard.marker_name());
-        if marker.exists() {
+        if crate::io::exists(&marker)? {
             std::fs::remove_file(&marker).with_context(|| format!("{}: cannot remove", marker.display()))?;
         }
         Ok(ShardRun { root: root.to_path_buf(), shard, kind: kind.to_string(), job, start: std::time::Instant::now() })
@@ -320,7 +320,7 @@ pub fn checksum_dir(dir: &Path) -> Result<Vec<FileSum>> {
                 continue;
             }
             let p = e.path();
-            if p.is_dir() {
+            if crate::io::is_dir(&p)? {
                 stack.push(p);
                 continue;
             }
@@ -389,7 +389,7 @@ pub fn scan(root: &Path) -> Result<ShardSet> {
             let m = read_marker(&e.path());
             markers.insert(i, (e.path(), m));
             parts_seen.entry(i).or_insert(n);
-        } else if e.path().is_dir() {
+        } else if crate::io::is_dir(&e.path())? {
             parts_seen.entry(i).or_insert(n);
         }
     }
@@ -420,7 +420,7 @@ pub fn scan(root: &Path) -> Result<ShardSet> {
         let name = Shard { index: i, count }.name();
         match markers.remove(&i) {
             None => {
-                let why = if root.join(&name).is_dir() { "started, not finished" } else { "not started" };
+                let why = if crate::io::is_dir(&root.join(&name))? { "started, not finished" } else { "not started" };
                 problems.push((i, format!("{name}: {why}")));
             }
             Some((path, Err(e))) => problems.push((i, format!("{}: {e:#}", path.display()))),

@@ -31,8 +31,10 @@ impl FixedLength {
         let p = Params::new("fixed-length", config)?;
         let n = p.usize("n", None)?;
         let initial = p.bool("initial_retrieval", true)?;
+        if n == 0 {
+            return Err(p.invalid("n", "must be positive"));
+        }
         p.finish()?;
-        anyhow::ensure!(n > 0, "fixed-length: config key 'n' must be positive");
         Ok(FixedLength::new(n, initial))
     }
 }
@@ -87,6 +89,6 @@ mod tests {
     #[test]
     fn n_is_required() {
         let e = FixedLength::from_config(&toml::Value::Table(Default::default())).unwrap_err().to_string();
-        assert!(e.contains("fixed-length: config key 'n' is required"), "{e}");
+        assert!(e.contains("fixed-length: config key 'n': missing (it has no default)"), "{e}");
     }
 }

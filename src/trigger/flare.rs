@@ -37,8 +37,10 @@ impl Flare {
         let theta = p.f32("theta", Some(0.8))?;
         let lookahead = read_lookahead(&p, Lookahead::Sentence { max_tokens: 64 })?;
         let initial = p.bool("initial_retrieval", true)?;
+        if !(0.0..=1.0).contains(&theta) {
+            return Err(p.invalid("theta", format!("must be in [0, 1], got {theta}")));
+        }
         p.finish()?;
-        anyhow::ensure!((0.0..=1.0).contains(&theta), "flare: config key 'theta' must be in [0, 1], got {theta}");
         Ok(Flare { theta, lookahead, initial })
     }
 }

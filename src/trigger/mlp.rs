@@ -85,12 +85,12 @@ impl MlpTrigger {
         let p = crate::trigger::params::Params::new("mlp", config)?;
         let dir = match p.raw("detector") {
             Some(toml::Value::String(s)) => s.clone(),
-            Some(v) => anyhow::bail!("mlp: config key 'detector': expected a directory path, found {v}"),
+            Some(v) => return Err(p.invalid("detector", format!("expected a directory path, found {v}"))),
             None => anyhow::bail!("mlp: needs a detector: set [trigger] detector = \"DIR\" or pass --detector DIR"),
         };
         let rule = match p.raw("rule") {
             Some(toml::Value::String(s)) => MlpRule::parse(s)?,
-            Some(v) => anyhow::bail!("mlp: config key 'rule': expected a string, found {v}"),
+            Some(v) => return Err(p.invalid("rule", format!("expected a string, found {v}"))),
             None => MlpRule::Radio,
         };
         let block = p.usize("block", Some(1))?;

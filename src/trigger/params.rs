@@ -4,8 +4,10 @@
 use std::cell::RefCell;
 use std::collections::BTreeSet;
 
-use anyhow::{bail, Result};
+use anyhow::Result;
 use toml::Value;
+
+use crate::config::{closest_first, ConfigError, Origin};
 
 use super::Lookahead;
 use crate::step::TokenStep;
@@ -30,9 +32,24 @@ impl<'a> Params<'a> {
     pub fn new(method: &str, config: &'a Value) -> Result<Self> {
         let table = match config {
             Value::Table(t) => Some(t),
-            other => bail!("{method}: config must be a table, found {}", kind(other)),
+            other => {
+                let detail = format!("{method}: config must be a table, found {}", kind(other));
+                return Err(ConfigError::Shape { at: Origin::Method(method.to_string()), detail }.into());
+            }
         };
         Ok(Params { method: method.to_string(), table, used: RefCell::new(BTreeSet::new()) })
+    }
+
+    /// The error for a value of `key` this method cannot take (attributed to its file or `--set` later, by
+    /// [`crate::config::MethodConfig::attribute`]).
+    pub fn invalid(&self, key: &str, detail: impl Into<String>) -> anyhow::Error {
+        ConfigError::BadValue {
+            at: Origin::Method(self.method.clone()),
+            table: self.method.clone(),
+            key: key.to_string(),
+            detail: detail.into(),
+        }
+        .into()
     }
 
     fn get(&self, key: &str) -> Option<&'a Value> {
@@ -45,8 +62,8 @@ impl<'a> Params<'a> {
         match self.get(key) {
             Some(Value::Float(f)) => Ok(*f as f32),
             Some(Value::Integer(i)) => Ok(*i as f32),
-            Some(v) => bail!("{}: config key '{key}': expected a number, found {}", self.method, kind(v)),
-            None => default.ok_or_else(|| anyhow::anyhow!("{}: config key '{key}' is required", self.method)),
+            Some(v) => Err(self.invalid(key, format!("expected a number, found {}", kind(v)))),
+            None => default.ok_or_else(|| self.invalid(key, "missing (it has no default)")),
         }
     }
 
@@ -54,15 +71,15 @@ impl<'a> Params<'a> {
     pub fn usize(&self, key: &str, default: Option<usize>) -> Result<usize> {
         match self.get(key) {
             Some(Value::Integer(i)) if *i >= 0 => Ok(*i as usize),
-            Some(v) => bail!("{}: config key '{key}': expected a non-negative integer, found {v}", self.method),
-            None => default.ok_or_else(|| anyhow::anyhow!("{}: config key '{key}' is required", self.method)),
+            Some(v) => Err(self.invalid(key, format!("expected a non-negative integer, found {v}"))),
+            None => default.ok_or_else(|| self.invalid(key, "missing (it has no default)")),
         }
     }
 
     pub fn bool(&self, key: &str, default: bool) -> Result<bool> {
         match self.get(key) {
             Some(Value::Boolean(b)) => Ok(*b),
-            Some(v) => bail!("{}: config key '{key}': expected true or false, found {}", self.method, kind(v)),
+            Some(v) => Err(self.invalid(key, format!("expected true or false, found {}", kind(v)))),
             None => Ok(default),
         }
     }
@@ -71,7 +88,7 @@ impl<'a> Params<'a> {
     pub fn choice(&self, key: &str, choices: &[&str]) -> Result<String> {
         match self.get(key) {
             Some(Value::String(s)) if choices.contains(&s.as_str()) => Ok(s.clone()),
-            Some(v) => bail!("{}: config key '{key}': expected one of {choices:?}, found {v}", self.method),
+            Some(v) => Err(self.invalid(key, format!("expected one of {choices:?}, found {v}"))),
             None => Ok(choices[0].to_string()),
         }
     }
@@ -91,10 +108,15 @@ impl<'a> Params<'a> {
         if let Some(t) = self.table {
             let unknown: Vec<&String> =
                 t.keys().filter(|k| !used.contains(k.as_str()) && !COMMON.contains(&k.as_str())).collect();
-            if !unknown.is_empty() {
-                let mut known: Vec<&str> = used.iter().map(String::as_str).collect();
-                known.sort();
-                bail!("{}: unknown config key(s) {unknown:?} (known: {known:?})", self.method);
+            if let Some(first) = unknown.first() {
+                let known: Vec<&str> = used.iter().map(String::as_str).collect();
+                return Err(ConfigError::UnknownKey {
+                    at: Origin::Method(self.method.clone()),
+                    table: self.method.clone(),
+                    valid: closest_first(first, &known).into_iter().map(String::from).collect(),
+                    keys: unknown.into_iter().cloned().collect(),
+                }
+                .into());
             }
         }
         Ok(())
@@ -196,9 +218,7 @@ pub fn read_lookahead(p: &Params, default: Lookahead) -> Result<Lookahead> {
         }),
         Some(Value::String(s)) if s == "sentence" => Ok(Lookahead::Sentence { max_tokens }),
         Some(Value::Integer(n)) if *n > 0 => Ok(Lookahead::Tokens(*n as usize)),
-        Some(v) => {
-            bail!("{}: config key 'lookahead': expected \"sentence\" or a positive integer, found {v}", p.method())
-        }
+        Some(v) => Err(p.invalid("lookahead", format!("expected \"sentence\" or a positive integer, found {v}"))),
     }
 }
 
@@ -214,7 +234,7 @@ mod tests {
         let e = p.f32("theta", Some(1.0)).unwrap_err().to_string();
         assert!(e.contains("rind: config key 'theta': expected a number"), "{e}");
         let e = p.finish().unwrap_err().to_string();
-        assert!(e.contains("unknown config key(s) [\"theat\"]"), "{e}");
+        assert!(e.ends_with("rind: unknown key 'theat' (valid: theta)"), "{e}");
     }
 
     /// Every `configs/*.toml` parses, resolves for each dataset, and builds its trigger and query former.

@@ -356,6 +356,6 @@ mod tests {
         );
         assert!(r.pacing.accept_after_retrieval);
         let e = Rind::from_config(&toml::from_str("variant = \"paper\"").unwrap()).unwrap_err().to_string();
-        assert!(e.contains("'theta' is required"), "{e}");
+        assert!(e.contains("config key 'theta': missing (it has no default)"), "{e}");
     }
 }

@@ -2,6 +2,8 @@
 #![allow(dead_code)]
 
 use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::Command;
 use std::sync::Mutex;
 
 use anyhow::Result;
@@ -211,5 +213,93 @@ pub fn jsonl_without(path: &std::path::Path, drop: &[&str]) -> Vec<serde_json::V
             }
             v
         })
+        .collect()
+}
+
+/// Runs the binary: whether it succeeded, its stdout and its stderr.
+pub fn ragtime(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_ragtime")).args(args).output().expect("runs the binary");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Runs the binary, which must succeed; its stdout.
+pub fn ok(args: &[&str]) -> String {
+    let (success, stdout, stderr) = ragtime(args);
+    assert!(success, "ragtime {}\n{stderr}", args.join(" "));
+    stdout
+}
+
+/// A tiny evaluation setting on disk: a random Llama GGUF (SmolLM2's tokenizer), six questions (`tinyqa`, splits
+/// valid 0..4 and test 4..6) and a BM25 index of six passages that answer them.
+pub struct Setup {
+    _dir: tempfile::TempDir,
+    pub root: PathBuf,
+    pub model: String,
+    pub tokenizer: String,
+    pub spec: String,
+    pub index: String,
+}
+
+/// The tiny evaluation setting (`None`, with the reason printed, where the shared tokenizer is missing).
+pub fn tiny_eval() -> Option<Setup> {
+    let tokenizer = ragtime::testing::require("models/smollm2-135m-instruct/tokenizer.json")?;
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().to_path_buf();
+    let model = write_tiny_gguf(Arch::Llama, &root);
+    let qa: String = [
+        ("Which river flows through Rome?", "Tiber"),
+        ("Who painted the Sistine Chapel ceiling?", "Michelangelo"),
+        ("What is the capital of Italy?", "Rome"),
+        ("Which volcano destroyed Pompeii?", "Vesuvius"),
+        ("Which city has the Colosseum?", "Rome"),
+        ("What sea lies east of Italy?", "Adriatic"),
+    ]
+    .iter()
+    .map(|(q, a)| format!("{}\n", serde_json::json!({"question": q, "answer": [a]})))
+    .collect();
+    std::fs::write(root.join("qa.jsonl"), qa).unwrap();
+    let spec = root.join("tinyqa.toml");
+    std::fs::write(
+        &spec,
+        format!(
+            "name = \"tinyqa\"\nfile = \"{}\"\nlayout = \"nq-open\"\nmax_new_tokens = 40\n\n[splits]\nvalid = \"0..4\"\ntest = \"4..6\"\n",
+            root.join("qa.jsonl").display()
+        ),
+    )
+    .unwrap();
+    let corpus: String = [
+        "The Tiber flows through Rome.",
+        "Michelangelo painted the Sistine Chapel ceiling.",
+        "Rome is the capital of Italy.",
+        "Vesuvius destroyed Pompeii in 79 AD.",
+        "The Colosseum stands in Rome.",
+        "The Adriatic Sea lies east of Italy.",
+    ]
+    .iter()
+    .enumerate()
+    .map(|(i, t)| format!("{i}\t{t}\tdoc {i}\n"))
+    .collect();
+    std::fs::write(root.join("corpus.tsv"), format!("id\ttext\ttitle\n{corpus}")).unwrap();
+    let index = root.join("index");
+    ok(&["index", "--corpus", root.join("corpus.tsv").to_str().unwrap(), "--out", index.to_str().unwrap()]);
+    Some(Setup {
+        model: model.display().to_string(),
+        tokenizer: tokenizer.display().to_string(),
+        spec: spec.display().to_string(),
+        index: index.display().to_string(),
+        root,
+        _dir: dir,
+    })
+}
+
+/// `--model --tokenizer --dataset --index` of a [`Setup`].
+pub fn model_args(s: &Setup) -> Vec<String> {
+    ["--model", &s.model, "--tokenizer", &s.tokenizer, "--dataset", &s.spec, "--index", &s.index]
+        .iter()
+        .map(|x| x.to_string())
         .collect()
 }

@@ -37,7 +37,7 @@ pub const STATS_FILE: &str = "stats.json";
 /// The records of one of the directory's JSON-lines files (none when it does not exist yet), and whether its
 /// last line is torn (the caller rewrites the file without it).
 fn read_records<T: DeserializeOwned>(path: &Path) -> Result<(Vec<T>, bool)> {
-    if !path.exists() {
+    if !crate::io::exists(path)? {
         return Ok((vec![], false));
     }
     let lines = read_jsonl(path, "line")?;

@@ -33,7 +33,7 @@ impl HalluStore {
     pub fn open(dir: impl AsRef<Path>, model_id: &str, hidden: usize) -> Result<Self> {
         let dir = dir.as_ref().to_path_buf();
         crate::io::claim_output_dir(&dir, "dataset directory", OUTPUT_KIND, MANIFEST)?;
-        let manifest = if dir.join(MANIFEST).exists() {
+        let manifest = if crate::io::exists(&dir.join(MANIFEST))? {
             let m = load_manifest(&dir)?;
             if m.model_id != model_id || m.hidden != hidden {
                 bail!(
@@ -53,7 +53,7 @@ impl HalluStore {
         let listed: HashSet<&str> = manifest.shards.iter().map(|s| s.file.as_str()).collect();
         for shard in &manifest.shards {
             let p = dir.join(&shard.file);
-            ensure!(p.is_file(), "{}: listed in {MANIFEST} but missing", p.display());
+            ensure!(crate::io::is_file(&p)?, "{}: listed in {MANIFEST} but missing", p.display());
         }
         for entry in fs::read_dir(&dir).with_context(|| format!("{}: cannot list", dir.display()))? {
             let entry = entry?;

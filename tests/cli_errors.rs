@@ -1,0 +1,143 @@
+//! What the binary says, and which exit code it gives, for a bad command line and for a path the OS refuses:
+//! 2 for a request the command line makes that cannot be met (a `--set` typo, an unknown split, an empty
+//! prompt), 1 for everything else, and the OS's own reason — never "not found" — for a path that exists but
+//! cannot be read.
+#![allow(clippy::disallowed_methods)] // a test looks at paths directly (clippy.toml)
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+use common::{model_args, tiny_eval};
+
+/// Exit code and stderr of one run of the binary.
+fn run(args: &[&str]) -> (i32, String) {
+    run_in(Path::new("."), args)
+}
+
+/// [`run`] in the working directory `dir`.
+fn run_in(dir: &Path, args: &[&str]) -> (i32, String) {
+    let out =
+        Command::new(env!("CARGO_BIN_EXE_ragtime")).current_dir(dir).args(args).output().expect("runs the binary");
+    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+fn first_error(stderr: &str) -> &str {
+    stderr.lines().find(|l| l.starts_with("error:")).unwrap_or("")
+}
+
+/// Usage errors found after clap has parsed the flags exit with 2, like clap's own; the message names the flag.
+#[test]
+fn usage_errors_exit_2() {
+    let Some(s) = tiny_eval() else { return };
+    let out = s.root.join("never");
+    let o = out.to_str().unwrap();
+    let eval = |extra: &[&str]| {
+        let mut a: Vec<String> = vec!["eval".into(), "--trigger".into(), "rind".into(), "--limit".into(), "1".into()];
+        a.extend(model_args(&s));
+        a.extend(["--out".to_string(), o.to_string()]);
+        a.extend(extra.iter().map(|x| x.to_string()));
+        run(&a.iter().map(String::as_str).collect::<Vec<_>>())
+    };
+    let cases: &[(&[&str], &str)] = &[
+        (&["--set", "triger.theta=0.3"], "error: --set 'triger.theta=0.3': unknown table [triger] (valid: trigger,"),
+        // a key inside a table: attributed to the --set, valid keys listed closest first
+        (
+            &["--set", "trigger.thetta=0.3"],
+            "error: --set 'trigger.thetta=0.3': rind: unknown key 'thetta' (valid: theta,",
+        ),
+        (&["--set", "trigger.theta=nan"], "error: --set 'trigger.theta=nan': 'trigger.theta' = NaN: must be a finite"),
+        (
+            &["--set", "trigger.theta=\"high\""],
+            "error: --set 'trigger.theta=\"high\"': rind: config key 'theta': expected",
+        ),
+        (&["--split", "nope"], "error: --split nope: dataset 'tinyqa' has no such split (known: test, valid)"),
+        (&["--budget", "1", "--set", "trigger.theta=0.3"], "error: --budget and --set trigger.theta=... both set"),
+    ];
+    for (extra, want) in cases {
+        let (code, err) = eval(extra);
+        assert_eq!(code, 2, "{extra:?}: {err}");
+        assert!(first_error(&err).starts_with(want), "{extra:?}: {err}");
+    }
+    assert!(!out.exists(), "no output directory for a refused command line");
+    // the same unknown key written in a config file is the file's fault, not the command line's: exit 1
+    let cfg = s.root.join("mine.toml");
+    std::fs::write(&cfg, "[trigger]\nname = \"rind\"\ntheta = 1.0\nthetta = 0.3\n").unwrap();
+    let (code, err) = eval(&["--config", cfg.to_str().unwrap()]);
+    assert_eq!(code, 1, "{err}");
+    assert!(first_error(&err).contains("mine.toml: rind: unknown key 'thetta' (valid: theta,"), "{err}");
+    let (code, err) = run(&["inspect", "--model", &s.model, "--tokenizer", &s.tokenizer, "--prompt", ""]);
+    assert_eq!((code, first_error(&err)), (2, "error: --prompt: the prompt is empty"), "{err}");
+    let (code, err) = run(&["search", "--index", &s.index, "--query", "Rome", "--strategy", "fastest"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(first_error(&err).starts_with("error: --strategy \"fastest\": expected auto"), "{err}");
+}
+
+/// A path the OS refuses is reported with the OS's reason; before, `Path::exists` said "no" and the command said
+/// "not found". Root reads every file, so the refusals here are a path through a file and a symbolic-link loop.
+#[test]
+fn refused_paths_are_not_reported_as_missing() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("file");
+    std::fs::write(&file, "x").unwrap();
+    let through = file.join("index");
+    let (code, err) = run(&["search", "--index", through.to_str().unwrap(), "--query", "Rome"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(first_error(&err).ends_with("/file/index: cannot read: Not a directory (os error 20)"), "{err}");
+    let missing = dir.path().join("none");
+    let (code, err) = run(&["search", "--index", missing.to_str().unwrap(), "--query", "Rome"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(first_error(&err).contains("/none: no such index directory"), "{err}");
+    let (a, b) = (dir.path().join("a.gguf"), dir.path().join("b.gguf"));
+    std::os::unix::fs::symlink(&a, &b).unwrap();
+    std::os::unix::fs::symlink(&b, &a).unwrap();
+    let (code, err) = run(&["generate", "--model", a.to_str().unwrap(), "--prompt", "Rome is"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(first_error(&err).contains("a.gguf: cannot read: Too many levels of symbolic links"), "{err}");
+    let (code, err) = run(&["generate", "--model", missing.to_str().unwrap(), "--prompt", "Rome is"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(first_error(&err).contains("/none: model not found (run scripts/setup.sh"), "{err}");
+}
+
+/// Inputs are checked before the output directory is made: a wrong --data leaves no directory behind.
+#[test]
+fn bad_inputs_leave_no_output_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("detector");
+    let missing = dir.path().join("none");
+    let (code, err) = run(&["train", "detector", "--data", missing.to_str().unwrap(), "--out", out.to_str().unwrap()]);
+    assert_eq!(code, 1, "{err}");
+    assert!(first_error(&err).contains("/none/_manifest.json: cannot read manifest"), "{err}");
+    assert!(!out.exists(), "train detector made --out before finding --data missing");
+    let Some(s) = tiny_eval() else { return };
+    let out = s.root.join("finetune");
+    let args = ["train", "autorag", "--model", &s.model, "--tokenizer", &s.tokenizer, "--data"];
+    let mut a: Vec<&str> = args.to_vec();
+    a.extend([missing.to_str().unwrap(), "--out", out.to_str().unwrap()]);
+    let (code, err) = run(&a);
+    assert_eq!(code, 1, "{err}");
+    assert!(first_error(&err).contains("/none: cannot read"), "{err}");
+    assert!(!out.exists(), "train autorag made --out before finding --data missing");
+    // an explicit --config that is not there is an error (it used to fall back to built-in defaults)
+    let cfg = s.root.join("my-train.toml");
+    a.extend(["--config", cfg.to_str().unwrap()]);
+    let (code, err) = run(&a);
+    assert_eq!(code, 1, "{err}");
+    assert!(first_error(&err).contains("my-train.toml: cannot read method config"), "{err}");
+}
+
+/// The shipped method configs are found from any working directory (they were looked up relative to it, so
+/// `eval` outside the repository failed with "configs/rind.toml: cannot read"): the run below gets as far as
+/// the `--set` check, which needs the config read.
+#[test]
+fn shipped_configs_are_found_from_another_directory() {
+    let Some(s) = tiny_eval() else { return };
+    let elsewhere = tempfile::tempdir().unwrap();
+    let mut a: Vec<String> = vec!["eval".into(), "--trigger".into(), "rind".into()];
+    a.extend(model_args(&s));
+    a.extend(["--set".into(), "trigger.thetta=0.3".into(), "--out".into(), s.root.join("r").display().to_string()]);
+    let (code, err) = run_in(elsewhere.path(), &a.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(code, 2, "{err}");
+    assert!(first_error(&err).contains("rind: unknown key 'thetta' (valid: theta,"), "{err}");
+}
