@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
 # What each bad input gets: runs ragtime on a list of bad inputs and prints a Markdown table of the case, the exit
-# code and the first line ragtime wrote to stderr. Exit codes: 0 success, 1 an error, 2 a usage error (clap);
+# code and the first line ragtime wrote to stderr. Exit codes: 0 success, 2 a usage error (the command line must
+# change: clap's own, or a request it cannot meet), 1 any other error (a file, model, index or the disk must);
 # anything else (a panic's 101, an abort's 134, a signal) is a bug.
 #
 #   scripts/probe.sh            # uses target/release/ragtime (built if missing) and the default SmolLM2 checkpoint
+#   RAGTIME=path/to/ragtime scripts/probe.sh    # another build of the binary
 #
 # The cases need no data beyond a tiny corpus the script writes; the prompt cases load the default model
 # (scripts/setup.sh).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-[[ -x target/release/ragtime ]] || cargo build --release -q
-BIN="$(pwd)/target/release/ragtime"
+BIN="${RAGTIME:-$(pwd)/target/release/ragtime}"
+[[ -n "${RAGTIME:-}" || -x "$BIN" ]] || cargo build --release -q
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 
@@ -19,6 +21,9 @@ printf 'id\ttext\ttitle\n1\tParis is the capital of France.\tParis\n2\tBerlin is
 printf 'Paris\nBerlin\nFrance\n' >"$WORK/queries.txt"
 printf '{"id":1,"title":"A","text":"a"}\n{"id":2,"title":"\xff","text":"b"}\n{"id":3,"title":"C","text":"c"}\n' >"$WORK/bad-utf8.jsonl"
 printf '[trigger\nname = "rind"\n' >"$WORK/broken.toml"
+printf '[trigger]\nname = "rind"\ntheta = 1.0\nthetta = 0.3\n' >"$WORK/typo.toml"
+printf '{"query": "Who wrote Hamlet?", "label": "Shakespeare"}\n' >"$WORK/odd.jsonl"
+ln -s "$WORK/loop-b.gguf" "$WORK/loop-a.gguf" && ln -s "$WORK/loop-a.gguf" "$WORK/loop-b.gguf"
 mkdir -p "$WORK/zero-heads"
 printf '{"model_type": "llama", "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 0, "vocab_size": 100}' >"$WORK/zero-heads/config.json"
 # a directory of the user's own files, given as an output directory: refused before any work, left as it was
@@ -51,11 +56,20 @@ row "eval --set triger.theta=0.3 (typo)" "$BIN" eval --dataset hotpotqa --trigge
 row "eval --set trigger.theta=nan" "$BIN" eval --dataset hotpotqa --trigger rind --index "$WORK/idx" --set trigger.theta=nan --limit 1 --out "$WORK/run2"
 row "eval --config broken.toml" "$BIN" eval --dataset hotpotqa --trigger rind --index "$WORK/idx" --config "$WORK/broken.toml" --limit 1 --out "$WORK/run3"
 row "eval --split nope" "$BIN" eval --dataset hotpotqa --trigger rind --index "$WORK/idx" --split nope --limit 1 --out "$WORK/run4"
+row "eval --set trigger.thetta=0.3 (a key no method reads)" "$BIN" eval --dataset hotpotqa --trigger rind --index "$WORK/idx" --set trigger.thetta=0.3 --limit 1 --out "$WORK/run8"
+row "eval --set trigger.theta=high (a string for a number)" "$BIN" eval --dataset hotpotqa --trigger rind --index "$WORK/idx" --set trigger.theta=high --limit 1 --out "$WORK/run9"
+row "eval --config (a file with a misspelt key)" "$BIN" eval --dataset hotpotqa --trigger rind --index "$WORK/idx" --config "$WORK/typo.toml" --limit 1 --out "$WORK/run10"
+row "eval --dataset (a file of unknown layout)" "$BIN" eval --dataset "$WORK/odd.jsonl" --trigger none --limit 1 --out "$WORK/run11"
+row "eval --dataset hotpotqa --layout popqa" "$BIN" eval --dataset hotpotqa --layout popqa --trigger none --limit 1 --out "$WORK/run12"
 row "train detector --lr nan" "$BIN" train detector --lr nan
 row "train detector --hidden-layers 0,0" "$BIN" train detector --hidden-layers 0,0
 row "train detector --dropout 1.5" "$BIN" train detector --dropout 1.5
 row "train detector --device tpu" "$BIN" train detector --device tpu
-row "train detector --out (a folder of other files)" "$BIN" train detector --out "$WORK/theirs"
+# a small label dataset, so that train detector gets as far as its --out (inputs are checked first)
+"$BIN" synth hallucination --wiki ../shared/data/wiki/dump_valid --limit 2 --max-entities 1 --out "$WORK/labels" >/dev/null 2>&1 ||
+  echo "probe: cannot synthesize the tiny label dataset" >&2
+row "train detector --data (missing)" "$BIN" train detector --data "$WORK/none" --out "$WORK/det"
+row "train detector --out (a folder of other files)" "$BIN" train detector --data "$WORK/labels" --out "$WORK/theirs"
 row "eval --out (a folder of other files)" "$BIN" eval --dataset hotpotqa --trigger none --limit 1 --out "$WORK/theirs"
 row "synth hallucination --out (a folder of other files)" "$BIN" synth hallucination --wiki ../shared/data/wiki/dump_train --limit 1 --out "$WORK/theirs"
 row "eval --budget -1" "$BIN" eval --dataset hotpotqa --trigger rind --index "$WORK/idx" --budget=-1
@@ -75,6 +89,9 @@ row "generate --temperature -1" "$BIN" generate --prompt hi --temperature=-1
 row "inspect --prompt ''" "$BIN" inspect --prompt ''
 row "generate, config.json with 0 heads" "$BIN" generate --prompt hi --model "$WORK/zero-heads"
 row "generate, missing model" "$BIN" generate --prompt hi --model "$WORK/none.gguf"
+row "generate, a model path through a file" "$BIN" generate --prompt hi --model "$WORK/c.tsv/model.gguf"
+row "generate, a model that is a symbolic-link loop" "$BIN" generate --prompt hi --model "$WORK/loop-a.gguf"
+row "search, an index path through a file" "$BIN" search --index "$WORK/c.tsv/idx" --query Paris
 row "index --shard 4/4" "$BIN" index --corpus "$WORK/c.tsv" --out "$WORK/sh1" --shard 4/4
 row "index --shard 1" "$BIN" index --corpus "$WORK/c.tsv" --out "$WORK/sh1" --shard 1
 row "index in a Slurm array numbered from 1 (task 4 of 4)" env SLURM_ARRAY_TASK_ID=4 SLURM_ARRAY_TASK_COUNT=4 "$BIN" index --corpus "$WORK/c.tsv" --out "$WORK/sh2"
