@@ -5,10 +5,11 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 
+use ragtime::detector::stream::train_stream;
 use ragtime::detector::train::{train, Split, TrainConfig};
 use ragtime::detector::Detector;
 use ragtime::device::{train_on, DeviceKind, TrainJob};
-use ragtime::synth::store::{load_manifest, read_features_many, FeatureTable};
+use ragtime::synth::store::{load_manifest, read_features_many, FeatureStream, FeatureTable};
 
 #[derive(Args, Debug)]
 pub struct TrainArgs {
@@ -63,6 +64,14 @@ pub struct DetectorArgs {
     /// cpu, cuda or cuda:N.
     #[arg(long, default_value = "cpu")]
     pub device: DeviceKind,
+    /// Read the rows shard by shard from disk instead of all into memory (memory: one shard and the shuffle
+    /// buffer, whatever the size of the label store). Batches are drawn through a shuffle buffer, so the
+    /// network differs from an in-memory run's.
+    #[arg(long)]
+    pub stream: bool,
+    /// Rows the shuffle buffer of --stream holds.
+    #[arg(long, default_value_t = 16_384, requires = "stream", value_parser = super::ranges::int::<1, 16_777_216>)]
+    pub shuffle_buffer: usize,
 }
 
 impl DetectorArgs {
@@ -92,28 +101,38 @@ fn run_detector(a: &DetectorArgs) -> Result<()> {
     let cfg = a.config();
     // every input and the output before any work: a wrong --data or --out fails now, not after training, and
     // a wrong --data leaves no output directory behind
-    let (mut articles, mut hallucinated) = (0, 0);
+    let (mut articles, mut examples, mut hallucinated) = (0, 0, 0);
     for d in &a.data {
         let m = load_manifest(d)?;
         articles += m.articles;
+        examples += m.examples;
         hallucinated += m.hallucinated;
     }
     ragtime::io::claim_output_dir(&a.out, "--out", "detector", ragtime::detector::INFO_FILE)?;
     let names: Vec<&str> = cfg.features.iter().map(|s| s.as_str()).collect();
     let shown = a.data.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(",");
-    let table = read_features_many(&a.data, &names).with_context(|| format!("{shown}: cannot read features"))?;
+    let rows = if a.stream {
+        Rows::Stream(FeatureStream::open(&a.data, &names).with_context(|| format!("{shown}: cannot read features"))?)
+    } else {
+        Rows::Table(read_features_many(&a.data, &names).with_context(|| format!("{shown}: cannot read features"))?)
+    };
+    let (examples, model_id, hidden, dim) = match &rows {
+        Rows::Table(t) => (t.len(), &t.model_id, t.hidden, t.dim),
+        Rows::Stream(s) => (examples, &s.model_id, s.hidden, s.dim),
+    };
     eprintln!(
-        "{}: {} examples from {} articles ({} hallucinated, {:.1}%), model {} (hidden {}), {} features",
+        "{}: {} examples from {} articles ({} hallucinated, {:.1}%), model {} (hidden {}), {} features{}",
         shown,
-        table.len(),
+        examples,
         articles,
         hallucinated,
-        100.0 * hallucinated as f64 / table.len().max(1) as f64,
-        table.model_id,
-        table.hidden,
-        table.dim
+        100.0 * hallucinated as f64 / examples.max(1) as f64,
+        model_id,
+        hidden,
+        dim,
+        if a.stream { format!(", streamed (shuffle buffer {} rows)", a.shuffle_buffer) } else { String::new() }
     );
-    let detector = train_on(a.device, DetectorJob { table: &table, cfg: &cfg })?;
+    let detector = train_on(a.device, DetectorJob { rows: &rows, buffer: a.shuffle_buffer, cfg: &cfg })?;
     detector.save(&a.out)?;
     let report = detector.info().training.as_ref().expect("trained detector has a report");
     eprintln!("kept epoch {} (best valid ROC-AUC)", report.best_epoch);
@@ -137,9 +156,16 @@ fn run_detector(a: &DetectorArgs) -> Result<()> {
     Ok(())
 }
 
+/// The rows `train detector` reads: all in memory, or streamed (`--stream`).
+enum Rows {
+    Table(FeatureTable),
+    Stream(FeatureStream),
+}
+
 /// `train detector` on whichever backend `--device` names.
 struct DetectorJob<'a> {
-    table: &'a FeatureTable,
+    rows: &'a Rows,
+    buffer: usize,
     cfg: &'a TrainConfig,
 }
 
@@ -147,7 +173,11 @@ impl TrainJob for DetectorJob<'_> {
     type Output = Detector;
     fn run<B: burn::tensor::backend::AutodiffBackend>(self, device: &B::Device) -> Result<Detector> {
         let mut log = |line: &str| eprintln!("{line}");
-        Ok(train::<B>(self.table, self.cfg, device, &mut log)?.detector)
+        let trained = match self.rows {
+            Rows::Table(t) => train::<B>(t, self.cfg, device, &mut log)?,
+            Rows::Stream(s) => train_stream::<B>(s, self.buffer, self.cfg, device, &mut log)?,
+        };
+        Ok(trained.detector)
     }
 }
 

@@ -29,6 +29,7 @@
 
 pub mod metrics;
 pub mod mlp;
+pub mod stream;
 pub mod train;
 
 use std::collections::HashMap;
@@ -71,6 +72,13 @@ pub struct DetectorInfo {
 pub struct Norm {
     pub mean: Vec<f32>,
     pub std: Vec<f32>,
+}
+
+impl Norm {
+    /// `(x - mean) / std`, feature by feature.
+    pub fn apply<'a>(&'a self, x: &'a [f32]) -> impl Iterator<Item = f32> + 'a {
+        x.iter().zip(self.mean.iter().zip(&self.std)).map(|(&v, (&m, &s))| (v - m) / s)
+    }
 }
 
 /// A trained detector ready for inference (plain f32 math, eval mode).
@@ -148,11 +156,7 @@ impl Detector {
     pub fn score(&self, features: &[f32]) -> f32 {
         assert_eq!(features.len(), self.input_dim(), "detector takes {} features", self.input_dim());
         match &self.norm {
-            Some(n) => {
-                let x: Vec<f32> =
-                    features.iter().zip(n.mean.iter().zip(&n.std)).map(|(&v, (&m, &s))| (v - m) / s).collect();
-                self.weights.prob(&x)
-            }
+            Some(n) => self.weights.prob(&n.apply(features).collect::<Vec<f32>>()),
             None => self.weights.prob(features),
         }
     }

@@ -1,4 +1,5 @@
-//! Training MIND's detector on a [`crate::synth::store`] dataset.
+//! Training MIND's detector on a [`crate::synth::store`] dataset held in memory; [`super::stream`] trains on
+//! one read from disk shard by shard, with the same splits, weights, network and selection.
 //!
 //! Faithful to MIND by default ([`TrainConfig::default`]): the MLP of [`super::mlp`] (dropout 0.2, 256 -> 128
 //! -> 64 -> 2, ReLU), class-weighted cross-entropy, Adam with learning rate 5e-4 and L2 weight decay 1e-5
@@ -157,74 +158,161 @@ pub fn predict<B: Backend>(model: &Mlp<B>, x: &[f32], dim: usize, rows: &[usize]
     out
 }
 
-/// Trains on `table` and returns the best epoch's network. `log` receives the per-epoch table, line by line.
+/// Trains on `table` (all rows in memory; each epoch a full shuffle of the train rows, as MIND's
+/// `DataLoader(shuffle=True)`) and returns the best epoch's network. `log` receives the per-epoch table, line by
+/// line.
 pub fn train<B: AutodiffBackend>(
     table: &FeatureTable,
     cfg: &TrainConfig,
     device: &B::Device,
     log: &mut dyn FnMut(&str),
 ) -> Result<Trained<B::InnerBackend>> {
+    check_config(cfg, &table.columns)?;
+    let dim = table.dim;
+    let mut index = Index::default();
+    index.add(&table.article_ids, &table.labels);
+    let sizes = index.sizes(log)?;
+    let rows = index.rows();
+
+    // Standardisation on train statistics.
+    let norm = cfg.standardize.then(|| {
+        let mut m = Moments::new(dim);
+        for &r in &rows[&Split::Train] {
+            m.add(table.row(r));
+        }
+        m.norm()
+    });
+    // standardised rows are a copy; raw ones are read in place
+    let x: std::borrow::Cow<[f32]> = match &norm {
+        Some(n) => table.x.chunks(dim).flat_map(|row| n.apply(row)).collect::<Vec<f32>>().into(),
+        None => table.x.as_slice().into(),
+    };
+
+    let mut run = Run::<B>::start(cfg, dim, &sizes, device, log);
+    let mut rng = StdRng::seed_from_u64(cfg.seed);
+    let mut order = rows[&Split::Train].clone();
+    for epoch in 1..=cfg.epochs {
+        order.shuffle(&mut rng);
+        for chunk in order.chunks(cfg.batch_size) {
+            let y: Vec<i64> = chunk.iter().map(|&i| table.labels[i] as i64).collect();
+            run.step(batch_tensor::<B>(&x, dim, chunk, device), y, device);
+        }
+        let eval = run.model.valid();
+        let mut metrics = BTreeMap::new();
+        for s in Split::ALL {
+            let r = &rows[&s];
+            let p = predict(&eval, &x, dim, r, device);
+            let y: Vec<u8> = r.iter().map(|&i| table.labels[i]).collect();
+            metrics.insert(s, Metrics::compute(&y, &p));
+        }
+        run.end_epoch(epoch, metrics, eval, log);
+    }
+    run.finish(&table.model_id, table.hidden, &table.columns, norm, sizes)
+}
+
+pub(super) fn check_config(cfg: &TrainConfig, columns: &[(String, usize)]) -> Result<()> {
     ensure!(cfg.epochs > 0 && cfg.batch_size > 0, "epochs and batch size must be positive");
     ensure!((0.0..1.0).contains(&cfg.dropout), "dropout must be in [0, 1), got {}", cfg.dropout);
-    let asked: Vec<&str> = table.columns.iter().map(|c| c.0.as_str()).collect();
+    let asked: Vec<&str> = columns.iter().map(|c| c.0.as_str()).collect();
     ensure!(
         asked == cfg.features.iter().map(|s| s.as_str()).collect::<Vec<_>>(),
         "table columns {asked:?} are not the configured features {:?}",
         cfg.features
     );
-    let dim = table.dim;
+    Ok(())
+}
 
-    // Split by article.
-    let mut rows: BTreeMap<Split, Vec<usize>> = Split::ALL.iter().map(|&s| (s, Vec::new())).collect();
-    let mut articles: BTreeMap<Split, HashSet<&str>> = BTreeMap::new();
-    for (i, a) in table.article_ids.iter().enumerate() {
-        let s = split_of(a);
-        rows.get_mut(&s).unwrap().push(i);
-        articles.entry(s).or_default().insert(a);
-    }
-    let mut sizes = BTreeMap::new();
-    for s in Split::ALL {
-        let r = &rows[&s];
-        let hallucinated = r.iter().filter(|&&i| table.labels[i] == 1).count();
-        sizes.insert(
-            s,
-            SplitSize { articles: articles.get(&s).map_or(0, |a| a.len()), examples: r.len(), hallucinated },
-        );
-    }
-    for s in [Split::Train, Split::Valid] {
-        let z = sizes[&s];
-        ensure!(
-            z.hallucinated > 0 && z.hallucinated < z.examples,
-            "the {} split has {} examples from {} articles, {} hallucinated: it needs both classes \
-             (more articles are needed)",
-            s.name(),
-            z.examples,
-            z.articles,
-            z.hallucinated
-        );
-    }
-    if sizes[&Split::Test].examples == 0 {
-        log("warning: the test split is empty");
-    }
+/// The split and label of every row, in stored order, and the articles of each split.
+#[derive(Default)]
+pub(super) struct Index {
+    splits: Vec<Split>,
+    labels: Vec<u8>,
+    articles: BTreeMap<Split, HashSet<String>>,
+}
 
-    // Standardisation on train statistics.
-    let train_rows = &rows[&Split::Train];
-    let norm = cfg.standardize.then(|| {
-        let n = train_rows.len() as f64;
-        let mut mean = vec![0f64; dim];
-        let mut sq = vec![0f64; dim];
-        for &r in train_rows {
-            for (j, &v) in table.row(r).iter().enumerate() {
-                mean[j] += v as f64;
-                sq[j] += (v as f64) * (v as f64);
+impl Index {
+    pub(super) fn add(&mut self, article_ids: &[String], labels: &[u8]) {
+        for (a, &l) in article_ids.iter().zip(labels) {
+            let s = split_of(a);
+            self.splits.push(s);
+            self.labels.push(l);
+            if !self.articles.get(&s).is_some_and(|set| set.contains(a)) {
+                self.articles.entry(s).or_default().insert(a.clone());
             }
         }
-        let mean: Vec<f64> = mean.iter().map(|m| m / n).collect();
-        let std: Vec<f32> = sq
+    }
+
+    /// Row indexes of each split.
+    fn rows(&self) -> BTreeMap<Split, Vec<usize>> {
+        let mut rows: BTreeMap<Split, Vec<usize>> = Split::ALL.iter().map(|&s| (s, Vec::new())).collect();
+        for (i, s) in self.splits.iter().enumerate() {
+            rows.get_mut(s).unwrap().push(i);
+        }
+        rows
+    }
+
+    /// Each split's size; train and valid must hold both classes.
+    pub(super) fn sizes(&self, log: &mut dyn FnMut(&str)) -> Result<BTreeMap<Split, SplitSize>> {
+        let mut sizes: BTreeMap<Split, SplitSize> = Split::ALL
+            .iter()
+            .map(|&s| {
+                let articles = self.articles.get(&s).map_or(0, |a| a.len());
+                (s, SplitSize { articles, examples: 0, hallucinated: 0 })
+            })
+            .collect();
+        for (s, &l) in self.splits.iter().zip(&self.labels) {
+            let z = sizes.get_mut(s).unwrap();
+            z.examples += 1;
+            z.hallucinated += usize::from(l == 1);
+        }
+        for s in [Split::Train, Split::Valid] {
+            let z = sizes[&s];
+            ensure!(
+                z.hallucinated > 0 && z.hallucinated < z.examples,
+                "the {} split has {} examples from {} articles, {} hallucinated: it needs both classes \
+                 (more articles are needed)",
+                s.name(),
+                z.examples,
+                z.articles,
+                z.hallucinated
+            );
+        }
+        if sizes[&Split::Test].examples == 0 {
+            log("warning: the test split is empty");
+        }
+        Ok(sizes)
+    }
+}
+
+/// Per-feature sums for the train split's mean and standard deviation.
+pub(super) struct Moments {
+    n: f64,
+    sum: Vec<f64>,
+    sq: Vec<f64>,
+}
+
+impl Moments {
+    pub(super) fn new(dim: usize) -> Self {
+        Moments { n: 0.0, sum: vec![0.0; dim], sq: vec![0.0; dim] }
+    }
+
+    pub(super) fn add(&mut self, row: &[f32]) {
+        self.n += 1.0;
+        for (j, &v) in row.iter().enumerate() {
+            self.sum[j] += v as f64;
+            self.sq[j] += (v as f64) * (v as f64);
+        }
+    }
+
+    /// Mean and standard deviation (a std below 1e-6 counts as 1).
+    pub(super) fn norm(&self) -> Norm {
+        let mean: Vec<f64> = self.sum.iter().map(|m| m / self.n).collect();
+        let std: Vec<f32> = self
+            .sq
             .iter()
             .zip(&mean)
             .map(|(s, m)| {
-                let sd = (s / n - m * m).max(0.0).sqrt();
+                let sd = (s / self.n - m * m).max(0.0).sqrt();
                 if sd < 1e-6 {
                     1.0
                 } else {
@@ -233,70 +321,100 @@ pub fn train<B: AutodiffBackend>(
             })
             .collect();
         Norm { mean: mean.iter().map(|&m| m as f32).collect(), std }
-    });
-    let x: Vec<f32> = match &norm {
-        Some(n) => table
-            .x
-            .chunks(dim)
-            .flat_map(|row| row.iter().zip(n.mean.iter().zip(&n.std)).map(|(&v, (&m, &s))| (v - m) / s))
-            .collect(),
-        None => table.x.clone(),
-    };
+    }
+}
 
-    // Class weights over train.
-    let n = sizes[&Split::Train].examples as f32;
-    let pos = sizes[&Split::Train].hallucinated as f32;
-    let class_weights = [n / (2.0 * (n - pos)), n / (2.0 * pos)];
+/// One training run: the network, its optimizer and loss, and the per-epoch selection of the best network.
+pub(super) struct Run<B: AutodiffBackend> {
+    cfg: TrainConfig,
+    mlp: MlpConfig,
+    class_weights: [f32; 2],
+    pub(super) model: Mlp<B>,
+    optim: burn::optim::adaptor::OptimizerAdaptor<burn::optim::Adam, Mlp<B>, B>,
+    loss_fn: burn::nn::loss::CrossEntropyLoss<B>,
+    /// The epoch's training loss, summed on the device and read once per epoch: a read per batch would sync a
+    /// GPU every step.
+    loss_sum: Option<Tensor<B::InnerBackend, 1>>,
+    batches: usize,
+    history: Vec<EpochLog>,
+    best: Option<(usize, f64, Mlp<B::InnerBackend>)>,
+}
 
-    B::seed(device, cfg.seed);
-    let mlp_cfg = MlpConfig { input: dim, hidden_layers: cfg.hidden_layers.clone(), dropout: cfg.dropout };
-    let mut model: Mlp<B> = mlp_cfg.init(device);
-    let mut optim = AdamConfig::new()
-        .with_epsilon(1e-8)
-        .with_weight_decay(Some(WeightDecayConfig::new(cfg.weight_decay)))
-        .init::<B, Mlp<B>>();
-    let loss_fn = CrossEntropyLossConfig::new().with_weights(Some(class_weights.to_vec())).init::<B>(device);
-    let mut rng = StdRng::seed_from_u64(cfg.seed);
-    let mut order = train_rows.clone();
-
-    log(&format!(
-        "{:>5} {:>8} | {:^27} | {:^27} | {:^27}",
-        "epoch", "loss", "train acc  f1   roc   pr", "valid acc  f1   roc   pr", "test acc  f1   roc   pr"
-    ));
-    let mut history = Vec::new();
-    let mut best: Option<(usize, f64, Mlp<B::InnerBackend>)> = None;
-    for epoch in 1..=cfg.epochs {
-        order.shuffle(&mut rng);
-        // Summed on the device and read once per epoch: a read per batch would sync a GPU every step.
-        let (mut loss_sum, mut batches): (Option<Tensor<B::InnerBackend, 1>>, usize) = (None, 0);
-        for chunk in order.chunks(cfg.batch_size) {
-            let xb = batch_tensor::<B>(&x, dim, chunk, device);
-            let yb: Vec<i64> = chunk.iter().map(|&i| table.labels[i] as i64).collect();
-            let yb = Tensor::<B, 1, Int>::from_data(TensorData::new(yb, [chunk.len()]), device);
-            let loss = loss_fn.forward(model.forward(xb), yb);
-            let l = loss.clone().inner();
-            loss_sum = Some(match loss_sum {
-                Some(acc) => acc + l,
-                None => l,
-            });
-            batches += 1;
-            let grads = GradientsParams::from_grads(loss.backward(), &model);
-            model = optim.step(cfg.lr, model, grads);
+impl<B: AutodiffBackend> Run<B> {
+    /// Seeds the backend, builds the network and prints the table's header.
+    pub(super) fn start(
+        cfg: &TrainConfig,
+        dim: usize,
+        sizes: &BTreeMap<Split, SplitSize>,
+        device: &B::Device,
+        log: &mut dyn FnMut(&str),
+    ) -> Self {
+        // Class weights over train.
+        let n = sizes[&Split::Train].examples as f32;
+        let pos = sizes[&Split::Train].hallucinated as f32;
+        let class_weights = [n / (2.0 * (n - pos)), n / (2.0 * pos)];
+        B::seed(device, cfg.seed);
+        let mlp = MlpConfig { input: dim, hidden_layers: cfg.hidden_layers.clone(), dropout: cfg.dropout };
+        let model: Mlp<B> = mlp.init(device);
+        let optim = AdamConfig::new()
+            .with_epsilon(1e-8)
+            .with_weight_decay(Some(WeightDecayConfig::new(cfg.weight_decay)))
+            .init::<B, Mlp<B>>();
+        let loss_fn = CrossEntropyLossConfig::new().with_weights(Some(class_weights.to_vec())).init::<B>(device);
+        log(&format!(
+            "{:>5} {:>8} | {:^27} | {:^27} | {:^27}",
+            "epoch", "loss", "train acc  f1   roc   pr", "valid acc  f1   roc   pr", "test acc  f1   roc   pr"
+        ));
+        Run {
+            cfg: cfg.clone(),
+            mlp,
+            class_weights,
+            model,
+            optim,
+            loss_fn,
+            loss_sum: None,
+            batches: 0,
+            history: Vec::new(),
+            best: None,
         }
-        let eval = model.valid();
-        let mut metrics = BTreeMap::new();
-        for s in Split::ALL {
-            let r = &rows[&s];
-            let p = predict(&eval, &x, dim, r, device);
-            let y: Vec<u8> = r.iter().map(|&i| table.labels[i]).collect();
-            metrics.insert(s, Metrics::compute(&y, &p));
-        }
-        let loss_total =
-            loss_sum.expect("a non-empty train split").into_data().convert::<f64>().to_vec::<f64>().expect("loss")[0];
-        let loss = loss_total / batches as f64;
+    }
+
+    /// One optimizer step on a batch.
+    pub(super) fn step(&mut self, x: Tensor<B, 2>, y: Vec<i64>, device: &B::Device) {
+        let n = y.len();
+        let y = Tensor::<B, 1, Int>::from_data(TensorData::new(y, [n]), device);
+        let loss = self.loss_fn.forward(self.model.forward(x), y);
+        let l = loss.clone().inner();
+        self.loss_sum = Some(match self.loss_sum.take() {
+            Some(acc) => acc + l,
+            None => l,
+        });
+        self.batches += 1;
+        let grads = GradientsParams::from_grads(loss.backward(), &self.model);
+        self.model = self.optim.step(self.cfg.lr, self.model.clone(), grads);
+    }
+
+    /// Logs the epoch's row and keeps `eval` if its valid ROC-AUC is the best so far (the earliest on ties).
+    pub(super) fn end_epoch(
+        &mut self,
+        epoch: usize,
+        metrics: BTreeMap<Split, Metrics>,
+        eval: Mlp<B::InnerBackend>,
+        log: &mut dyn FnMut(&str),
+    ) {
+        let loss_total = self
+            .loss_sum
+            .take()
+            .expect("a non-empty train split")
+            .into_data()
+            .convert::<f64>()
+            .to_vec::<f64>()
+            .expect("loss")[0];
+        let loss = loss_total / self.batches as f64;
+        self.batches = 0;
         let cell = |m: &Metrics| format!("{:.3} {:.3} {:.3} {:.3}", m.accuracy, m.f1, m.roc_auc, m.pr_auc);
         let valid_auc = metrics[&Split::Valid].roc_auc;
-        let improved = best.as_ref().is_none_or(|(_, b, _)| valid_auc > *b);
+        let improved = self.best.as_ref().is_none_or(|(_, b, _)| valid_auc > *b);
         log(&format!(
             "{epoch:>5} {loss:>8.4} | {:^27} | {:^27} | {:^27}{}",
             cell(&metrics[&Split::Train]),
@@ -305,34 +423,45 @@ pub fn train<B: AutodiffBackend>(
             if improved { " *" } else { "" }
         ));
         if improved {
-            best = Some((epoch, valid_auc, eval));
+            self.best = Some((epoch, valid_auc, eval));
         }
-        history.push(EpochLog { epoch, loss, metrics });
+        self.history.push(EpochLog { epoch, loss, metrics });
     }
-    let (best_epoch, _, model) = best.expect("at least one epoch");
-    let report = TrainReport {
-        config: cfg.clone(),
-        splits: sizes,
-        class_weights,
-        best_epoch,
-        best: history[best_epoch - 1].metrics.clone(),
-        history,
-    };
-    let info = DetectorInfo {
-        format: FORMAT.to_string(),
-        model_id: table.model_id.clone(),
-        hidden: table.hidden,
-        columns: table.columns.clone(),
-        mlp: mlp_cfg,
-        standardized: norm.is_some(),
-        training: Some(report),
-    };
-    let detector = Detector::new(info, model.weights(), norm)?;
-    Ok(Trained { model, detector })
+
+    /// The kept network and its detector, with the report of the run.
+    pub(super) fn finish(
+        self,
+        model_id: &str,
+        hidden: usize,
+        columns: &[(String, usize)],
+        norm: Option<Norm>,
+        sizes: BTreeMap<Split, SplitSize>,
+    ) -> Result<Trained<B::InnerBackend>> {
+        let (best_epoch, _, model) = self.best.expect("at least one epoch");
+        let report = TrainReport {
+            config: self.cfg,
+            splits: sizes,
+            class_weights: self.class_weights,
+            best_epoch,
+            best: self.history[best_epoch - 1].metrics.clone(),
+            history: self.history,
+        };
+        let info = DetectorInfo {
+            format: FORMAT.to_string(),
+            model_id: model_id.to_string(),
+            hidden,
+            columns: columns.to_vec(),
+            mlp: self.mlp,
+            standardized: norm.is_some(),
+            training: Some(report),
+        };
+        let detector = Detector::new(info, model.weights(), norm)?;
+        Ok(Trained { model, detector })
+    }
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
     /// Every shard of a sharded synthesis (`--shard i/n`) holds train, valid and test articles in about the
@@ -376,7 +505,7 @@ mod tests {
 
     /// Two Gaussian classes in 16 dims (means -0.5 and +0.5 per dim, unit variance), 6 examples per fake
     /// article, written through the real store and read back as features.
-    fn gaussian_dataset(dir: &std::path::Path, articles: usize) {
+    pub(crate) fn gaussian_dataset(dir: &std::path::Path, articles: usize) {
         let hidden = 16;
         let mut rng = StdRng::seed_from_u64(7);
         let mut store = HalluStore::open(dir, "toy-model", hidden).unwrap().with_flush_every(50);

@@ -2,7 +2,7 @@
 //! the shards the manifest lists.
 
 use std::fs;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::{bail, ensure, Context, Result};
 use arrow_array::cast::AsArray;
@@ -218,94 +218,162 @@ impl FeatureTable {
 /// [`read_features`] over several dataset directories (e.g. the shards of a `--shard i/n` synthesis), rows
 /// concatenated in the order given. All must come from the same model.
 pub fn read_features_many<P: AsRef<Path>>(dirs: &[P], features: &[&str]) -> Result<FeatureTable> {
-    ensure!(!dirs.is_empty(), "no dataset directory given");
-    let mut t = read_features(dirs[0].as_ref(), features)?;
-    for d in &dirs[1..] {
-        let u = read_features(d.as_ref(), features)?;
-        ensure!(
-            u.model_id == t.model_id && u.hidden == t.hidden,
-            "{}: made with model {:?} (hidden {}), but {} with {:?} (hidden {})",
-            d.as_ref().display(),
-            u.model_id,
-            u.hidden,
-            dirs[0].as_ref().display(),
-            t.model_id,
-            t.hidden
-        );
-        t.article_ids.extend(u.article_ids);
-        t.labels.extend(u.labels);
-        t.x.extend(u.x);
-    }
-    Ok(t)
-}
-
-/// Reads only `article_id`, `label` and the given feature columns (names from [`FEATURE_COLUMNS`]).
-pub fn read_features(dir: impl AsRef<Path>, features: &[&str]) -> Result<FeatureTable> {
-    let dir = dir.as_ref();
-    let m = load_manifest(dir)?;
-    ensure!(!features.is_empty(), "no feature columns asked");
-    let mut columns = Vec::new();
-    for f in features {
-        let Some(&(name, is_vec)) = FEATURE_COLUMNS.iter().find(|(n, _)| n == f) else {
-            let known: Vec<&str> = FEATURE_COLUMNS.iter().map(|(n, _)| *n).collect();
-            bail!("unknown feature {f:?}; known: {}", known.join(", "));
-        };
-        ensure!(!columns.iter().any(|(n, _): &(String, usize)| n == name), "feature {name:?} asked twice");
-        columns.push((name.to_string(), if is_vec { m.hidden } else { 1 }));
-    }
-    let dim = columns.iter().try_fold(0usize, |d, c| d.checked_add(c.1)).with_context(|| {
-        format!("{}: hidden size {} is impossibly large", dir.join(super::MANIFEST).display(), m.hidden)
-    })?;
-    let mut owned: Vec<String> = vec!["article_id".into(), "label".into()];
-    owned.extend(columns.iter().map(|c| c.0.clone()));
-    let cols: Vec<&str> = owned.iter().map(|s| s.as_str()).collect();
+    let stream = FeatureStream::open(dirs, features)?;
     let mut t = FeatureTable {
-        model_id: m.model_id.clone(),
-        hidden: m.hidden,
-        columns,
-        dim,
+        model_id: stream.model_id.clone(),
+        hidden: stream.hidden,
+        columns: stream.columns.clone(),
+        dim: stream.dim,
         // Grown from the rows actually read, not reserved from the manifest's counts (which a damaged manifest
         // can make arbitrarily large).
         article_ids: Vec::new(),
         labels: Vec::new(),
         x: Vec::new(),
     };
-    for shard in &m.shards {
-        let path = dir.join(&shard.file);
-        for b in read_shard(&path, Some(&cols))? {
-            let n = b.num_rows();
-            t.article_ids.extend(str_col(&b, "article_id", &path)?);
-            let labels = column(&b, "label", &path)?
-                .as_primitive_opt::<UInt8Type>()
-                .with_context(|| format!("{}: label is not uint8", path.display()))?;
-            t.labels.extend(labels.values().iter());
-            let mut parts: Vec<Vec<Vec<f32>>> = Vec::new();
-            for (name, width) in &t.columns {
-                if *width == 1 && !FEATURE_COLUMNS.iter().any(|(n, v)| n == name && *v) {
-                    parts.push(f32_col(&b, name, &path)?.into_iter().map(|v| vec![v]).collect());
-                } else {
-                    let l = list_col(&b, name, &path)?;
-                    for (i, v) in l.iter().enumerate() {
-                        ensure!(
-                            v.len() == *width,
-                            "{}: row {i} of {name:?} has {} values, manifest says hidden size {width}",
-                            path.display(),
-                            v.len()
-                        );
-                    }
-                    parts.push(l);
-                }
+    stream.for_each(&stream.in_order(), |b| {
+        t.article_ids.extend(b.article_ids);
+        t.labels.extend(b.labels);
+        t.x.extend(b.x);
+        Ok(())
+    })?;
+    Ok(t)
+}
+
+/// Reads only `article_id`, `label` and the given feature columns (names from [`FEATURE_COLUMNS`]).
+pub fn read_features(dir: impl AsRef<Path>, features: &[&str]) -> Result<FeatureTable> {
+    read_features_many(&[dir.as_ref()], features)
+}
+
+/// The feature rows of one Parquet shard, as [`FeatureTable`] holds them.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct FeatureBatch {
+    pub article_ids: Vec<String>,
+    pub labels: Vec<u8>,
+    /// Row-major `labels.len() x dim`.
+    pub x: Vec<f32>,
+}
+
+/// The feature columns of one or more datasets, read one shard at a time: what a detector trains on when the
+/// rows need not, or do not, fit in memory (`train detector --stream`). Memory is one shard's rows (a shard
+/// holds `--flush-every` articles), whatever the number of shards.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FeatureStream {
+    pub model_id: String,
+    pub hidden: usize,
+    /// `(column, width)` in concatenation order.
+    pub columns: Vec<(String, usize)>,
+    /// Width of a row: the sum of the column widths.
+    pub dim: usize,
+    /// Every committed shard of every dataset, in the order given and the manifests' order.
+    pub shards: Vec<PathBuf>,
+}
+
+impl FeatureStream {
+    /// Checks the manifests of `dirs` (same model and hidden size) and the feature names; reads no shard.
+    pub fn open<P: AsRef<Path>>(dirs: &[P], features: &[&str]) -> Result<Self> {
+        ensure!(!dirs.is_empty(), "no dataset directory given");
+        ensure!(!features.is_empty(), "no feature columns asked");
+        let first = dirs[0].as_ref();
+        let m0 = load_manifest(first)?;
+        let mut columns = Vec::new();
+        for f in features {
+            let Some(&(name, is_vec)) = FEATURE_COLUMNS.iter().find(|(n, _)| n == f) else {
+                let known: Vec<&str> = FEATURE_COLUMNS.iter().map(|(n, _)| *n).collect();
+                bail!("unknown feature {f:?}; known: {}", known.join(", "));
+            };
+            ensure!(!columns.iter().any(|(n, _): &(String, usize)| n == name), "feature {name:?} asked twice");
+            columns.push((name.to_string(), if is_vec { m0.hidden } else { 1 }));
+        }
+        let dim = columns.iter().try_fold(0usize, |d, c| d.checked_add(c.1)).with_context(|| {
+            format!("{}: hidden size {} is impossibly large", first.join(super::MANIFEST).display(), m0.hidden)
+        })?;
+        let mut shards = Vec::new();
+        for d in dirs {
+            let d = d.as_ref();
+            let m = if d == first { m0.clone() } else { load_manifest(d)? };
+            ensure!(
+                m.model_id == m0.model_id && m.hidden == m0.hidden,
+                "{}: made with model {:?} (hidden {}), but {} with {:?} (hidden {})",
+                d.display(),
+                m.model_id,
+                m.hidden,
+                first.display(),
+                m0.model_id,
+                m0.hidden
+            );
+            shards.extend(m.shards.iter().map(|s| d.join(&s.file)));
+        }
+        Ok(FeatureStream { model_id: m0.model_id, hidden: m0.hidden, columns, dim, shards })
+    }
+
+    /// The shard indexes in stored order.
+    pub fn in_order(&self) -> Vec<usize> {
+        (0..self.shards.len()).collect()
+    }
+
+    /// Calls `f` with the rows of each shard in `order` (indexes into [`FeatureStream::shards`]).
+    pub fn for_each(&self, order: &[usize], mut f: impl FnMut(FeatureBatch) -> Result<()>) -> Result<()> {
+        let mut owned: Vec<String> = vec!["article_id".into(), "label".into()];
+        owned.extend(self.columns.iter().map(|c| c.0.clone()));
+        let cols: Vec<&str> = owned.iter().map(|s| s.as_str()).collect();
+        for &i in order {
+            let path = &self.shards[i];
+            let mut out = FeatureBatch::default();
+            for b in read_shard(path, Some(&cols))? {
+                self.decode(&b, path, &mut out)?;
             }
-            // Every part's rows were checked against the widths, so this is the size of data already read.
-            t.x.reserve(n * dim);
-            for i in 0..n {
-                for p in &parts {
-                    t.x.extend_from_slice(&p[i]);
-                }
+            f(out)?;
+        }
+        Ok(())
+    }
+
+    /// Article ids and labels of every row, shard by shard in stored order; no feature column is read.
+    pub fn for_each_label(&self, mut f: impl FnMut(Vec<String>, Vec<u8>) -> Result<()>) -> Result<()> {
+        for path in &self.shards {
+            for b in read_shard(path, Some(&["article_id", "label"]))? {
+                f(str_col(&b, "article_id", path)?, labels_of(&b, path)?)?;
             }
         }
+        Ok(())
     }
-    Ok(t)
+
+    fn decode(&self, b: &RecordBatch, path: &Path, out: &mut FeatureBatch) -> Result<()> {
+        let n = b.num_rows();
+        out.article_ids.extend(str_col(b, "article_id", path)?);
+        out.labels.extend(labels_of(b, path)?);
+        let mut parts: Vec<Vec<Vec<f32>>> = Vec::new();
+        for (name, width) in &self.columns {
+            if *width == 1 && !FEATURE_COLUMNS.iter().any(|(n, v)| n == name && *v) {
+                parts.push(f32_col(b, name, path)?.into_iter().map(|v| vec![v]).collect());
+            } else {
+                let l = list_col(b, name, path)?;
+                for (i, v) in l.iter().enumerate() {
+                    ensure!(
+                        v.len() == *width,
+                        "{}: row {i} of {name:?} has {} values, manifest says hidden size {width}",
+                        path.display(),
+                        v.len()
+                    );
+                }
+                parts.push(l);
+            }
+        }
+        // Every part's rows were checked against the widths, so this is the size of data already read.
+        out.x.reserve(n * self.dim);
+        for i in 0..n {
+            for p in &parts {
+                out.x.extend_from_slice(&p[i]);
+            }
+        }
+        Ok(())
+    }
+}
+
+fn labels_of(b: &RecordBatch, path: &Path) -> Result<Vec<u8>> {
+    let labels = column(b, "label", path)?
+        .as_primitive_opt::<UInt8Type>()
+        .with_context(|| format!("{}: label is not uint8", path.display()))?;
+    Ok(labels.values().to_vec())
 }
 
 #[cfg(test)]
