@@ -75,6 +75,20 @@ pub enum ConfigError {
     BadValue { at: Origin, table: String, key: String, detail: String },
 }
 
+/// The origin field of a [`ConfigError`] (shared or mutable, as the error is borrowed).
+macro_rules! origin_of {
+    ($e:expr) => {
+        match $e {
+            ConfigError::Read { .. } | ConfigError::Toml { .. } => None,
+            ConfigError::Shape { at, .. }
+            | ConfigError::UnknownTable { at, .. }
+            | ConfigError::UnknownKey { at, .. }
+            | ConfigError::NotFinite { at, .. }
+            | ConfigError::BadValue { at, .. } => Some(at),
+        }
+    };
+}
+
 impl ConfigError {
     /// Whether the command line itself is at fault (a `--set` override), so the binary exits with 2.
     pub fn is_usage(&self) -> bool {
@@ -82,25 +96,11 @@ impl ConfigError {
     }
 
     pub fn origin(&self) -> Option<&Origin> {
-        match self {
-            ConfigError::Read { .. } | ConfigError::Toml { .. } => None,
-            ConfigError::Shape { at, .. }
-            | ConfigError::UnknownTable { at, .. }
-            | ConfigError::UnknownKey { at, .. }
-            | ConfigError::NotFinite { at, .. }
-            | ConfigError::BadValue { at, .. } => Some(at),
-        }
+        origin_of!(self)
     }
 
     fn origin_mut(&mut self) -> Option<&mut Origin> {
-        match self {
-            ConfigError::Read { .. } | ConfigError::Toml { .. } => None,
-            ConfigError::Shape { at, .. }
-            | ConfigError::UnknownTable { at, .. }
-            | ConfigError::UnknownKey { at, .. }
-            | ConfigError::NotFinite { at, .. }
-            | ConfigError::BadValue { at, .. } => Some(at),
-        }
+        origin_of!(self)
     }
 
     /// The key the error is about, where it names one.

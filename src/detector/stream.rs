@@ -170,7 +170,7 @@ impl ShuffleBuffer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::detector::train::tests::gaussian_dataset;
+    use crate::detector::train::tests::gaussian_setup;
     use crate::detector::train::train;
     use crate::synth::store::read_features;
     use burn::backend::{Autodiff, Flex};
@@ -215,15 +215,7 @@ mod tests {
     /// compared: the backend's seed is global, and other tests train beside this one.)
     #[test]
     fn streaming_matches_in_memory_statistics_and_learns() {
-        let data = tempfile::tempdir().unwrap();
-        gaussian_dataset(data.path(), 150);
-        let cfg = TrainConfig {
-            features: vec!["hidden_mean_last".into()],
-            hidden_layers: vec![32, 16],
-            epochs: 6,
-            standardize: true,
-            ..Default::default()
-        };
+        let (data, cfg) = gaussian_setup();
         let device = Default::default();
         let table = read_features(data.path(), &["hidden_mean_last"]).unwrap();
         let stream = crate::synth::store::FeatureStream::open(&[data.path()], &["hidden_mean_last"]).unwrap();

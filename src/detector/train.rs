@@ -505,7 +505,7 @@ pub(super) mod tests {
 
     /// Two Gaussian classes in 16 dims (means -0.5 and +0.5 per dim, unit variance), 6 examples per fake
     /// article, written through the real store and read back as features.
-    pub(crate) fn gaussian_dataset(dir: &std::path::Path, articles: usize) {
+    fn gaussian_dataset(dir: &std::path::Path, articles: usize) {
         let hidden = 16;
         let mut rng = StdRng::seed_from_u64(7);
         let mut store = HalluStore::open(dir, "toy-model", hidden).unwrap().with_flush_every(50);
@@ -539,8 +539,8 @@ pub(super) mod tests {
         store.finish().unwrap();
     }
 
-    #[test]
-    fn learns_gaussians_and_checkpoint_reloads() {
+    /// The Gaussian toy dataset of 150 articles in a temporary folder, and a small standardised network for it.
+    pub(crate) fn gaussian_setup() -> (tempfile::TempDir, TrainConfig) {
         let data = tempfile::tempdir().unwrap();
         gaussian_dataset(data.path(), 150);
         let cfg = TrainConfig {
@@ -550,6 +550,12 @@ pub(super) mod tests {
             standardize: true,
             ..Default::default()
         };
+        (data, cfg)
+    }
+
+    #[test]
+    fn learns_gaussians_and_checkpoint_reloads() {
+        let (data, cfg) = gaussian_setup();
         let table = read_features(data.path(), &["hidden_mean_last"]).unwrap();
         let device = Default::default();
         let mut lines = Vec::new();
