@@ -181,15 +181,8 @@ pub struct SentenceEncoder {
 impl SentenceEncoder {
     /// Loads a sentence-transformers folder. `prefixes`: `None` = the folder's own prompts (else none).
     pub fn load(dir: &Path, device: DeviceKind, prefixes: Option<Prefixes>) -> Result<Self> {
-        match crate::io::probe(dir)? {
-            None => {
-                bail!("{}: no such model folder (for all-MiniLM-L6-v2 run scripts/setup.sh --minilm)", dir.display())
-            }
-            Some(m) if !m.is_dir() => {
-                bail!("{}: not a folder (a sentence-transformers model is a folder)", dir.display())
-            }
-            Some(_) => {}
-        }
+        let hint = "for all-MiniLM-L6-v2 run scripts/setup.sh --minilm";
+        crate::io::require_dir(dir, "sentence-transformers model folder", hint)?;
         let modules_path = dir.join("modules.json");
         if !crate::io::exists(&modules_path)? {
             bail!("{}: missing: {} is not a sentence-transformers folder", modules_path.display(), dir.display());

@@ -108,7 +108,7 @@ impl Bm25Index {
     fn open_inner(dir: &Path) -> Result<Self> {
         match crate::io::probe(dir)? {
             None => return Err(IndexError::NotFound { dir: dir.to_path_buf() }.into()),
-            Some(m) if !m.is_dir() => bail!("{}: not an index directory (an index is a directory)", dir.display()),
+            Some(m) if !m.is_dir() => bail!("{}: not a directory (an index is a directory)", dir.display()),
             Some(_) => {}
         }
         let mpath = dir.join(MANIFEST);
