@@ -182,6 +182,12 @@ fn algorithm1_filters_candidates_and_records_attempts() {
     assert_eq!(r.kept, rd.is_some());
     assert!(r.samples >= 1 && r.samples <= 3 && r.sample + 1 == r.samples, "{r:?}");
     assert!(r.kept || r.samples == 3, "a rejected question is sampled 3 times: {r:?}");
+    // the samples before the recorded one are recorded by why they were dropped
+    assert_eq!(r.rejected.len(), r.samples - 1, "{r:?}");
+    assert!(r.rejected.iter().all(|why| why != "kept"), "{r:?}");
+    if !a.kept {
+        assert_eq!(r.rejected[0], a.reason, "sample 0's reason first: {r:?}");
+    }
     if a.kept {
         assert_eq!((r.samples, &r.queries), (1, &a.queries), "sample 0 passed: no second sample");
     } else {

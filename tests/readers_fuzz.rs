@@ -852,6 +852,7 @@ fn dialogue_seed() -> &'static Vec<(PathBuf, Vec<u8>)> {
                 seconds: 2.0,
                 sample: 0,
                 samples: 1,
+                rejected: vec![],
             };
             let d = Dialogue {
                 id: id.clone(),

@@ -146,6 +146,10 @@ pub struct Attempt {
     /// Samples tried for the question.
     #[serde(default = "one", skip_serializing_if = "is_one")]
     pub samples: usize,
+    /// Why each earlier sample of the question was dropped (its `reason`), in order: with rejection sampling
+    /// the record is the kept sample (or the last), and these are the rest.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rejected: Vec<String>,
 }
 
 #[cfg(test)]
@@ -189,6 +193,7 @@ pub(crate) mod fixtures {
             seconds: 2.0,
             sample: 0,
             samples: 1,
+            rejected: vec![],
         }
     }
 }

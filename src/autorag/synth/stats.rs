@@ -33,6 +33,9 @@ pub struct Stats {
     pub samples_tried: usize,
     #[serde(default)]
     pub kept_by_sample: BTreeMap<usize, usize>,
+    /// Why the samples that rejection sampling dropped before the recorded one were dropped: count per reason.
+    #[serde(default)]
+    pub rejected_reasons: BTreeMap<String, usize>,
 }
 
 impl Stats {
@@ -49,6 +52,9 @@ impl Stats {
                 *s.kept_by_sample.entry(a.sample).or_default() += 1;
             }
             s.samples_tried += a.samples;
+            for r in &a.rejected {
+                *s.rejected_reasons.entry(r.clone()).or_default() += 1;
+            }
             queries += a.sub_answers.len();
             hits += a.sub_answers.iter().filter(|x| x.is_some()).count();
             forced += a.forced_answer as usize;
@@ -106,8 +112,12 @@ mod tests {
         // rejection sampling: question 3 kept at its third sample, question 4 given up after three
         let mut a = a;
         (a[2].sample, a[2].samples, a[3].sample, a[3].samples) = (2, 3, 2, 3);
+        a[2].rejected = vec!["wrong_answer".into(), "no_answer".into()];
+        a[3].rejected = vec!["wrong_answer".into(), "wrong_answer".into()];
         let s = Stats::of(&a);
         assert_eq!(s.samples_tried, 1 + 1 + 3 + 3);
         assert_eq!(s.kept_by_sample, BTreeMap::from([(0, 1), (2, 1)]));
+        let want = BTreeMap::from([("no_answer".to_string(), 1), ("wrong_answer".to_string(), 3)]);
+        assert_eq!(s.rejected_reasons, want);
     }
 }

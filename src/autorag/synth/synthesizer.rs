@@ -88,14 +88,15 @@ impl<'a> Synthesizer<'a> {
 
     /// Runs Algorithm 1 on one question: `tgen` is the teacher's session, `qgen` the query model's.
     /// One question through Algorithm 1, sampled up to `cfg.samples` times (rejection sampling): the first
-    /// sample kept, else the last one, with the tokens and seconds of all of them.
+    /// sample kept, else the last one, with the tokens and seconds of all of them and why each earlier one was
+    /// dropped.
     pub fn synthesize(
         &self,
         tgen: &mut ChatGen<'_>,
         qgen: &mut ChatGen<'_>,
         ex: &Example,
     ) -> Result<(Attempt, Option<Dialogue>)> {
-        let (mut tokens, mut seconds) = (0, 0.0);
+        let (mut tokens, mut seconds, mut rejected) = (0, 0.0, Vec::new());
         let samples = self.cfg.samples.max(1);
         for k in 0..samples {
             let (mut a, d) = self.sample(tgen, qgen, ex, k)?;
@@ -103,8 +104,10 @@ impl<'a> Synthesizer<'a> {
             seconds += a.seconds;
             if a.kept || k + 1 == samples {
                 (a.generated_tokens, a.seconds, a.sample, a.samples) = (tokens, seconds, k, k + 1);
+                a.rejected = rejected;
                 return Ok((a, d));
             }
+            rejected.push(a.reason);
         }
         unreachable!("samples >= 1")
     }
@@ -244,6 +247,7 @@ impl<'a> Synthesizer<'a> {
             seconds: t0.elapsed().as_secs_f64(),
             sample: k,
             samples: k + 1,
+            rejected: vec![],
         };
         let dialogue = kept.then(|| Dialogue {
             id: ex.id.clone(),
