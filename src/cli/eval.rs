@@ -21,13 +21,8 @@ use super::retriever_args::RetrieverArgs;
 pub struct Args {
     #[command(flatten)]
     pub model: ModelArgs,
-    /// Dataset name (datasets/NAME.toml) or a data file.
-    #[arg(long)]
-    pub dataset: String,
-    /// Layout of a data file given as --dataset PATH (default: detected from its first record): hotpotqa-ircot,
-    /// hotpotqa-simple, 2wiki, strategyqa-bigbench, strategyqa, iirc, nq-open, triviaqa, popqa, pubmedqa, bioasq.
-    #[arg(long)]
-    pub layout: Option<ragtime::qa::Layout>,
+    #[command(flatten)]
+    pub data: super::dataset_args::DatasetArgs,
     /// Trigger / method name: reads configs/NAME.toml unless --config is given.
     #[arg(long)]
     pub trigger: String,
@@ -352,7 +347,7 @@ pub fn run(args: Args) -> Result<()> {
         return run_autorag(args);
     }
     // load
-    let spec = DatasetSpec::load_as(&args.dataset, args.layout)?;
+    let spec = args.data.load()?;
     let mut examples = select(spec.load_split(args.split.as_deref())?, args.skip, args.limit);
     let prompt = spec.prompt_builder()?;
     let plain = Method::load(
@@ -513,7 +508,7 @@ fn record(ex: &Example, o: &Outcome, seconds: f64) -> PredictionRecord {
 fn run_autorag(args: Args) -> Result<()> {
     use ragtime::autorag::infer::{AutoRag, ChatGen, InferConfig};
     use ragtime::autorag::prompts::AutoRagPrompts;
-    let spec = DatasetSpec::load_as(&args.dataset, args.layout)?;
+    let spec = args.data.load()?;
     let mut examples = select(spec.load_split(args.split.as_deref())?, args.skip, args.limit);
     let config_path = args.config.clone().unwrap_or_else(|| config::default_path("autorag"));
     let mc = MethodConfig::load(&config_path, Some(&spec.name), &args.overrides, config::AUTORAG_TABLES)?;

@@ -4,6 +4,7 @@ use anyhow::Result;
 use clap::{Parser, Subcommand};
 
 mod data;
+mod dataset_args;
 mod embed;
 pub mod entities;
 mod eval;

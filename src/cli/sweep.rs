@@ -19,7 +19,6 @@ use clap::Args as ClapArgs;
 use ragtime::eval::plot::{group, pareto_svg};
 use ragtime::eval::run::{Progress, RunWriter, CONFIG_FILE, OUTPUT_KIND};
 use ragtime::eval::sweep::{self, calibrated_path, Calibrated, Setting, SweepRecord, DEFAULT_BUDGETS};
-use ragtime::eval::DatasetSpec;
 use ragtime::retrieval::Retriever;
 
 use super::eval::Method;
@@ -35,13 +34,8 @@ const PLOT_FILE: &str = "pareto.svg";
 pub struct Args {
     #[command(flatten)]
     pub model: ModelArgs,
-    /// Dataset name (datasets/NAME.toml) or a data file.
-    #[arg(long)]
-    pub dataset: String,
-    /// Layout of a data file given as --dataset PATH (default: detected from its first record): hotpotqa-ircot,
-    /// hotpotqa-simple, 2wiki, strategyqa-bigbench, strategyqa, iirc, nq-open, triviaqa, popqa, pubmedqa, bioasq.
-    #[arg(long)]
-    pub layout: Option<ragtime::qa::Layout>,
+    #[command(flatten)]
+    pub data: super::dataset_args::DatasetArgs,
     /// The split swept (the dataset spec's [splits]); calibration belongs on validation questions.
     #[arg(long, default_value = "valid")]
     pub split: String,
@@ -114,7 +108,7 @@ pub fn run(args: Args) -> Result<()> {
             "--triggers autorag: Auto-RAG has no threshold to sweep; run it with `ragtime eval --trigger autorag`"
         );
     }
-    let spec = DatasetSpec::load_as(&args.dataset, args.layout)?;
+    let spec = args.data.load()?;
     let examples: Vec<_> =
         spec.load_split(Some(&args.split))?.into_iter().take(args.limit.unwrap_or(usize::MAX)).collect();
     let prompt = spec.prompt_builder()?;

@@ -20,6 +20,8 @@ pub enum SynthCommand {
     Autorag(synth_autorag::Args),
     /// Labels from QA itself (Probing-RAG/UAR): closed-book answers to training questions, each generated
     /// sentence labelled by whether the final answer was wrong, with the same hidden-state features (Parquet).
+    /// --dataset names a pool of training questions (NQ-open, TriviaQA, ...); HotpotQA and 2WikiMultihopQA are
+    /// refused (their questions are reserved for testing controllers).
     QaLabels(synth_qa_labels::Args),
 }
 

@@ -9,7 +9,6 @@ use ragtime::autorag::infer::ChatGen;
 use ragtime::autorag::prompts::AutoRagPrompts;
 use ragtime::autorag::synth::{DialogueStore, SynthConfig, Synthesizer};
 use ragtime::config::{self, MethodConfig};
-use ragtime::eval::DatasetSpec;
 use ragtime::model::Lm;
 
 use super::model_args::ModelArgs;
@@ -20,13 +19,8 @@ pub struct Args {
     /// The model: writes the reasoning and the queries unless --teacher / --query-model say otherwise.
     #[command(flatten)]
     pub model: ModelArgs,
-    /// Dataset name (datasets/NAME.toml) or a data file.
-    #[arg(long)]
-    pub dataset: String,
-    /// Layout of a data file given as --dataset PATH (default: detected from its first record): hotpotqa-ircot,
-    /// hotpotqa-simple, 2wiki, strategyqa-bigbench, strategyqa, iirc, nq-open, triviaqa, popqa, pubmedqa, bioasq.
-    #[arg(long)]
-    pub layout: Option<ragtime::qa::Layout>,
+    #[command(flatten)]
+    pub data: super::dataset_args::DatasetArgs,
     /// Index from `ragtime index` (default: the dataset's).
     #[arg(long)]
     pub index: Option<PathBuf>,
@@ -75,7 +69,7 @@ fn load_model(path: &Path, base: &ModelArgs) -> Result<Lm> {
 }
 
 pub fn run(args: Args) -> Result<()> {
-    let spec = DatasetSpec::load_as(&args.dataset, args.layout)?;
+    let spec = args.data.load()?;
     let mut examples = spec.load_examples()?;
     if let Some(n) = args.limit {
         examples.truncate(n);

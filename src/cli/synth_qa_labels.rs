@@ -10,7 +10,6 @@ use std::path::PathBuf;
 use anyhow::{bail, Result};
 use clap::Args as ClapArgs;
 
-use ragtime::eval::DatasetSpec;
 use ragtime::qa::Example;
 use ragtime::rag::{Batch, Outcome, RagLoop};
 use ragtime::synth::hallucination::Progress;
@@ -24,14 +23,8 @@ use super::model_args::ModelArgs;
 pub struct Args {
     #[command(flatten)]
     pub model: ModelArgs,
-    /// A dataset of training questions (datasets/NAME.toml or a data file): NQ-open, TriviaQA, ... HotpotQA and
-    /// 2WikiMultihopQA are refused (their questions are reserved for testing controllers).
-    #[arg(long)]
-    pub dataset: String,
-    /// Layout of a data file given as --dataset PATH (default: detected from its first record): hotpotqa-ircot,
-    /// hotpotqa-simple, 2wiki, strategyqa-bigbench, strategyqa, iirc, nq-open, triviaqa, popqa, pubmedqa, bioasq.
-    #[arg(long)]
-    pub layout: Option<ragtime::qa::Layout>,
+    #[command(flatten)]
+    pub data: super::dataset_args::DatasetArgs,
     /// The split to answer (the spec's [splits]); `valid` and `test` are refused.
     #[arg(long, default_value = "train")]
     pub split: String,
@@ -59,7 +52,7 @@ pub struct Args {
 
 pub fn run(a: Args) -> Result<()> {
     // load, checking everything before the model
-    let spec = DatasetSpec::load_as(&a.dataset, a.layout)?;
+    let spec = a.data.load()?;
     if RESERVED.contains(&spec.name.as_str()) {
         ragtime::usage_bail!("--dataset {}: its questions are reserved for testing controllers; label NQ-open, TriviaQA or another training pool", spec.name);
     }
