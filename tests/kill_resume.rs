@@ -358,6 +358,27 @@ fn train_detector_killed_and_rerun_writes_the_detector_of_an_uninterrupted_run()
             == std::fs::read(out.join("model.safetensors")).unwrap(),
         "the same weights, byte for byte"
     );
+    // the same for --stream (shards read from disk through a shuffle buffer): killed and rerun, it writes the
+    // detector of an uninterrupted streamed run, byte for byte (the buffer's draws are seeded)
+    let streamed = |out: &Path| {
+        let mut a = args(out);
+        a.extend(s(&["--stream", "--shuffle-buffer", "500"]));
+        a
+    };
+    let whole = root.join("whole-stream");
+    run_ok(&streamed(&whole));
+    let out = root.join("killed-stream");
+    let t0 = Instant::now();
+    if !kill_when(&streamed(&out), || out.exists() && t0.elapsed() > Duration::from_millis(700)) {
+        eprintln!("note: the streamed run finished before the kill point");
+    }
+    run_ok(&streamed(&out));
+    assert_eq!(info(&whole), info(&out));
+    assert!(
+        std::fs::read(whole.join("model.safetensors")).unwrap()
+            == std::fs::read(out.join("model.safetensors")).unwrap(),
+        "the same streamed weights, byte for byte"
+    );
 }
 
 /// `train autorag`, killed after a checkpoint, resumed from it: the weights and the loss history of an
