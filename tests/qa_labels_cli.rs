@@ -6,14 +6,14 @@
 mod common;
 
 use std::path::Path;
-use std::process::Command;
 
 use ragtime::model::Arch;
 use ragtime::synth::store::read_all;
 
+/// Whether the binary succeeded, and its stderr.
 fn ragtime(args: &[&str]) -> (bool, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_ragtime")).args(args).output().expect("runs the binary");
-    (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
+    let (ok, _, err) = common::ragtime(args);
+    (ok, err)
 }
 
 fn rows(dir: &Path) -> Vec<ragtime::synth::store::HalluExample> {
@@ -28,24 +28,8 @@ fn qa_labels_from_closed_book_answers() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
     let model = common::write_tiny_gguf(Arch::Llama, root);
-    let qa: String = (0..6)
-        .map(|i| {
-            format!(
-                "{}\n",
-                serde_json::json!({"question": format!("Who is person {i}?"), "answer": [format!("person {i}")]})
-            )
-        })
-        .collect();
-    std::fs::write(root.join("qa.jsonl"), qa).unwrap();
-    let spec = root.join("pool.toml");
-    std::fs::write(
-        &spec,
-        format!(
-            "name = \"pool\"\nfile = \"{}\"\nlayout = \"nq-open\"\nmax_new_tokens = 48\n\n[splits]\ntrain = \"0..5\"\ntest = \"5..6\"\n",
-            root.join("qa.jsonl").display()
-        ),
-    )
-    .unwrap();
+    let qa: Vec<(String, String)> = (0..6).map(|i| (format!("Who is person {i}?"), format!("person {i}"))).collect();
+    let spec = common::write_qa_spec(root, "pool", &qa, 48, "train = \"0..5\"\ntest = \"5..6\"");
     let run = |out: &Path, extra: &[&str]| {
         let mut a = vec![
             "synth",

@@ -2,7 +2,7 @@
 #![allow(dead_code)]
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Mutex;
 
@@ -233,6 +233,22 @@ pub fn ok(args: &[&str]) -> String {
     stdout
 }
 
+/// A dataset spec `ROOT/NAME.toml` over `ROOT/NAME.jsonl`: the NQ-open layout, one `(question, answer)` a line,
+/// `max_new_tokens`, and the `[splits]` table's lines.
+pub fn write_qa_spec(root: &Path, name: &str, qa: &[(String, String)], max_new_tokens: usize, splits: &str) -> PathBuf {
+    let data = root.join(format!("{name}.jsonl"));
+    let lines: String =
+        qa.iter().map(|(q, a)| format!("{}\n", serde_json::json!({"question": q, "answer": [a]}))).collect();
+    std::fs::write(&data, lines).unwrap();
+    let spec = root.join(format!("{name}.toml"));
+    let text = format!(
+        "name = \"{name}\"\nfile = \"{}\"\nlayout = \"nq-open\"\nmax_new_tokens = {max_new_tokens}\n\n[splits]\n{splits}\n",
+        data.display()
+    );
+    std::fs::write(&spec, text).unwrap();
+    spec
+}
+
 /// A tiny evaluation setting on disk: a random Llama GGUF (SmolLM2's tokenizer), six questions (`tinyqa`, splits
 /// valid 0..4 and test 4..6) and a BM25 index of six passages that answer them.
 pub struct Setup {
@@ -250,7 +266,7 @@ pub fn tiny_eval() -> Option<Setup> {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().to_path_buf();
     let model = write_tiny_gguf(Arch::Llama, &root);
-    let qa: String = [
+    let qa = [
         ("Which river flows through Rome?", "Tiber"),
         ("Who painted the Sistine Chapel ceiling?", "Michelangelo"),
         ("What is the capital of Italy?", "Rome"),
@@ -258,19 +274,8 @@ pub fn tiny_eval() -> Option<Setup> {
         ("Which city has the Colosseum?", "Rome"),
         ("What sea lies east of Italy?", "Adriatic"),
     ]
-    .iter()
-    .map(|(q, a)| format!("{}\n", serde_json::json!({"question": q, "answer": [a]})))
-    .collect();
-    std::fs::write(root.join("qa.jsonl"), qa).unwrap();
-    let spec = root.join("tinyqa.toml");
-    std::fs::write(
-        &spec,
-        format!(
-            "name = \"tinyqa\"\nfile = \"{}\"\nlayout = \"nq-open\"\nmax_new_tokens = 40\n\n[splits]\nvalid = \"0..4\"\ntest = \"4..6\"\n",
-            root.join("qa.jsonl").display()
-        ),
-    )
-    .unwrap();
+    .map(|(q, a)| (q.to_string(), a.to_string()));
+    let spec = write_qa_spec(&root, "tinyqa", &qa, 40, "valid = \"0..4\"\ntest = \"4..6\"");
     let corpus: String = [
         "The Tiber flows through Rome.",
         "Michelangelo painted the Sistine Chapel ceiling.",
