@@ -293,7 +293,7 @@ fn calibrated_point(
     dataset: &str,
     method: &Method,
 ) -> Result<Option<(ragtime::eval::sweep::CalibratedPoint, PathBuf)>> {
-    use ragtime::eval::sweep::Calibrated;
+    use ragtime::eval::sweep::{calibrated_to_read, Calibrated};
     if args.budget == Some(Budget::None) {
         return Ok(None);
     }
@@ -314,7 +314,7 @@ fn calibrated_point(
         return Ok(None);
     }
     let model = args.model.model.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
-    let path = args.calibrated.clone().unwrap_or_else(|| ragtime::config::shipped(&format!("calibrated/{model}.toml")));
+    let path = args.calibrated.clone().unwrap_or_else(|| calibrated_to_read(&model));
     let file = Calibrated::load(&path).with_context(|| "--calibrated")?;
     let want = match (args.budget, &file) {
         (Some(Budget::At(b)), _) => b,

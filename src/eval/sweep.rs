@@ -233,9 +233,20 @@ pub struct Calibrated {
     pub point: Vec<CalibratedPoint>,
 }
 
-/// Where a model's calibrated points live: `configs/calibrated/<model>.toml`.
+/// Where `sweep --pick` writes a model's calibrated points: `configs/calibrated/<model>.toml` in the working
+/// directory.
 pub fn calibrated_path(model: &str) -> PathBuf {
-    PathBuf::from(format!("configs/calibrated/{model}.toml"))
+    PathBuf::from("configs").join(calibrated_rel(model))
+}
+
+/// Where `eval` reads a model's calibrated points: the working directory's file, else the one shipped beside the
+/// sources ([`crate::config::shipped`]).
+pub fn calibrated_to_read(model: &str) -> PathBuf {
+    crate::config::shipped(&calibrated_rel(model))
+}
+
+fn calibrated_rel(model: &str) -> String {
+    format!("calibrated/{model}.toml")
 }
 
 impl Calibrated {
