@@ -67,6 +67,15 @@ fn usage_errors_exit_2() {
     let (code, err) = eval(&["--config", cfg.to_str().unwrap()]);
     assert_eq!(code, 1, "{err}");
     assert!(first_error(&err).contains("mine.toml: rind: unknown key 'thetta' (valid: theta,"), "{err}");
+    // a number out of its range in a config file, likewise (rejection sampling takes 1..=1000 samples)
+    let cfg = s.root.join("synth.toml");
+    std::fs::write(&cfg, "[synth]\nsamples = 0\n").unwrap();
+    let mut a: Vec<String> = vec!["synth".into(), "autorag".into(), "--config".into(), cfg.display().to_string()];
+    a.extend(model_args(&s));
+    a.extend(["--out".to_string(), o.to_string()]);
+    let (code, err) = run(&a.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(code, 1, "{err}");
+    assert!(first_error(&err).contains("synth.toml: [synth] samples = 0: expected 1..=1000"), "{err}");
     let (code, err) = run(&["inspect", "--model", &s.model, "--tokenizer", &s.tokenizer, "--prompt", ""]);
     assert_eq!((code, first_error(&err)), (2, "error: --prompt: the prompt is empty"), "{err}");
     let (code, err) = run(&["search", "--index", &s.index, "--query", "Rome", "--strategy", "fastest"]);

@@ -90,6 +90,12 @@ pub fn run(args: Args) -> Result<()> {
         cfg.samples = k;
     }
     anyhow::ensure!(
+        (1..=1000).contains(&cfg.samples),
+        "{}: [synth] samples = {}: expected 1..=1000 (1: one sample, the paper's setting)",
+        config_path.display(),
+        cfg.samples
+    );
+    anyhow::ensure!(
         cfg.rewrite == "fewshot" || cfg.rewrite == "zeroshot",
         "{}: [synth] rewrite must be fewshot or zeroshot, not {:?}",
         config_path.display(),
