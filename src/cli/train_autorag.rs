@@ -95,6 +95,10 @@ pub struct Args {
     /// cpu, cuda or cuda:N.
     #[arg(long, default_value = "cpu")]
     pub device: DeviceKind,
+    /// Pad batches to a few fixed shapes (rows to --batch-size, length and target count to powers of two) so
+    /// that CUDA compiles each kernel once; same losses (default: [train] static_shapes).
+    #[arg(long)]
+    pub static_shapes: bool,
     /// Write the run's plan (settings, tokenized dialogues with their loss masks, every update's micro-batches and
     /// learning rate) as JSON lines to this file and exit without training: another trainer can replay exactly
     /// this run (scripts/train_autorag_torch.py does, as the PyTorch reference).
@@ -176,6 +180,7 @@ impl Args {
             cfg.lr = lr;
         }
         cfg.stop_after = self.stop_after;
+        cfg.static_shapes |= self.static_shapes;
         cfg.validate()?;
         Ok(cfg)
     }

@@ -3,6 +3,7 @@
 use anyhow::{ensure, Result};
 use serde::{Deserialize, Serialize};
 
+use super::data::Shapes;
 use super::lora::LoraConfig;
 use super::optim::AdamWConfig;
 
@@ -42,6 +43,12 @@ pub struct SftConfig {
     pub max_steps: Option<usize>,
     /// LoRA instead of full fine-tuning.
     pub lora: Option<LoraConfig>,
+    /// Pad every batch to a fixed shape (`batch_size` rows; length and target count rounded up to powers of
+    /// two, the length capped at `max_len`: [`super::data::Batch::padded`]) so that CUDA compiles each kernel
+    /// once. The losses and gradients are those of the tight batches up to float rounding, so it is not part of
+    /// the run's fingerprint: a run may resume with the other setting.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub static_shapes: bool,
     /// Halt (after checkpointing) once this many updates are done, as if killed: for tests and time-boxed
     /// runs; not part of the fingerprint.
     #[serde(skip)]
@@ -70,6 +77,7 @@ impl Default for SftConfig {
             seed: 42,
             max_steps: None,
             lora: None,
+            static_shapes: false,
             stop_after: None,
         }
     }
@@ -89,6 +97,15 @@ impl SftConfig {
             l.validate()?;
         }
         Ok(())
+    }
+
+    /// How batches are shaped under these settings.
+    pub fn shapes(&self) -> Shapes {
+        if self.static_shapes {
+            Shapes::Static { rows: self.batch_size, max_len: self.max_len }
+        } else {
+            Shapes::Tight
+        }
     }
 
     pub(super) fn adamw(&self) -> AdamWConfig {

@@ -169,8 +169,60 @@ pub struct Batch {
     pub t: usize,
     pub positions: Vec<i64>,
     pub targets: Vec<i64>,
+    /// The first `real` entries of `positions`/`targets` are the batch's targets; the rest (only in a
+    /// [`Batch::padded`] batch) fill the list to a fixed length and carry no loss.
+    pub real: usize,
     /// Real (non-pad) tokens in the batch.
     pub tokens: usize,
+}
+
+/// How training and validation shape their batches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shapes {
+    /// As long as the longest row, with as many rows and targets as the batch has.
+    Tight,
+    /// Padded to a few fixed shapes ([`Batch::padded`]), so that a device which compiles a kernel for every new
+    /// shape (CUDA through CubeCL) compiles each once.
+    Static { rows: usize, max_len: usize },
+}
+
+impl Shapes {
+    pub fn apply(self, batch: Batch, pad_id: u32) -> Batch {
+        match self {
+            Shapes::Tight => batch,
+            Shapes::Static { rows, max_len } => batch.padded(rows, max_len, pad_id),
+        }
+    }
+}
+
+/// `n` rounded up to a power of two, at least 64, and at most `cap` (unless `n` itself is larger).
+pub fn bucket(n: usize, cap: usize) -> usize {
+    n.max(64).next_power_of_two().min(cap).max(n)
+}
+
+impl Batch {
+    /// The same batch at a fixed shape: `rows` rows (all-pad rows added below; never fewer than it has), the
+    /// length rounded up to [`bucket`]`(t, max_len)`, and the target list to [`bucket`]`(targets, rows * length)`,
+    /// the added entries pointing at position 0 with target 0 and outside `real`. The loss
+    /// ([`super::loss::nll_sum`]) weights them 0, so it and its gradients are those of the unpadded batch, up to
+    /// the order of float additions. With `max_len` dialogues and `rows` rows there are at most
+    /// `log2(max_len / 64) + 1` lengths, and as many target counts per length.
+    pub fn padded(&self, rows: usize, max_len: usize, pad_id: u32) -> Batch {
+        let (b, t) = (rows.max(self.b), bucket(self.t, max_len));
+        let mut ids = vec![pad_id as i32; b * t];
+        for r in 0..self.b {
+            ids[r * t..r * t + self.t].copy_from_slice(&self.ids[r * self.t..(r + 1) * self.t]);
+        }
+        let mut positions: Vec<i64> = self.positions[..self.real]
+            .iter()
+            .map(|&p| (p as usize / self.t * t + p as usize % self.t) as i64)
+            .collect();
+        let mut targets = self.targets[..self.real].to_vec();
+        let n = bucket(self.real, b * t);
+        positions.resize(n, 0);
+        targets.resize(n, 0);
+        Batch { ids, b, t, positions, targets, real: self.real, tokens: self.tokens }
+    }
 }
 
 pub fn make_batch(examples: &[&Example], pad_id: u32) -> Batch {
@@ -190,7 +242,8 @@ pub fn make_batch(examples: &[&Example], pad_id: u32) -> Batch {
         }
         tokens += e.len();
     }
-    Batch { ids, b, t, positions, targets, tokens }
+    let real = targets.len();
+    Batch { ids, b, t, positions, targets, real, tokens }
 }
 
 #[cfg(test)]
@@ -278,8 +331,36 @@ mod tests {
         // a: token 7 predicted at position 1, token 8 at 2; b: token 10 at row 1 position 0 -> flat 4.
         assert_eq!(batch.positions, vec![1, 2, 4]);
         assert_eq!(batch.targets, vec![7, 8, 10]);
-        assert_eq!(batch.tokens, 6);
+        assert_eq!((batch.tokens, batch.real), (6, 3));
         assert_eq!(a.targets() + b.targets(), batch.targets.len());
+    }
+
+    #[test]
+    fn padded_batches_keep_every_target_at_its_token() {
+        assert_eq!((bucket(1, 1024), bucket(64, 1024), bucket(65, 1024), bucket(700, 1000)), (64, 64, 128, 1000));
+        assert_eq!(bucket(0, 8), 8, "capped");
+        assert_eq!(bucket(9, 8), 9, "never below n");
+        let a = Example { id: "a".into(), ids: vec![5, 6, 7, 8], loss: vec![false, false, true, true] };
+        let b = Example { id: "b".into(), ids: vec![9, 10], loss: vec![false, true] };
+        let tight = make_batch(&[&a, &b], 0);
+        let p = tight.padded(3, 100, 0);
+        // 3 rows of bucket(4, 100) = 64 tokens; targets padded to bucket(3, 192) = 64
+        assert_eq!((p.b, p.t, p.real, p.tokens), (3, 64, 3, 6));
+        assert_eq!((p.positions.len(), p.targets.len()), (64, 64));
+        // a's targets at row 0 positions 1, 2; b's at row 1 position 0 -> flat 64
+        assert_eq!(&p.positions[..3], &[1, 2, 64]);
+        assert_eq!(&p.targets[..3], &[7, 8, 10]);
+        assert!(p.positions[3..].iter().all(|&x| x == 0) && p.targets[3..].iter().all(|&x| x == 0));
+        for (&pos, &tgt) in p.positions[..p.real].iter().zip(&p.targets) {
+            // the token after each target position is the target
+            assert_eq!(p.ids[pos as usize + 1] as i64, tgt);
+        }
+        assert_eq!(&p.ids[..4], &[5, 6, 7, 8]);
+        assert_eq!(&p.ids[64..66], &[9, 10]);
+        assert_eq!(p.ids.iter().filter(|&&x| x != 0).count(), 6);
+        // Tight leaves a batch as it is; padding twice changes nothing more
+        assert_eq!(Shapes::Tight.apply(tight.clone(), 0), tight);
+        assert_eq!(Shapes::Static { rows: 3, max_len: 100 }.apply(p.clone(), 0), p);
     }
 
     #[test]

@@ -5,10 +5,11 @@ use burn::prelude::Backend;
 use burn::tensor::activation::log_softmax;
 use burn::tensor::{Int, Tensor, TensorData};
 
-use super::data::{eval_batches, make_batch, Batch, Example};
+use super::data::{eval_batches, make_batch, Batch, Example, Shapes};
 use crate::model::llama::{Capture, Llama, Rope};
 
-/// Sum over the batch's targets of `-log p(target | prefix)`: `[1]`.
+/// Sum over the batch's targets of `-log p(target | prefix)`: `[1]`. The entries of a padded batch's target
+/// list past `real` are weighted 0.
 pub fn nll_sum<B: Backend>(model: &Llama<B>, rope: &Rope<B>, batch: &Batch, device: &B::Device) -> Tensor<B, 1> {
     let (b, t, n) = (batch.b, batch.t, batch.positions.len());
     let ids = Tensor::<B, 2, Int>::from_data(TensorData::new(batch.ids.clone(), [b, t]), device);
@@ -19,7 +20,12 @@ pub fn nll_sum<B: Backend>(model: &Llama<B>, rope: &Rope<B>, batch: &Batch, devi
     let h = hidden.reshape([b * t, d]).select(0, pos).unsqueeze::<3>();
     let logp = log_softmax(model.logits(h), 2);
     let tgt = Tensor::<B, 3, Int>::from_data(TensorData::new(batch.targets.clone(), [1, n, 1]), device);
-    logp.gather(2, tgt).sum().neg()
+    let nll = logp.gather(2, tgt).neg(); // [1, n, 1]
+    if batch.real == n {
+        return nll.sum();
+    }
+    let weight: Vec<f32> = (0..n).map(|k| if k < batch.real { 1.0 } else { 0.0 }).collect();
+    (nll * Tensor::<B, 3>::from_data(TensorData::new(weight, [1, n, 1]), device)).sum()
 }
 
 pub(super) fn scalar<B: Backend>(t: Tensor<B, 1>) -> f64 {
@@ -32,6 +38,7 @@ pub fn evaluate<B: Backend>(
     rope: &Rope<B>,
     examples: &[Example],
     batch: usize,
+    shapes: Shapes,
     pad_id: u32,
     device: &B::Device,
 ) -> f64 {
@@ -39,8 +46,8 @@ pub fn evaluate<B: Backend>(
     let (mut sum, mut n) = (0.0, 0usize);
     for idx in eval_batches(&lengths, batch) {
         let exs: Vec<&Example> = idx.iter().map(|&i| &examples[i]).collect();
-        let b = make_batch(&exs, pad_id);
-        n += b.targets.len();
+        let b = shapes.apply(make_batch(&exs, pad_id), pad_id);
+        n += b.real;
         sum += scalar(nll_sum(model, rope, &b, device));
     }
     if n == 0 {
@@ -82,5 +89,10 @@ mod tests {
         let b1 = make_batch(&[&one], data.pad_id);
         assert_eq!(b1.targets.len(), 1);
         assert!(scalar(nll_sum(&m, &rope, &b1, &dev)) > 0.0);
+        // Padded to a fixed shape (more rows, a longer row, a longer target list): the same loss.
+        let padded = make_batch(&[a, b], data.pad_id).padded(4, 256, data.pad_id);
+        assert!(padded.real < padded.targets.len() && padded.b == 4 && padded.t > a.len().max(b.len()));
+        let at_fixed_shape = scalar(nll_sum(&m, &rope, &padded, &dev));
+        assert!((at_fixed_shape - together).abs() < 1e-4 * together.abs(), "{at_fixed_shape} vs {together}");
     }
 }

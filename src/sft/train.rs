@@ -89,7 +89,7 @@ pub fn train<AB: AutodiffBackend>(
             return;
         }
         let t0 = Instant::now();
-        let loss = evaluate(&model.valid(), &rope_eval, &data.valid, eval_bs, data.pad_id, device);
+        let loss = evaluate(&model.valid(), &rope_eval, &data.valid, eval_bs, cfg.shapes(), data.pad_id, device);
         log(&format!(
             "valid  step {step:>5}  loss {loss:.4}  ({} dialogues, {:.1}s)",
             data.valid.len(),
@@ -114,8 +114,9 @@ pub fn train<AB: AutodiffBackend>(
             .micro
             .iter()
             .map(|idx| make_batch(&idx.iter().map(|&i| &data.train[i]).collect::<Vec<_>>(), data.pad_id))
+            .map(|b| cfg.shapes().apply(b, data.pad_id))
             .collect();
-        let n_targets: usize = micro.iter().map(|b| b.targets.len()).sum();
+        let n_targets: usize = micro.iter().map(|b| b.real).sum();
         let tokens: usize = micro.iter().map(|b| b.tokens).sum();
         let t0 = Instant::now();
         let mut loss_sum = 0.0;
@@ -138,8 +139,9 @@ pub fn train<AB: AutodiffBackend>(
             secs: t0.elapsed().as_secs_f64(),
         };
         if cfg.log_every > 0 && (state.step.is_multiple_of(cfg.log_every) || state.step == total) {
+            let shapes: Vec<String> = micro.iter().map(|b| format!("{}x{}", b.b, b.t)).collect();
             log(&format!(
-                "step {:>5}/{total}  epoch {}  loss {:.4}  lr {:.2e}  |g| {:.3}  {} tok ({} target)  {:.0} tok/s",
+                "step {:>5}/{total}  epoch {}  loss {:.4}  lr {:.2e}  |g| {:.3}  {} tok ({} target)  {:.0} tok/s  batches {}",
                 row.step,
                 row.epoch,
                 row.loss,
@@ -147,7 +149,8 @@ pub fn train<AB: AutodiffBackend>(
                 row.grad_norm,
                 row.tokens,
                 row.target_tokens,
-                row.tokens as f64 / row.secs.max(1e-9)
+                row.tokens as f64 / row.secs.max(1e-9),
+                shapes.join(",")
             ));
         }
         state.history.push(row);
@@ -214,6 +217,40 @@ mod tests {
             let err = train::<AB>(&w, &mcfg, &data, &c, Some(&ck), &dev, &mut |_| {}).err().unwrap();
             assert!(format!("{err:#}").contains("other settings"), "{err:#}");
         }
+    }
+
+    #[test]
+    fn static_shapes_train_like_tight_batches() {
+        let Some((mcfg, w, data)) = setup() else { return };
+        let dev = Default::default();
+        let mut cfg = small_cfg(false);
+        cfg.stop_after = Some(4);
+        // The batch shapes, from the progress lines ("batches 2x57,1x40").
+        let run = |cfg: &SftConfig| {
+            let mut shapes = std::collections::BTreeSet::new();
+            let t = train::<AB>(&w, &mcfg, &data, cfg, None, &dev, &mut |l| {
+                if let Some((_, s)) = l.split_once("batches ") {
+                    shapes.extend(s.split(',').map(String::from));
+                }
+            });
+            (t.unwrap(), shapes)
+        };
+        let (tight, tight_shapes) = run(&cfg);
+        cfg.static_shapes = true;
+        let (fixed, fixed_shapes) = run(&cfg);
+        assert!(tight_shapes.len() > 1, "the toy batches differ in length: {tight_shapes:?}");
+        assert!(fixed_shapes.iter().all(|s| s == "2x64" || s == "2x128"), "{fixed_shapes:?} vs {tight_shapes:?}");
+        // Same updates: each loss after the first also depends on the earlier updates' gradients.
+        assert_eq!(tight.state.history.len(), 4);
+        for (a, b) in tight.state.history.iter().zip(&fixed.state.history) {
+            assert_eq!((a.tokens, a.target_tokens), (b.tokens, b.target_tokens));
+            assert!((a.loss - b.loss).abs() < 1e-4 * a.loss.abs(), "update {}: {} vs {}", a.step, a.loss, b.loss);
+            assert!((a.grad_norm - b.grad_norm).abs() < 1e-3 * a.grad_norm, "update {}", a.step);
+        }
+        for (a, b) in tight.state.valid.iter().zip(&fixed.state.valid) {
+            assert!((a.loss - b.loss).abs() < 1e-4 * a.loss.abs(), "valid at {}: {} vs {}", a.step, a.loss, b.loss);
+        }
+        assert_eq!(tight.state.fingerprint, fixed.state.fingerprint, "a run may resume with the other setting");
     }
 
     #[test]
