@@ -508,6 +508,13 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_recorded_split_names_the_hash_domain() {
+        // `SPLIT` is what job.json records; it must spell the prefix `shard_of` hashes.
+        let spelled = HASH_DOMAIN.replace('\0', "\\0");
+        assert!(SPLIT.contains(&format!("sha256(\"{spelled}\" + id)")), "{SPLIT} vs {spelled}");
+    }
+
+    #[test]
     fn parsing_and_names() {
         assert_eq!("1/4".parse::<Shard>().unwrap(), Shard { index: 1, count: 4 });
         assert!("4/4".parse::<Shard>().is_err());
