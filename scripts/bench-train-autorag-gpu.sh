@@ -7,7 +7,8 @@
 #
 # Env: BIN (ragtime binary, default target/release/ragtime), MODEL (SmolLM2 GGUF), TOKENIZER (its tokenizer.json),
 #      DATA (dialogues folder, default datasets/autorag/smoke from scripts/autorag_smoke_dialogues.py),
-#      OUT (results, default runs/train-autorag-gpu), EPOCHS (5), BATCH (8), ACCUM (2), LR (5e-5), MAXLEN (1024).
+#      OUT (results, default runs/train-autorag-gpu), EPOCHS (5), BATCH (8), ACCUM (2), LR (5e-5), MAXLEN (1024),
+#      EXTRA (more flags for ragtime's trainer, e.g. "--static-shapes"; the plan PyTorch replays is the same).
 # Each step writes under OUT and can run in a separate call; `ragtime` resumes from its checkpoint if cut off.
 # Peak GPU memory is the largest `nvidia-smi` reading (whole device, sampled every 100 ms) while a trainer runs;
 # PyTorch's own allocator peaks are printed by the torch step as well.
@@ -43,7 +44,8 @@ for step in "${STEPS[@]}"; do
   case "$step" in
     ragtime)
       nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv
-      with_mem ragtime "$BIN" train autorag "${common[@]}" --out "$OUT/ragtime-cuda" --device cuda \
+      read -ra extra <<<"${EXTRA:-}"
+      with_mem ragtime "$BIN" train autorag "${common[@]}" "${extra[@]}" --out "$OUT/ragtime-cuda" --device cuda \
         >>"$OUT/ragtime.stdout" 2>>"$OUT/ragtime.log" || { tail -20 "$OUT/ragtime.log"; exit 1; }
       tail -4 "$OUT/ragtime.log"; cat "$OUT/ragtime.stdout"
       ;;
