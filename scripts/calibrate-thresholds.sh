@@ -6,7 +6,10 @@
 # generated tokens; the
 # 95th percentile is the value scripts/eval-controllers.sh takes (THETA=..., ALPHA=...). This fixes a firing
 # rate, read before any answer is scored; it is not tuned on accuracy.
-# Usage: scripts/calibrate-thresholds.sh [N] (default 30). MODEL=... OUT=runs/calib-<model> BIN=...
+# With DETECTOR=DIR (a `ragtime train detector` checkpoint for this model) the mlp trigger is calibrated the same
+# way: its rule `threshold:1` never fires, and the percentiles of the detector's per-token score give
+# MLP_RULE=threshold:<p95> for scripts/eval-controllers.sh.
+# Usage: scripts/calibrate-thresholds.sh [N] (default 30). MODEL=... OUT=runs/calib-<model> BIN=... DETECTOR=...
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N="${1:-30}"
@@ -23,8 +26,12 @@ RAYON_NUM_THREADS=1 $BIN eval --dataset hotpotqa --trigger rind --index "$INDEX"
 RAYON_NUM_THREADS=1 $BIN eval --dataset hotpotqa --trigger etc --index "$INDEX" --limit "$N" --model "$MODEL" \
   --set trigger.alpha=1e9 --label "etc alpha=1e9 (calibration)" --out "$OUT/etc" >"$OUT/etc.log" 2>&1 &
 wait
+if [[ -n ${DETECTOR:-} ]]; then
+  $BIN eval --dataset hotpotqa --trigger mlp --detector "$DETECTOR" --index "$INDEX" --limit "$N" --model "$MODEL" \
+    --set trigger.rule=threshold:1 --label "mlp threshold:1 (calibration)" --out "$OUT/mlp" >"$OUT/mlp.log" 2>&1
+fi
 python3 - "$OUT" "$MODEL" <<'PY'
-import json, sys
+import json, os, sys
 out, model = sys.argv[1], sys.argv[2]
 def token_scores(run):
     # one value per generated token that has a score (a word's score repeats over its sub-tokens); this is how
@@ -35,8 +42,32 @@ def pct(v, p):
 print(f"model {model}, no-retrieval generations of {out}\n")
 print("| score | scored tokens | p50 | p90 | p95 | p99 | max | retrievals |")
 print("|---|---|---|---|---|---|---|---|")
-for run, name in (("rind", "RIND word score (theta)"), ("etc", "ETC abs smoothed d2 (alpha)")):
+runs = [("rind", "RIND word score (theta)"), ("etc", "ETC abs smoothed d2 (alpha)")]
+if os.path.exists(f"{out}/mlp/predictions.jsonl"):
+    runs.append(("mlp", "detector P(hallucinated) (mlp threshold)"))
+for run, name in runs:
     v = token_scores(run)
     retr = sum(len(json.loads(l)["retrievals"]) for l in open(f"{out}/{run}/predictions.jsonl"))
-    print(f"| {name} | {len(v)} | {pct(v,50):.3f} | {pct(v,90):.3f} | {pct(v,95):.3f} | {pct(v,99):.3f} | {v[-1]:.3f} | {retr} |")
+    print(f"| {name} | {len(v)} | {pct(v,50):.4f} | {pct(v,90):.4f} | {pct(v,95):.4f} | {pct(v,99):.4f} | {v[-1]:.4f} | {retr} |")
+
+# How well each score, before any retrieval, tells a wrong answer from a right one: per question the highest
+# score over the generated tokens, against "the answer is wrong" (F1 < 0.5); ROC-AUC by the Mann-Whitney count
+# (ties count one half). The same generation is scored by every trigger, so the rows compare signals, not texts.
+def auc(pos, neg):
+    if not pos or not neg:
+        return float("nan")
+    return sum((p > q) + 0.5 * (p == q) for p in pos for q in neg) / (len(pos) * len(neg))
+print("\nPer question, the highest score vs. a wrong answer (F1 < 0.5) of the same no-retrieval generation:\n")
+print("| score | questions | wrong | ROC-AUC (max score) | ROC-AUC (mean score) |")
+print("|---|---|---|---|---|")
+for run, name in runs:
+    rows = [json.loads(l) for l in open(f"{out}/{run}/predictions.jsonl")]
+    agg = {"max": ([], []), "mean": ([], [])}
+    for r in rows:
+        v = [abs(t["score"]) for t in r["trace"] if t["score"] is not None] or [0.0]
+        wrong = r["metrics"]["f1"] < 0.5
+        agg["max"][0 if wrong else 1].append(max(v))
+        agg["mean"][0 if wrong else 1].append(sum(v) / len(v))
+    n_wrong = len(agg["max"][0])
+    print(f"| {name} | {len(rows)} | {n_wrong} | {auc(*agg['max']):.3f} | {auc(*agg['mean']):.3f} |")
 PY
