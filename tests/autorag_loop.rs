@@ -8,7 +8,7 @@ use std::sync::Mutex;
 
 mod common;
 
-use common::Tiny;
+use common::{model_args, ok, tiny_eval, Tiny};
 use ragtime::autorag::filter::SubAnswer;
 use ragtime::autorag::infer::{AutoRag, ChatGen, InferConfig};
 use ragtime::autorag::prompts::AutoRagPrompts;
@@ -111,6 +111,119 @@ fn algorithm2_retrieves_new_passages_and_forces_an_answer() {
     let c = rag.answer(&mut fresh, &mut fresh_aux, "What is the capital of Germany?").unwrap();
     assert_eq!(b.turns, c.turns);
     assert_eq!(b.answer, c.answer);
+}
+
+/// `eval --trigger autorag --batch B`: questions answered on the lanes of a batch (two lanes per question slot,
+/// slots refilled as questions finish) give the dialogues, retrievals and traces of one question at a time.
+#[test]
+fn algorithm2_on_batch_lanes_equals_one_question_at_a_time() {
+    use std::cell::{Cell, RefCell};
+    let Some(lm) = tiny_lm(2048) else { return };
+    let corpus = corpus();
+    let prompts = AutoRagPrompts::load(&AutoRagPrompts::default_dir(), "nq").unwrap();
+    let cfg = InferConfig {
+        max_iter: 2,
+        max_pk: 1,
+        top_k: 1,
+        max_new_tokens: 5,
+        answer_tokens: 3,
+        fewshot: true,
+        ..InferConfig::default()
+    };
+    let rag = AutoRag { lm: &lm, retriever: &corpus, prompts: &prompts, cfg };
+    let questions = [
+        "What is the capital of France?",
+        "Where does the Seine flow?",
+        "Is Rome in Italy?",
+        "What is the capital of Germany?",
+        "Name a river.",
+    ];
+    let (mut main, mut aux) = (ChatGen::new(&lm), ChatGen::new(&lm));
+    let one_by_one: Vec<_> = questions
+        .iter()
+        .map(|q| {
+            let o = rag.answer(&mut main, &mut aux, q).unwrap();
+            (o, std::mem::take(&mut main.trace))
+        })
+        .collect();
+
+    let slots = 2;
+    let batch = ragtime::rag::Batch::new(&lm, 2 * slots);
+    let gens: Vec<_> = (0..slots)
+        .map(|k| Cell::new(Some((ChatGen::on(&lm, batch.lane(2 * k)), ChatGen::on(&lm, batch.lane(2 * k + 1))))))
+        .collect();
+    let results = RefCell::new(vec![None; questions.len()]);
+    let mut queue = questions.iter().enumerate();
+    let (rag, gens) = (&rag, &gens);
+    batch
+        .run(
+            |lane| {
+                if lane % 2 == 1 {
+                    return None;
+                }
+                let (i, q) = queue.next()?;
+                Some(Box::pin(async move {
+                    let (mut m, mut a) = gens[lane / 2].take().unwrap();
+                    let o = rag.answer_with(&mut m, &mut a, q).await.unwrap();
+                    let trace = std::mem::take(&mut m.trace);
+                    gens[lane / 2].set(Some((m, a)));
+                    (i, o, trace)
+                }))
+            },
+            |(i, o, trace)| {
+                results.borrow_mut()[i] = Some((o, trace));
+                Ok(())
+            },
+        )
+        .unwrap();
+    assert!(batch.fed.get() > batch.passes.get(), "the slots shared forward passes");
+    for (i, (r, (o, trace))) in results.into_inner().into_iter().zip(&one_by_one).enumerate() {
+        let (b, btrace) = r.expect("every question answered");
+        assert_eq!(b.turns, o.turns, "question {i}");
+        assert_eq!((&b.answer, b.forced, b.generated_tokens), (&o.answer, o.forced, o.generated_tokens));
+        let retrievals = |x: &ragtime::autorag::infer::InferOutcome| -> Vec<(usize, String, Vec<String>)> {
+            x.retrievals
+                .iter()
+                .map(|r| (r.token_pos, r.query.clone(), r.passages.iter().map(|p| p.id.clone()).collect()))
+                .collect()
+        };
+        assert_eq!(retrievals(&b), retrievals(o), "question {i}");
+        // the entropies of every generated token, bit for bit
+        assert_eq!(btrace, *trace, "question {i}");
+    }
+}
+
+/// The command: `eval --trigger autorag --batch 3` writes the records of `--batch 1` (all but the timings).
+#[test]
+fn eval_autorag_on_lanes_writes_the_records_of_one_at_a_time() {
+    let Some(s) = tiny_eval() else { return };
+    let run = |batch: &str| {
+        let out = s.root.join(format!("autorag-b{batch}"));
+        let mut args: Vec<String> = ["eval", "--trigger", "autorag", "--batch", batch, "--max-new-tokens", "6"]
+            .iter()
+            .map(|x| x.to_string())
+            .collect();
+        args.extend(model_args(&s));
+        args.extend(["--set", "autorag.max_iter=2", "--out", out.to_str().unwrap()].map(String::from));
+        let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+        ok(&argv);
+        let mut recs: Vec<serde_json::Value> = std::fs::read_to_string(out.join("predictions.jsonl"))
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        for r in &mut recs {
+            r.as_object_mut().unwrap().remove("seconds");
+            // the first question of each slot also encodes the exemplars
+            r.as_object_mut().unwrap().remove("forward_tokens");
+        }
+        recs.sort_by_key(|r| r["id"].as_str().unwrap().to_string());
+        recs
+    };
+    let (one, lanes) = (run("1"), run("3"));
+    assert_eq!(one.len(), 6);
+    assert!(one.iter().all(|r| !r["retrievals"].as_array().unwrap().is_empty()), "the tiny model retrieves");
+    assert_eq!(one, lanes);
 }
 
 #[test]

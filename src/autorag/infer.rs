@@ -28,41 +28,38 @@ use super::dialogue::Turn;
 use super::prompts::{self, AutoRagPrompts};
 use crate::model::tokenizer::Message;
 use crate::model::{Lm, Sampler, Session};
+use crate::rag::batch::{block_on, common_prefix, feed_prompt, Decoder};
 use crate::retrieval::{Passage, Retriever};
-
-fn common_prefix(a: &[u32], b: &[u32]) -> usize {
-    a.iter().zip(b).take_while(|(x, y)| x == y).count()
-}
 
 /// Largest position the engine accepts (RoPE table: the model's limit, at most 32768).
 fn max_positions(lm: &Lm) -> usize {
     lm.config.max_position_embeddings.min(32768)
 }
 
-/// Generates chat turns in one session, re-using the cached prefix of the previous prompt (the system prompt and
-/// few-shot exemplars are encoded once; a dialogue's next turn feeds only the new messages).
-pub struct ChatGen<'l> {
-    pub session: Session<'l>,
+/// Generates chat turns on one decoder (a [`Session`], or a lane of a [`crate::rag::batch::Batch`]), re-using
+/// the cached prefix of the previous prompt (the system prompt and few-shot exemplars are encoded once; a
+/// dialogue's next turn feeds only the new messages).
+///
+/// With an anchor ([`ChatGen::anchor`]), the first prompt after [`ChatGen::begin_job`] keeps only the anchor of
+/// what the decoder cached ([`feed_prompt`]): a question's numbers then do not depend on which questions the
+/// decoder answered before, so answering on the lanes of a batch gives what answering one by one gives.
+pub struct ChatGen<'l, D: Decoder = Session<'l>> {
+    pub lm: &'l Lm,
+    pub decoder: D,
+    anchor: Option<Vec<u32>>,
+    new_job: bool,
     /// Tokens generated (all calls).
     pub generated: usize,
     /// Generated tokens with the entropy of the distribution each was drawn from (all calls), for traces.
     pub trace: Vec<(String, f32)>,
 }
 
-impl<'l> ChatGen<'l> {
+impl<'l> ChatGen<'l, Session<'l>> {
     pub fn new(lm: &'l Lm) -> Self {
-        ChatGen { session: lm.session(), generated: 0, trace: Vec::new() }
+        ChatGen::on(lm, lm.session())
     }
 
-    /// Tokens the model has run forward in this session (prefill + decode).
-    pub fn forward_tokens(&self) -> usize {
-        self.session.forward_tokens
-    }
-
-    /// Renders `messages` with the chat template, opens an assistant turn, appends `prefix` (text the turn
-    /// starts with), and generates until a stop token, `max_new` tokens, or `end(text)` returns the length to
-    /// keep. Returns the generated text (without `prefix`), or `None` when the prompt plus `max_new` does not fit
-    /// the model's positions (nothing is run then).
+    /// [`ChatGen::complete_async`] on a session, which never waits.
     pub fn complete(
         &mut self,
         messages: &[Message],
@@ -71,19 +68,60 @@ impl<'l> ChatGen<'l> {
         sampler: &mut Sampler,
         end: &dyn Fn(&str) -> Option<usize>,
     ) -> Result<Option<String>> {
-        let lm = self.session.lm;
+        block_on(self.complete_async(messages, prefix, max_new, sampler, end))
+    }
+}
+
+impl<'l, D: Decoder> ChatGen<'l, D> {
+    pub fn on(lm: &'l Lm, decoder: D) -> Self {
+        ChatGen { lm, decoder, anchor: None, new_job: false, generated: 0, trace: Vec::new() }
+    }
+
+    /// The tokens every job's first prompt starts with, if set.
+    pub fn anchor(&self) -> Option<&[u32]> {
+        self.anchor.as_deref()
+    }
+
+    pub fn set_anchor(&mut self, anchor: Vec<u32>) {
+        self.anchor = Some(anchor);
+    }
+
+    /// The next prompt starts a new job (a question): of the cache it keeps only the anchor.
+    pub fn begin_job(&mut self) {
+        self.new_job = true;
+    }
+
+    /// Tokens the model has run forward on this decoder (prefill + decode).
+    pub fn forward_tokens(&self) -> usize {
+        self.decoder.forward_tokens()
+    }
+
+    /// Renders `messages` with the chat template, opens an assistant turn, appends `prefix` (text the turn
+    /// starts with), and generates until a stop token, `max_new` tokens, or `end(text)` returns the length to
+    /// keep. Returns the generated text (without `prefix`), or `None` when the prompt plus `max_new` does not fit
+    /// the model's positions (nothing is run then).
+    pub async fn complete_async(
+        &mut self,
+        messages: &[Message],
+        prefix: &str,
+        max_new: usize,
+        sampler: &mut Sampler,
+        end: &dyn Fn(&str) -> Option<usize>,
+    ) -> Result<Option<String>> {
+        let lm = self.lm;
         let mut prompt = lm.tokenizer.apply_chat_template(messages, true);
         prompt.push_str(prefix);
         let ids = lm.tokenizer.encode(&prompt, true)?;
         if ids.len() + max_new > max_positions(lm) {
             return Ok(None);
         }
-        let lcp = common_prefix(self.session.ids(), &ids).min(ids.len() - 1);
-        self.session.truncate(lcp);
-        self.session.prefill(&ids[self.session.len()..])?;
+        // at least the last prompt token is fed, for the distribution of the first new one
+        let anchor = self.anchor.as_deref().unwrap_or(&[]);
+        feed_prompt(&mut self.decoder, anchor, self.new_job, &ids, ids.len() - 1, ids.len()).await?;
+        self.new_job = false;
         let mut text = String::new();
         for _ in 0..max_new {
-            let s = self.session.step(sampler)?;
+            let s = self.decoder.step(sampler).await?;
             self.generated += 1;
             if lm.tokenizer.is_stop(s.id) {
                 break;
@@ -192,9 +230,43 @@ impl<'a> AutoRag<'a> {
         prompts::dialogue_messages(Some(prompts::SYSTEM_PROMPT), prefix, turns)
     }
 
+    /// The anchors of the dialogue's and the pseudo-document's prompts: the tokens every question's first prompt
+    /// starts with (the system prompt and exemplars; the parametric prompt's opening), found as the common
+    /// prefix of the prompts of two made-up questions.
+    fn anchors(&self) -> Result<(Vec<u32>, Vec<u32>)> {
+        let tok = &self.lm.tokenizer;
+        let prefix = if self.cfg.fewshot { self.prompts.fewshot_messages() } else { vec![] };
+        let encode = |m: &[Message]| tok.encode(&tok.apply_chat_template(m, true), true);
+        let first = |q: &str| {
+            encode(&self.messages(&prefix, &[Turn { input: prompts::question_input(q), output: String::new() }]))
+        };
+        let pseudo = |q: &str| encode(&[Message::new("user", self.prompts.parametric_prompt(q, q))]);
+        let (a, b) = (first("x")?, first("y")?);
+        let (c, d) = (pseudo("x")?, pseudo("y")?);
+        Ok((a[..common_prefix(&a, &b)].to_vec(), c[..common_prefix(&c, &d)].to_vec()))
+    }
+
     /// Answers `question`: `main` carries the dialogue (reuse it across questions: the exemplar prefix stays
     /// cached), `aux` the pseudo-document prompts.
     pub fn answer(&self, main: &mut ChatGen<'_>, aux: &mut ChatGen<'_>, question: &str) -> Result<InferOutcome> {
+        block_on(self.answer_with(main, aux, question))
+    }
+
+    /// [`AutoRag::answer`] on any decoders: on the lanes of a batch, one pair per lane, the same outcome as on
+    /// sessions of their own.
+    pub async fn answer_with<M: Decoder, X: Decoder>(
+        &self,
+        main: &mut ChatGen<'_, M>,
+        aux: &mut ChatGen<'_, X>,
+        question: &str,
+    ) -> Result<InferOutcome> {
+        if main.anchor().is_none() || aux.anchor().is_none() {
+            let (m, a) = self.anchors()?;
+            main.set_anchor(m);
+            aux.set_anchor(a);
+        }
+        main.begin_job();
+        aux.begin_job();
         let cfg = &self.cfg;
         let prefix = if cfg.fewshot { self.prompts.fewshot_messages() } else { vec![] };
         let (gen0, fwd0) = (main.generated + aux.generated, main.forward_tokens() + aux.forward_tokens());
@@ -209,25 +281,9 @@ impl<'a> AutoRag<'a> {
         let mut iter = 0usize;
         let mut last = prompts::ParsedTurn::default();
 
-        // one model turn on the current dialogue; false when the context is full
-        let turn = |main: &mut ChatGen<'_>,
-                    out: &mut InferOutcome,
-                    greedy: &mut Sampler|
-         -> Result<Option<prompts::ParsedTurn>> {
-            let msgs = self.messages(&prefix, &out.turns);
-            let Some(text) = main.complete(&msgs, "", cfg.max_new_tokens, greedy, &prompts::turn_end)? else {
-                out.context_full = true;
-                return Ok(None);
-            };
-            let text = text.trim().to_string();
-            let p = prompts::parse_turn(&text);
-            out.turns.last_mut().unwrap().output = text;
-            Ok(Some(p))
-        };
-
         // retrieval phase
         loop {
-            let Some(p) = turn(main, &mut out, &mut greedy)? else { break };
+            let Some(p) = self.turn(main, &prefix, &mut out, &mut greedy).await? else { break };
             last = p;
             if let Some(a) = &last.answer {
                 answer = Some(a.clone());
@@ -256,7 +312,9 @@ impl<'a> AutoRag<'a> {
         while answer.is_none() && !out.context_full && pk < cfg.max_pk {
             let Some(q) = last.query.clone() else { break };
             let p = [Message::new("user", self.prompts.parametric_prompt(question.trim(), &q))];
-            let Some(doc) = aux.complete(&p, "", cfg.pseudo_doc_tokens, &mut greedy, &line_end)? else { break };
+            let Some(doc) = aux.complete_async(&p, "", cfg.pseudo_doc_tokens, &mut greedy, &line_end).await? else {
+                break;
+            };
             let doc = doc.trim().to_string();
             pk += 1;
             iter += 1;
@@ -272,7 +330,7 @@ impl<'a> AutoRag<'a> {
                 pseudo: true,
             });
             out.turns.push(Turn { input: prompts::pseudo_document_input(iter, &doc), output: String::new() });
-            let Some(p) = turn(main, &mut out, &mut greedy)? else { break };
+            let Some(p) = self.turn(main, &prefix, &mut out, &mut greedy).await? else { break };
             last = p;
             if let Some(a) = &last.answer {
                 answer = Some(a.clone());
@@ -291,7 +349,7 @@ impl<'a> AutoRag<'a> {
             } else {
                 format!("{}\n\nFinal Answer:", last_turn.output)
             };
-            let a = main.complete(&msgs, &open, cfg.answer_tokens, &mut greedy, &line_end)?;
+            let a = main.complete_async(&msgs, &open, cfg.answer_tokens, &mut greedy, &line_end).await?;
             match a {
                 Some(a) => {
                     let a = a.trim().trim_end_matches('.').trim().to_string();
@@ -305,6 +363,26 @@ impl<'a> AutoRag<'a> {
         out.generated_tokens = main.generated + aux.generated - gen0;
         out.forward_tokens = main.forward_tokens() + aux.forward_tokens() - fwd0;
         Ok(out)
+    }
+
+    /// One model turn on the current dialogue, parsed; `None` when the context is full.
+    async fn turn<D: Decoder>(
+        &self,
+        main: &mut ChatGen<'_, D>,
+        prefix: &[Message],
+        out: &mut InferOutcome,
+        greedy: &mut Sampler,
+    ) -> Result<Option<prompts::ParsedTurn>> {
+        let msgs = self.messages(prefix, &out.turns);
+        let Some(text) = main.complete_async(&msgs, "", self.cfg.max_new_tokens, greedy, &prompts::turn_end).await?
+        else {
+            out.context_full = true;
+            return Ok(None);
+        };
+        let text = text.trim().to_string();
+        let p = prompts::parse_turn(&text);
+        out.turns.last_mut().unwrap().output = text;
+        Ok(Some(p))
     }
 }
 

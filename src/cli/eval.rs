@@ -506,7 +506,7 @@ fn record(ex: &Example, o: &Outcome, seconds: f64) -> PredictionRecord {
 /// are shown (the base model) or not (a model trained on `synth autorag` dialogues); `-k` overrides k and
 /// `--max-new-tokens` the turn length (`--max-retrievals` does not apply: T is `[autorag] max_iter`).
 fn run_autorag(args: Args) -> Result<()> {
-    use ragtime::autorag::infer::{AutoRag, ChatGen, InferConfig};
+    use ragtime::autorag::infer::{AutoRag, ChatGen, InferConfig, InferOutcome};
     use ragtime::autorag::prompts::AutoRagPrompts;
     let spec = args.data.load()?;
     let mut examples = select(spec.load_split(args.split.as_deref())?, args.skip, args.limit);
@@ -537,42 +537,83 @@ fn run_autorag(args: Args) -> Result<()> {
     let mut writer = RunWriter::create(&out_dir, &toml::Value::Table(run_config))?;
     let mut progress = Progress::new(examples.len(), writer.len());
     let rag = AutoRag { lm: &lm, retriever: retriever.as_ref(), prompts: &prompts, cfg };
-    let mut main = ChatGen::new(&lm);
-    let mut aux = ChatGen::new(&lm);
-    for ex in &examples {
-        if writer.is_done(&ex.id) {
-            continue;
-        }
-        let t0 = std::time::Instant::now();
-        let trace_from = main.trace.len();
-        let o = match rag.answer(&mut main, &mut aux, &ex.question) {
-            Ok(o) => o,
-            Err(e) => {
-                let rec = PredictionRecord::unanswered(ex, e)?;
-                writer.write(&rec)?;
-                eprintln!("{}", progress.update(&rec));
-                continue;
-            }
+    let todo: Vec<&Example> = examples.iter().filter(|ex| !writer.is_done(&ex.id)).collect();
+    let mut write = |ex: &Example, o: Result<InferOutcome>, trace: Vec<(String, f32)>, seconds: f64| -> Result<()> {
+        let rec = match o {
+            Ok(o) => autorag_record(ex, &o, trace, seconds),
+            Err(e) => PredictionRecord::unanswered(ex, e)?,
         };
-        let mut rec = PredictionRecord::new(ex, &o.answer);
-        rec.raw_output = o.transcript();
-        rec.retrievals = o
-            .retrievals
-            .iter()
-            .filter(|r| !r.pseudo)
-            .map(|r| RetrievalRecord::new(ex, r.token_pos, &r.query, &r.passages))
-            .collect();
-        rec.generated_tokens = o.generated_tokens;
-        rec.forward_tokens = o.forward_tokens;
-        rec.seconds = t0.elapsed().as_secs_f64();
-        rec.trace = main.trace[trace_from..]
-            .iter()
-            .map(|(t, e)| TraceToken { text: t.clone(), entropy: *e, score: None })
-            .collect();
         writer.write(&rec)?;
         eprintln!("{}", progress.update(&rec));
+        Ok(())
+    };
+    if args.batch <= 1 {
+        let (mut main, mut aux) = (ChatGen::new(&lm), ChatGen::new(&lm));
+        for ex in todo {
+            let t0 = std::time::Instant::now();
+            let o = rag.answer(&mut main, &mut aux, &ex.question);
+            write(ex, o, std::mem::take(&mut main.trace), t0.elapsed().as_secs_f64())?;
+        }
+    } else {
+        // Lanes 2k and 2k+1 are question slot k's: its dialogue and its pseudo-documents. Each slot keeps its
+        // two generators (and their cached exemplar prefix) across the questions it answers.
+        let batch = Batch::new(&lm, 2 * args.batch);
+        let slots: Vec<_> = (0..args.batch)
+            .map(|k| Cell::new(Some((ChatGen::on(&lm, batch.lane(2 * k)), ChatGen::on(&lm, batch.lane(2 * k + 1))))))
+            .collect();
+        let (rag, slots) = (&rag, &slots);
+        let mut queue = todo.into_iter();
+        let mut last = std::time::Instant::now();
+        batch.run(
+            |lane| {
+                if lane % 2 == 1 {
+                    return None;
+                }
+                let ex = queue.next()?;
+                Some(Box::pin(async move {
+                    let (mut main, mut aux) = slots[lane / 2].take().expect("a slot answers one question at a time");
+                    let o = rag.answer_with(&mut main, &mut aux, &ex.question).await;
+                    let trace = std::mem::take(&mut main.trace);
+                    slots[lane / 2].set(Some((main, aux)));
+                    (ex, o, trace)
+                }))
+            },
+            |(ex, o, trace)| {
+                let seconds = last.elapsed().as_secs_f64();
+                last = std::time::Instant::now();
+                write(ex, o, trace, seconds)
+            },
+        )?;
+        let passes = batch.passes.get().max(1);
+        eprintln!(
+            "batch: {} forward passes, {:.2} sequences per pass",
+            batch.passes.get(),
+            batch.fed.get() as f64 / passes as f64
+        );
     }
     finish_run(writer, part)
+}
+
+/// The prediction record of `ex` answered by Auto-RAG as `o`, with the dialogue's generated tokens as its trace.
+fn autorag_record(
+    ex: &Example,
+    o: &ragtime::autorag::infer::InferOutcome,
+    trace: Vec<(String, f32)>,
+    seconds: f64,
+) -> PredictionRecord {
+    let mut rec = PredictionRecord::new(ex, &o.answer);
+    rec.raw_output = o.transcript();
+    rec.retrievals = o
+        .retrievals
+        .iter()
+        .filter(|r| !r.pseudo)
+        .map(|r| RetrievalRecord::new(ex, r.token_pos, &r.query, &r.passages))
+        .collect();
+    rec.generated_tokens = o.generated_tokens;
+    rec.forward_tokens = o.forward_tokens;
+    rec.seconds = seconds;
+    rec.trace = trace.into_iter().map(|(text, entropy)| TraceToken { text, entropy, score: None }).collect();
+    rec
 }
 
 #[cfg(test)]
