@@ -226,6 +226,41 @@ fn eval_autorag_on_lanes_writes_the_records_of_one_at_a_time() {
     assert_eq!(one, lanes);
 }
 
+/// `synth autorag --batch 3` (one model: teacher and query lanes) writes the attempts and dialogues of `--batch 1`,
+/// in the same order (all but the timings); with rejection sampling, so that lanes run several samples.
+#[test]
+fn synth_autorag_on_lanes_writes_what_one_session_writes() {
+    let Some(s) = tiny_eval() else { return };
+    let run = |batch: &str| {
+        let out = s.root.join(format!("synth-b{batch}"));
+        let mut args: Vec<String> =
+            ["synth", "autorag", "--batch", batch, "--max-iter", "2", "--candidates", "2", "--samples", "2"]
+                .iter()
+                .map(|x| x.to_string())
+                .collect();
+        args.extend(model_args(&s));
+        args.extend(["--out", out.to_str().unwrap()].map(String::from));
+        let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+        ok(&argv);
+        let lines = |f: &str| -> Vec<serde_json::Value> {
+            std::fs::read_to_string(out.join(f))
+                .unwrap_or_default()
+                .lines()
+                .map(|l| {
+                    let mut v: serde_json::Value = serde_json::from_str(l).unwrap();
+                    v.as_object_mut().unwrap().remove("seconds");
+                    v
+                })
+                .collect()
+        };
+        (lines("attempts.jsonl"), lines("dialogues.jsonl"))
+    };
+    let (one, lanes) = (run("1"), run("3"));
+    assert_eq!(one.0.len(), 6);
+    assert!(one.0.iter().any(|a| !a["queries"].as_array().unwrap().is_empty()), "{:?}", one.0);
+    assert_eq!(one, lanes);
+}
+
 #[test]
 fn algorithm2_context_full_ends_cleanly() {
     let Some(lm) = tiny_lm(300) else { return }; // the exemplar prefix alone is longer

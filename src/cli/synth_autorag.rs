@@ -1,5 +1,7 @@
 //! `ragtime synth autorag`: Auto-RAG's Algorithm 1 over a QA dataset (see `ragtime::autorag::synth`).
 
+use std::cell::Cell;
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
@@ -10,6 +12,8 @@ use ragtime::autorag::prompts::AutoRagPrompts;
 use ragtime::autorag::synth::{DialogueStore, SynthConfig, Synthesizer};
 use ragtime::config::{self, MethodConfig};
 use ragtime::model::Lm;
+use ragtime::qa::Example;
+use ragtime::rag::batch::Decoder;
 
 use super::model_args::ModelArgs;
 use super::retriever_args::RetrieverArgs;
@@ -62,6 +66,59 @@ pub struct Args {
     /// Folder of the Auto-RAG prompt files (default: <shared data>/fewshot/autorag).
     #[arg(long)]
     pub prompts: Option<PathBuf>,
+    /// Questions synthesized at once, each on lanes of its own whose decoding steps share passes over the
+    /// teacher's weights (the query model's too when it is the teacher). The attempts and dialogues, and their
+    /// order, are those of `--batch 1`, so a run may be resumed with another value.
+    #[arg(long, default_value_t = 1, value_parser = super::ranges::int::<1, 1024>)]
+    pub batch: usize,
+}
+
+/// What one question gave: its attempt and, when kept, its dialogue.
+type Synthesized = (ragtime::autorag::synth::Attempt, Option<ragtime::autorag::dialogue::Dialogue>);
+
+/// Synthesizes `todo` on `slots` question slots of `batch`: slot k's teacher generator on lane `lanes_per_slot * k`
+/// (and its query generator from `qgen(k)`: the next lane, or a session of the query model), handing each
+/// question's result to `done` in the order of `todo`.
+fn synthesize_on_lanes<'l, Q: Decoder>(
+    synth: &Synthesizer<'_>,
+    batch: &ragtime::rag::Batch<'l>,
+    teacher: &'l Lm,
+    lanes_per_slot: usize,
+    qgen: impl Fn(usize) -> ChatGen<'l, Q>,
+    todo: &[&Example],
+    mut done: impl FnMut(&Example, Result<Synthesized>) -> Result<()>,
+) -> Result<()> {
+    let slots: Vec<_> = (0..batch.lanes() / lanes_per_slot)
+        .map(|k| Cell::new(Some((ChatGen::on(teacher, batch.lane(lanes_per_slot * k)), qgen(k)))))
+        .collect();
+    let slots = &slots;
+    let mut queue = todo.iter().copied().enumerate();
+    // results wait here until every question before them is handed on
+    let mut finished: BTreeMap<usize, (&Example, Result<Synthesized>)> = BTreeMap::new();
+    let mut next_out = 0;
+    batch.run(
+        |lane| {
+            if lane % lanes_per_slot != 0 {
+                return None;
+            }
+            let (i, ex) = queue.next()?;
+            let k = lane / lanes_per_slot;
+            Some(Box::pin(async move {
+                let (mut t, mut q) = slots[k].take().expect("a slot synthesizes one question at a time");
+                let r = synth.synthesize_with(&mut t, &mut q, ex).await;
+                slots[k].set(Some((t, q)));
+                (i, ex, r.with_context(|| format!("question '{}'", ex.id)))
+            }))
+        },
+        |(i, ex, r)| {
+            finished.insert(i, (ex, r));
+            while let Some((ex, r)) = finished.remove(&next_out) {
+                done(ex, r)?;
+                next_out += 1;
+            }
+            Ok(())
+        },
+    )
 }
 
 fn load_model(path: &Path, base: &ModelArgs) -> Result<Lm> {
@@ -143,8 +200,6 @@ pub fn run(args: Args) -> Result<()> {
 
     let mut store = DialogueStore::open(&out, &config)?;
     let synth = Synthesizer { retriever: retriever.as_ref(), prompts: &prompts, cfg, dataset: spec.name.clone() };
-    let mut tgen = ChatGen::new(&teacher);
-    let mut qgen = ChatGen::new(query_lm);
     let total = examples.len();
     eprintln!(
         "synth autorag: {} questions ({} already tried) -> {}",
@@ -152,12 +207,9 @@ pub fn run(args: Args) -> Result<()> {
         examples.iter().filter(|e| store.is_done(&e.id)).count(),
         out.display()
     );
-    for ex in &examples {
-        if store.is_done(&ex.id) {
-            continue;
-        }
-        let (attempt, dialogue) =
-            synth.synthesize(&mut tgen, &mut qgen, ex).with_context(|| format!("question '{}'", ex.id))?;
+    let todo: Vec<&Example> = examples.iter().filter(|e| !store.is_done(&e.id)).collect();
+    let mut record = |ex: &Example, r: Result<Synthesized>| -> Result<()> {
+        let (attempt, dialogue) = r?;
         store.record(&attempt, dialogue.as_ref())?;
         eprintln!(
             "{} | {}: {} ({} iterations, answer {:?})",
@@ -167,6 +219,24 @@ pub fn run(args: Args) -> Result<()> {
             attempt.iterations,
             attempt.final_answer
         );
+        Ok(())
+    };
+    if args.batch <= 1 {
+        let (mut tgen, mut qgen) = (ChatGen::new(&teacher), ChatGen::new(query_lm));
+        for ex in todo {
+            let r = synth.synthesize(&mut tgen, &mut qgen, ex).with_context(|| format!("question '{}'", ex.id));
+            record(ex, r)?;
+        }
+    } else if query_own.is_none() {
+        // one model: slot k's teacher turns on lane 2k, its queries on lane 2k + 1
+        let batch = ragtime::rag::Batch::new(&teacher, 2 * args.batch);
+        let qgen = |k: usize| ChatGen::on(&teacher, batch.lane(2 * k + 1));
+        synthesize_on_lanes(&synth, &batch, &teacher, 2, qgen, &todo, &mut record)?;
+    } else {
+        // the query model has sessions of its own, one per slot (they never wait)
+        let batch = ragtime::rag::Batch::new(&teacher, args.batch);
+        let qgen = |_k: usize| ChatGen::new(query_lm);
+        synthesize_on_lanes(&synth, &batch, &teacher, 1, qgen, &todo, &mut record)?;
     }
     let stats = store.finish()?;
     if let Some((run, order)) = part {

@@ -15,8 +15,9 @@ use crate::autorag::prompts::{self, AutoRagPrompts, Next};
 use crate::autorag::stop::{self, StopDecision};
 use crate::eval::metrics::normalize_answer;
 use crate::model::tokenizer::Message;
-use crate::model::Sampler;
+use crate::model::{Sampler, Session};
 use crate::qa::Example;
+use crate::rag::batch::{block_on, common_prefix, Decoder};
 use crate::retrieval::{Passage, Retriever};
 
 /// Synthesizes dialogues with Algorithm 1.
@@ -50,10 +51,28 @@ impl<'a> Synthesizer<'a> {
         prompts::dialogue_messages(Some(prompts::SYSTEM_PROMPT), &self.prompts.fewshot_messages(), turns)
     }
 
-    /// Candidate queries for iteration t: the teacher's own, then sampled rewrites.
-    fn candidates(
+    /// The anchors of the teacher's and the query model's prompts (see [`ChatGen`]): the tokens every
+    /// question's first prompt starts with, found as the common prefix of the prompts of two made-up questions.
+    fn anchors<T: Decoder, Q: Decoder>(
         &self,
-        qgen: &mut ChatGen<'_>,
+        tgen: &ChatGen<'_, T>,
+        qgen: &ChatGen<'_, Q>,
+    ) -> Result<(Vec<u32>, Vec<u32>)> {
+        let common = |lm: &crate::model::Lm, a: &[Message], b: &[Message]| -> Result<Vec<u32>> {
+            let enc = |m: &[Message]| lm.tokenizer.encode(&lm.tokenizer.apply_chat_template(m, true), true);
+            let (a, b) = (enc(a)?, enc(b)?);
+            Ok(a[..common_prefix(&a, &b)].to_vec())
+        };
+        let first = |q: &str| self.messages(&[Turn { input: prompts::question_input(q), output: String::new() }]);
+        let rewrite =
+            |q: &str| [Message::new("user", self.prompts.rewrite_prompt(q, q, self.cfg.rewrite == "fewshot"))];
+        Ok((common(tgen.lm, &first("x"), &first("y"))?, common(qgen.lm, &rewrite("x"), &rewrite("y"))?))
+    }
+
+    /// Candidate queries for iteration t: the teacher's own, then sampled rewrites.
+    async fn candidates<Q: Decoder>(
+        &self,
+        qgen: &mut ChatGen<'_, Q>,
         rng: &mut StdRng,
         ex: &Example,
         analysis: &str,
@@ -74,7 +93,9 @@ impl<'a> Synthesizer<'a> {
         while out.len() < n && draws < 2 * n {
             draws += 1;
             let mut s = Sampler::new(self.cfg.query_temperature, self.cfg.query_top_p, rng.random::<u64>());
-            let Some(text) = qgen.complete(&prompt, "", self.cfg.query_tokens, &mut s, &line_end)? else { break };
+            let Some(text) = qgen.complete_async(&prompt, "", self.cfg.query_tokens, &mut s, &line_end).await? else {
+                break;
+            };
             let q = clean_query(&text);
             if !q.is_empty() && seen.insert(normalize_answer(&q)) {
                 out.push(q);
@@ -93,13 +114,31 @@ impl<'a> Synthesizer<'a> {
     pub fn synthesize(
         &self,
         tgen: &mut ChatGen<'_>,
-        qgen: &mut ChatGen<'_>,
+        qgen: &mut ChatGen<'_, Session<'_>>,
         ex: &Example,
     ) -> Result<(Attempt, Option<Dialogue>)> {
+        block_on(self.synthesize_with(tgen, qgen, ex))
+    }
+
+    /// [`Synthesizer::synthesize`] on any decoders: on the lanes of a batch, the attempt and dialogue of a
+    /// session of their own. Each sample starts a new job on both generators (keeping only their anchors).
+    pub async fn synthesize_with<T: Decoder, Q: Decoder>(
+        &self,
+        tgen: &mut ChatGen<'_, T>,
+        qgen: &mut ChatGen<'_, Q>,
+        ex: &Example,
+    ) -> Result<(Attempt, Option<Dialogue>)> {
+        if tgen.anchor().is_none() || qgen.anchor().is_none() {
+            let (t, q) = self.anchors(tgen, qgen)?;
+            tgen.set_anchor(t);
+            qgen.set_anchor(q);
+        }
         let (mut tokens, mut seconds, mut rejected) = (0, 0.0, Vec::new());
         let samples = self.cfg.samples.max(1);
         for k in 0..samples {
-            let (mut a, d) = self.sample(tgen, qgen, ex, k)?;
+            tgen.begin_job();
+            qgen.begin_job();
+            let (mut a, d) = self.sample(tgen, qgen, ex, k).await?;
             tokens += a.generated_tokens;
             seconds += a.seconds;
             if a.kept || k + 1 == samples {
@@ -113,10 +152,10 @@ impl<'a> Synthesizer<'a> {
     }
 
     /// Sample `k` of a question: its own seed (sample 0's is that of a run without rejection sampling).
-    fn sample(
+    async fn sample<T: Decoder, Q: Decoder>(
         &self,
-        tgen: &mut ChatGen<'_>,
-        qgen: &mut ChatGen<'_>,
+        tgen: &mut ChatGen<'_, T>,
+        qgen: &mut ChatGen<'_, Q>,
         ex: &Example,
         k: usize,
     ) -> Result<(Attempt, Option<Dialogue>)> {
@@ -138,13 +177,14 @@ impl<'a> Synthesizer<'a> {
 
         // R_0
         let msgs = self.messages(&turns);
-        let mut parsed = match tgen.complete(&msgs, "", cfg.max_new_tokens, &mut reasoner, &prompts::turn_end)? {
-            Some(t) => prompts::parse_turn(&t),
-            None => {
-                context_full = true;
-                prompts::ParsedTurn::default()
-            }
-        };
+        let mut parsed =
+            match tgen.complete_async(&msgs, "", cfg.max_new_tokens, &mut reasoner, &prompts::turn_end).await? {
+                Some(t) => prompts::parse_turn(&t),
+                None => {
+                    context_full = true;
+                    prompts::ParsedTurn::default()
+                }
+            };
         let mut t = 0usize;
         if !context_full {
             loop {
@@ -173,7 +213,7 @@ impl<'a> Synthesizer<'a> {
                         forced = true;
                         let open = prompts::model_output(t, &r, Next::Answer("")).trim_end().to_string();
                         let msgs = self.messages(&turns); // ends with x_t: y_t is not set yet
-                        match tgen.complete(&msgs, &open, cfg.answer_tokens, &mut reasoner, &line_end)? {
+                        match tgen.complete_async(&msgs, &open, cfg.answer_tokens, &mut reasoner, &line_end).await? {
                             Some(a) => {
                                 let a = a.trim().trim_end_matches('.').trim().to_string();
                                 turns.last_mut().unwrap().output = prompts::model_output(t, &r, Next::Answer(&a));
@@ -185,7 +225,7 @@ impl<'a> Synthesizer<'a> {
                     }
                 }
                 // iteration t + 1: candidates, sub-answer filter, documents, R_{t+1}
-                let cands = self.candidates(qgen, &mut rng, ex, &r, parsed.query.as_deref())?;
+                let cands = self.candidates(qgen, &mut rng, ex, &r, parsed.query.as_deref()).await?;
                 let docs: Vec<Vec<Passage>> = cands
                     .iter()
                     .map(|q| self.retriever.search_excluding(q, cfg.top_k, &shown))
@@ -202,7 +242,7 @@ impl<'a> Synthesizer<'a> {
                 t += 1;
                 turns.push(Turn { input: prompts::documents_input(t, &docs[pick]), output: String::new() });
                 let msgs = self.messages(&turns);
-                match tgen.complete(&msgs, "", cfg.max_new_tokens, &mut reasoner, &prompts::turn_end)? {
+                match tgen.complete_async(&msgs, "", cfg.max_new_tokens, &mut reasoner, &prompts::turn_end).await? {
                     Some(text) => parsed = prompts::parse_turn(&text),
                     None => {
                         context_full = true;
