@@ -76,9 +76,9 @@ pub struct Args {
 /// What one question gave: its attempt and, when kept, its dialogue.
 type Synthesized = (ragtime::autorag::synth::Attempt, Option<ragtime::autorag::dialogue::Dialogue>);
 
-/// Synthesizes `todo` on `slots` question slots of `batch`: slot k's teacher generator on lane `lanes_per_slot * k`
-/// (and its query generator from `qgen(k)`: the next lane, or a session of the query model), handing each
-/// question's result to `done` in the order of `todo`.
+/// Synthesizes `todo` on the `batch.lanes() / lanes_per_slot` question slots of `batch`: slot k's teacher
+/// generator on lane `lanes_per_slot * k` (and its query generator from `qgen(k)`: the next lane, or a session of
+/// the query model), handing each question's result to `done` in the order of `todo`.
 fn synthesize_on_lanes<'l, Q: Decoder>(
     synth: &Synthesizer<'_>,
     batch: &ragtime::rag::Batch<'l>,
