@@ -18,12 +18,17 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use burn::prelude::Backend;
-use burn::tensor::{Int, Tensor, TensorData};
+#[cfg(feature = "cuda")]
+use burn::tensor::Int;
+use burn::tensor::{Tensor, TensorData};
 use memmap2::Mmap;
 use safetensors::{Dtype, SafeTensors};
 use serde::Deserialize;
 
-use super::bert::{build_bert, Bert, BertConfig};
+#[cfg(feature = "cuda")]
+use super::bert::Bert;
+use super::bert::{build_bert, BertConfig};
+use super::bert_cpu::BertCpu;
 use crate::device::DeviceKind;
 use crate::model::weights::{HostTensor, WeightSource};
 
@@ -159,7 +164,7 @@ impl WeightSource for SafetensorsFile {
 /// nothing.
 #[allow(clippy::large_enum_variant)]
 enum Engine {
-    Cpu(Bert<burn::backend::Flex>),
+    Cpu(BertCpu),
     #[cfg(feature = "cuda")]
     Cuda(Bert<burn::backend::Cuda>, burn::backend::cuda::CudaDevice),
 }
@@ -290,7 +295,9 @@ impl SentenceEncoder {
         }
         let src = SafetensorsFile::open(&weights_path)?;
         let engine = match device {
-            DeviceKind::Cpu => Engine::Cpu(build_bert(&src, &config, &burn::backend::flex::FlexDevice)?),
+            DeviceKind::Cpu => {
+                Engine::Cpu(BertCpu::from_burn(&build_bert(&src, &config, &burn::backend::flex::FlexDevice)?)?)
+            }
             DeviceKind::Cuda(n) => {
                 crate::device::check_cuda(n)?;
                 #[cfg(feature = "cuda")]
@@ -363,20 +370,25 @@ impl SentenceEncoder {
     fn encode_tokens(&self, seqs: &[&(Vec<u32>, Vec<u32>)]) -> Result<Vec<Vec<f32>>> {
         let b = seqs.len();
         let t = seqs.iter().map(|s| s.0.len()).max().unwrap_or(0).max(1);
-        let mut ids = vec![self.config.pad_token_id as i64; b * t];
-        let mut types = vec![0i64; b * t];
+        let mut ids = vec![self.config.pad_token_id; b * t];
+        let mut types = vec![0u32; b * t];
         let mut mask = vec![0f32; b * t];
         for (r, (sid, sty)) in seqs.iter().map(|s| (&s.0, &s.1)).enumerate() {
             for (j, (&id, &ty)) in sid.iter().zip(sty).enumerate() {
-                ids[r * t + j] = id as i64;
-                types[r * t + j] = ty as i64;
+                ids[r * t + j] = id;
+                types[r * t + j] = ty;
                 mask[r * t + j] = 1.0;
             }
         }
         let pooled = match &self.engine {
-            Engine::Cpu(m) => pool_batch(m, &burn::backend::flex::FlexDevice, ids, types, mask, b, t, self.pooling),
+            Engine::Cpu(m) => {
+                let dev = burn::backend::flex::FlexDevice;
+                let x = m.forward(&ids, &types, &mask, b, t)?; // [b * t, d]
+                let x = Tensor::<burn::backend::Flex, 3>::from_data(TensorData::new(x, [b, t, self.dim()]), &dev);
+                pool(x, Tensor::from_data(TensorData::new(mask, [b, t]), &dev), self.pooling)
+            }
             #[cfg(feature = "cuda")]
-            Engine::Cuda(m, dev) => pool_batch(m, dev, ids, types, mask, b, t, self.pooling),
+            Engine::Cuda(m, dev) => pool_batch(m, dev, &ids, &types, mask, b, t, self.pooling),
         };
         let d = self.dim();
         Ok(pooled
@@ -410,22 +422,28 @@ fn folder_prompts(path: &Path) -> Result<Prefixes> {
 }
 
 /// Forward pass + pooling on backend `B`: `[b * d]` pooled vectors.
+#[cfg(feature = "cuda")]
 #[allow(clippy::too_many_arguments)]
 fn pool_batch<B: Backend>(
     m: &Bert<B>,
     dev: &B::Device,
-    ids: Vec<i64>,
-    types: Vec<i64>,
+    ids: &[u32],
+    types: &[u32],
     mask: Vec<f32>,
     b: usize,
     t: usize,
     pooling: Pooling,
 ) -> Vec<f32> {
-    let ids = Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [b, t]), dev);
-    let types = Tensor::<B, 2, Int>::from_data(TensorData::new(types, [b, t]), dev);
+    let int =
+        |v: &[u32]| Tensor::<B, 2, Int>::from_data(TensorData::new(v.iter().map(|&x| x as i64).collect(), [b, t]), dev);
     let mask = Tensor::<B, 2>::from_data(TensorData::new(mask, [b, t]), dev);
-    let x = m.forward(ids, types, mask.clone()); // [b, t, d]
-    let d = x.dims()[2];
+    let x = m.forward(int(ids), int(types), mask.clone()); // [b, t, d]
+    pool(x, mask, pooling)
+}
+
+/// Token states `x [b, t, d]` pooled over the tokens of `mask [b, t]` (1 token, 0 padding): `[b * d]`.
+fn pool<B: Backend>(x: Tensor<B, 3>, mask: Tensor<B, 2>, pooling: Pooling) -> Vec<f32> {
+    let [b, _, d] = x.dims();
     let pooled = match pooling {
         Pooling::Cls => x.narrow(1, 0, 1).reshape([b, d]),
         Pooling::Mean => {
