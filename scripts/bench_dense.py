@@ -6,7 +6,8 @@ Markdown table.
    (model load excluded), like sentence-transformers' encode() call.
 2. Vectors: --n synthetic unit vectors x --dim (clustered by default, --clusters 0 for uniform) (the same bytes for both, written by scripts/bench_hnsw.rs), HNSW with
    the same M / efConstruction / efSearch: build time, peak resident memory of the process (data included), query
-   latency p50/p99 one query at a time, recall@10 against exact search.
+   latency p50/p99 one query at a time, recall@10 against exact search; then latency and recall at each width of
+   --ef-sweep on both sides, so the two can be compared at equal recall.
 """
 import argparse, json, os, re, resource, subprocess, sys, time
 
@@ -27,9 +28,14 @@ ap.add_argument("--spread", type=float, default=1.0)
 ap.add_argument("--m", type=int, default=32)
 ap.add_argument("--ef-construction", type=int, default=200)
 ap.add_argument("--ef-search", type=int, default=128)
+ap.add_argument("--ef-sweep", default="16,32,64,256", help="more efSearch widths, both sides: the recall-latency curve")
 ap.add_argument("--part", default="all", choices=["all", "encode", "vectors", "faiss"])
 args = ap.parse_args()
 os.makedirs(args.work, exist_ok=True)
+
+
+def sweep_widths():
+    return [int(x) for x in args.ef_sweep.split(",") if x.strip()]
 
 
 def faiss_side():
@@ -48,19 +54,23 @@ def faiss_side():
     t = time.perf_counter()
     index.add(base)
     build = time.perf_counter() - t
-    index.hnsw.efSearch = args.ef_search
-    lat, found = [], []
-    for q in qs:
-        t = time.perf_counter()
-        _, ids = index.search(q[None, :], 10)
-        lat.append((time.perf_counter() - t) * 1e3)
-        found.append(ids[0])
-    lat.sort()
-    pct = lambda p: lat[round((len(lat) - 1) * p)]
-    recall = sum(len(set(f) & set(g)) / 10 for f, g in zip(found, gt)) / len(gt)
+    curve = []
+    for ef in [args.ef_search] + sweep_widths():
+        index.hnsw.efSearch = ef
+        lat, found = [], []
+        for q in qs:
+            t = time.perf_counter()
+            _, ids = index.search(q[None, :], 10)
+            lat.append((time.perf_counter() - t) * 1e3)
+            found.append(ids[0])
+        lat.sort()
+        pct = lambda p: lat[round((len(lat) - 1) * p)]
+        recall = sum(len(set(f) & set(g)) / 10 for f, g in zip(found, gt)) / len(gt)
+        curve.append({"ef_search": ef, "p50_ms": pct(0.5), "p99_ms": pct(0.99), "recall_at_10": recall})
     print(json.dumps({"system": "faiss-cpu IndexHNSWFlat %s" % faiss.__version__, "build_s": build,
                       "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "data_rss_mib": data_rss,
-                      "p50_ms": pct(0.5), "p99_ms": pct(0.99), "recall_at_10": recall, "threads": args.threads}))
+                      "p50_ms": curve[0]["p50_ms"], "p99_ms": curve[0]["p99_ms"], "recall_at_10": curve[0]["recall_at_10"],
+                      "sweep": curve[1:], "threads": args.threads}))
 
 
 if args.part == "faiss":
@@ -111,7 +121,7 @@ if args.part in ("all", "encode"):
 if args.part in ("all", "vectors"):
     cmd = [args.bench_hnsw, "--n", str(args.n), "--dim", str(args.dim), "--queries", str(args.queries), "--m", str(args.m),
            "--ef-construction", str(args.ef_construction), "--ef-search", str(args.ef_search), "--dump", args.work,
-           "--clusters", str(args.clusters), "--spread", str(args.spread)]
+           "--clusters", str(args.clusters), "--spread", str(args.spread), "--ef-sweep", args.ef_sweep]
     rag = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout.strip().splitlines()[-1])
     with open(os.path.join(args.work, "ragtime-hnsw.json"), "w") as f:
         json.dump(rag, f)
@@ -133,6 +143,13 @@ if args.part in ("all", "vectors"):
                  "%.3f / %.3f" % (rag["p50_ms"], rag["p99_ms"]), "%.3f / %.3f" % (fa["p50_ms"], fa["p99_ms"]), ""))
     rows.append(("Recall@10 vs exact search", "%.4f" % rag["recall_at_10"], "%.4f" % fa["recall_at_10"],
                  "exact search (ragtime flat): %.1f ms a query" % rag["exact_ms_per_query"]))
+    # The recall-latency curve: every width, both sides (ann-benchmarks' view: compare latency at equal recall).
+    for r, f in zip(sorted([rag] + rag["sweep"], key=lambda c: c.get("ef_search", args.ef_search)),
+                    sorted([fa] + fa["sweep"], key=lambda c: c.get("ef_search", args.ef_search))):
+        ef = r.get("ef_search", args.ef_search)
+        rows.append(("efSearch %d: p50 / p99 ms, recall@10" % ef,
+                     "%.3f / %.3f, %.4f" % (r["p50_ms"], r["p99_ms"], r["recall_at_10"]),
+                     "%.3f / %.3f, %.4f" % (f["p50_ms"], f["p99_ms"], f["recall_at_10"]), "recall-latency curve"))
 
 print("| measure | ragtime | reference (sentence-transformers / faiss-cpu) | notes |")
 print("|---|---|---|---|")

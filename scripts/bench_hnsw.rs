@@ -2,11 +2,11 @@
 //! `queries` more (seeded, so the faiss side reads the same ones from `--dump DIR`): uniform on the sphere, or with
 //! `--clusters C` drawn around C random centres (`normalize(centre + spread * g / sqrt(dim))`, g standard normal),
 //! closer to how sentence embeddings crowd. Builds the HNSW index
-//! (usearch) and times it, measures query latency one query at a time, and recall@10 against exact search.
-//! Prints one JSON object.
+//! (usearch) and times it, measures query latency one query at a time, and recall@10 against exact search, at
+//! `--ef-search` and then at each width of `--ef-sweep W,W,...` (the recall-latency curve). Prints one JSON object.
 //!
 //!     cargo run --release --example bench_hnsw -- --n 100000 --dim 384 --m 32 --ef-construction 200 \
-//!         --ef-search 128 --queries 1000 --dump target/bench-dense
+//!         --ef-search 128 --ef-sweep 16,32,64,256 --queries 1000 --dump target/bench-dense
 
 use std::io::Write;
 use std::time::Instant;
@@ -47,6 +47,21 @@ fn clustered(n: usize, dim: usize, c: usize, spread: f32, seed: u64) -> Vec<f32>
     out
 }
 
+/// Query latency p50 and p99 in ms (one query at a time, k 10) and mean recall@10 against `exact`.
+fn latency_recall(h: &HnswIndex, queries: &[Vec<f32>], exact: &[Vec<u64>]) -> anyhow::Result<(f64, f64, f64)> {
+    let mut lat = Vec::with_capacity(queries.len());
+    let mut recall = 0.0;
+    for (q, e) in queries.iter().zip(exact) {
+        let t = Instant::now();
+        let hits = h.search(q, 10)?;
+        lat.push(t.elapsed().as_secs_f64() * 1e3);
+        recall += hits.iter().filter(|x| e.contains(&x.0)).count() as f64 / e.len().max(1) as f64;
+    }
+    lat.sort_by(f64::total_cmp);
+    let pct = |q: f64| lat[((lat.len() - 1) as f64 * q).round() as usize];
+    Ok((pct(0.5), pct(0.99), recall / queries.len().max(1) as f64))
+}
+
 fn write_f32(path: &std::path::Path, data: &[f32]) {
     let mut f = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
     for x in data {
@@ -62,6 +77,12 @@ fn main() -> anyhow::Result<()> {
         ef_construction: arg(&args, "--ef-construction", 200),
         ef_search: arg(&args, "--ef-search", 128),
     };
+    let sweep: Vec<usize> = args
+        .iter()
+        .position(|a| a == "--ef-sweep")
+        .and_then(|i| args.get(i + 1))
+        .map(|v| v.split(',').filter(|x| !x.is_empty()).map(|x| x.parse().expect("--ef-sweep")).collect())
+        .unwrap_or_default();
     let dump = args.iter().position(|a| a == "--dump").and_then(|i| args.get(i + 1)).map(std::path::PathBuf::from);
 
     let clusters = arg(&args, "--clusters", 0);
@@ -87,14 +108,6 @@ fn main() -> anyhow::Result<()> {
     let build_s = t.elapsed().as_secs_f64();
     let rss_build = peak_rss_mib();
 
-    let mut lat = Vec::with_capacity(nq);
-    let mut approx = Vec::with_capacity(nq);
-    for q in &queries {
-        let t = Instant::now();
-        let hits = h.search(q, 10)?;
-        lat.push(t.elapsed().as_secs_f64() * 1e3);
-        approx.push(hits.into_iter().map(|x| x.0).collect::<Vec<u64>>());
-    }
     let flat = FlatIndex::new(m);
     let t = Instant::now();
     let exact: Vec<Vec<u64>> = queries
@@ -102,14 +115,16 @@ fn main() -> anyhow::Result<()> {
         .map(|q| flat.search(q, 10).map(|v| v.into_iter().map(|x| x.0).collect()))
         .collect::<anyhow::Result<_>>()?;
     let exact_ms = t.elapsed().as_secs_f64() * 1e3 / nq as f64;
-    let recall = exact
-        .iter()
-        .zip(&approx)
-        .map(|(e, a)| a.iter().filter(|x| e.contains(x)).count() as f64 / e.len() as f64)
-        .sum::<f64>()
-        / nq as f64;
-    lat.sort_by(f64::total_cmp);
-    let pct = |q: f64| lat[((lat.len() - 1) as f64 * q).round() as usize];
+    // Latency and recall at --ef-search, then at each width of --ef-sweep (the recall-latency curve, as
+    // ann-benchmarks draws it).
+    let mut h = h;
+    let mut curve = Vec::new();
+    for ef in std::iter::once(p.ef_search).chain(sweep.iter().copied()) {
+        h.set_ef_search(ef);
+        let (p50, p99, recall) = latency_recall(&h, &queries, &exact)?;
+        curve.push(serde_json::json!({"ef_search": ef, "p50_ms": p50, "p99_ms": p99, "recall_at_10": recall}));
+    }
+    let main = curve[0].clone();
 
     if let Some(d) = dump {
         std::fs::create_dir_all(&d)?;
@@ -130,7 +145,8 @@ fn main() -> anyhow::Result<()> {
             "system": "ragtime (usearch HNSW)", "n": n, "dim": dim, "queries": nq, "m": p.m, "ef_construction": p.ef_construction,
             "ef_search": p.ef_search, "threads": rayon::current_num_threads(), "build_s": build_s, "simd": h.acceleration(), "clusters": clusters, "spread": spread,
             "peak_rss_mib": rss_build, "data_rss_mib": rss_data, "index_mib": h.memory_usage() as f64 / 1048576.0,
-            "p50_ms": pct(0.5), "p99_ms": pct(0.99), "recall_at_10": recall, "exact_ms_per_query": exact_ms,
+            "p50_ms": main["p50_ms"], "p99_ms": main["p99_ms"], "recall_at_10": main["recall_at_10"],
+            "exact_ms_per_query": exact_ms, "sweep": &curve[1..],
         })
     );
     Ok(())

@@ -102,6 +102,12 @@ impl HnswIndex {
         Ok(Self { index, params })
     }
 
+    /// Changes the search width (`ef_search`) of a built or loaded index.
+    pub fn set_ef_search(&mut self, ef_search: usize) {
+        self.index.change_expansion_search(ef_search.max(1));
+        self.params.ef_search = ef_search.max(1);
+    }
+
     pub fn len(&self) -> usize {
         self.index.size()
     }
@@ -190,7 +196,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("h.usearch");
         hnsw.save(&path).unwrap();
-        let back = HnswIndex::load(&path, p).unwrap();
+        let mut back = HnswIndex::load(&path, p).unwrap();
         assert_eq!(back.search(&queries[0], 10).unwrap(), hnsw.search(&queries[0], 10).unwrap());
+        // A wider search finds at least as much (ef 64 -> 256: recall does not fall).
+        back.set_ef_search(256);
+        assert_eq!(back.params.ef_search, 256);
+        assert!(recall_at_k(&back, &flat, &queries, 10).unwrap() >= r - 1e-9);
     }
 }
