@@ -34,7 +34,7 @@ for b in batches:
     preds = {p["id"]: p for p in map(json.loads, open(f"{out}/b{b}/predictions.jsonl"))}
     t = open(f"{out}/b{b}.time").read()
     rss = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", t).group(1)) / 1024
-    m = re.search(r"batch: (\d+) forward passes, ([\d.]+) questions per pass", open(f"{out}/b{b}.log").read())
+    m = re.search(r"(\d+) forward passes, ([\d.]+) questions per pass", open(f"{out}/b{b}.log").read())
     per_pass = float(m.group(2)) if m else 1.0
     n = len(preds)
     sec = sum(p["seconds"] for p in preds.values()) / n

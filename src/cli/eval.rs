@@ -474,12 +474,7 @@ pub(crate) fn answer_all(
                 Ok(())
             },
         )?;
-        let passes = batch.passes.get().max(1);
-        eprintln!(
-            "batch: {} forward passes, {:.2} questions per pass",
-            batch.passes.get(),
-            batch.fed.get() as f64 / passes as f64
-        );
+        eprintln!("{}", batch.summary("questions"));
     }
     Ok(())
 }
@@ -584,12 +579,7 @@ fn run_autorag(args: Args) -> Result<()> {
                 write(ex, o, trace, seconds)
             },
         )?;
-        let passes = batch.passes.get().max(1);
-        eprintln!(
-            "batch: {} forward passes, {:.2} sequences per pass",
-            batch.passes.get(),
-            batch.fed.get() as f64 / passes as f64
-        );
+        eprintln!("{}", batch.summary("sequences"));
     }
     finish_run(writer, part)
 }

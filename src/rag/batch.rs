@@ -150,6 +150,17 @@ impl<'lm> Batch<'lm> {
         self.sessions.len()
     }
 
+    /// One line for the log: lanes, forward passes, and the mean number of sequences a pass fed (`what`, e.g.
+    /// "questions", names what a sequence is).
+    pub fn summary(&self, what: &str) -> String {
+        format!(
+            "batch: {} lanes, {} forward passes, {:.2} {what} per pass",
+            self.lanes(),
+            self.passes.get(),
+            self.fed.get() as f64 / self.passes.get().max(1) as f64
+        )
+    }
+
     /// Lane `i`'s decoder.
     pub fn lane(&self, i: usize) -> Lane<'_, 'lm> {
         Lane { batch: self, idx: i }

@@ -408,12 +408,7 @@ pub fn run(
         },
     )?;
     if batch.lanes() > 1 {
-        log(&format!(
-            "batch: {} lanes, {} forward passes, {:.2} sequences per pass",
-            batch.lanes(),
-            batch.passes.get(),
-            batch.fed.get() as f64 / batch.passes.get().max(1) as f64
-        ));
+        log(&batch.summary("sequences"));
     }
     store.flush()?;
     Ok(store.manifest().clone())
