@@ -4,7 +4,7 @@
 # recall@10 vs exact, same synthetic vectors, same M / efConstruction / efSearch).
 #
 #   scripts/bench-dense.sh [N]        # N synthetic vectors (default 1,000,000 x 384)
-#   THREADS=2 BATCH=32 PASSAGES=2000 DIM=384 CLUSTERS=1000 SPREAD=1 M=32 EFC=200 EFS=128 EF_SWEEP=16,32,64,256 QUERIES=1000 \
+#   THREADS=2 BATCH=32 PASSAGES=2000 DIM=384 CLUSTERS=1000 SPREAD=1 M=32 EFC=200 EFS=128 EF_SWEEP=16,32,64,256 F16=1 QUERIES=1000 \
 #     scripts/bench-dense.sh 100000     (CLUSTERS=0: uniform random vectors, the hardest case for HNSW)
 #
 # Needs checkpoints/all-MiniLM-L6-v2 (scripts/setup.sh --minilm) and the Python environment of scripts/st_venv.sh
@@ -26,4 +26,4 @@ cp "$TARGET/release/examples/bench_hnsw" "$WORK/bench_hnsw"
   --model checkpoints/all-MiniLM-L6-v2 --corpus "$DATA/corpus/hotpotqa_paragraphs.tsv" --work "$WORK" \
   --threads "${THREADS:-$(nproc)}" --batch "${BATCH:-32}" --passages "${PASSAGES:-2000}" \
   --n "${1:-1000000}" --dim "${DIM:-384}" --queries "${QUERIES:-1000}" --clusters "${CLUSTERS:-1000}" --spread "${SPREAD:-1}" \
-  --m "${M:-32}" --ef-construction "${EFC:-200}" --ef-search "${EFS:-128}" --ef-sweep "${EF_SWEEP:-16,32,64,256}"
+  --m "${M:-32}" --ef-construction "${EFC:-200}" --ef-search "${EFS:-128}" --ef-sweep "${EF_SWEEP:-16,32,64,256}" ${F16:+--f16}

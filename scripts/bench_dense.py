@@ -29,6 +29,7 @@ ap.add_argument("--m", type=int, default=32)
 ap.add_argument("--ef-construction", type=int, default=200)
 ap.add_argument("--ef-search", type=int, default=128)
 ap.add_argument("--ef-sweep", default="16,32,64,256", help="more efSearch widths, both sides: the recall-latency curve")
+ap.add_argument("--f16", action="store_true", help="also ragtime's HNSW over f16 vectors (beside faiss's f32 graph)")
 ap.add_argument("--part", default="all", choices=["all", "encode", "vectors", "faiss"])
 args = ap.parse_args()
 os.makedirs(args.work, exist_ok=True)
@@ -121,7 +122,7 @@ if args.part in ("all", "encode"):
 if args.part in ("all", "vectors"):
     cmd = [args.bench_hnsw, "--n", str(args.n), "--dim", str(args.dim), "--queries", str(args.queries), "--m", str(args.m),
            "--ef-construction", str(args.ef_construction), "--ef-search", str(args.ef_search), "--dump", args.work,
-           "--clusters", str(args.clusters), "--spread", str(args.spread), "--ef-sweep", args.ef_sweep]
+           "--clusters", str(args.clusters), "--spread", str(args.spread), "--ef-sweep", args.ef_sweep] + (["--f16"] if args.f16 else [])
     rag = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout.strip().splitlines()[-1])
     with open(os.path.join(args.work, "ragtime-hnsw.json"), "w") as f:
         json.dump(rag, f)
@@ -150,6 +151,15 @@ if args.part in ("all", "vectors"):
         rows.append(("efSearch %d: p50 / p99 ms, recall@10" % ef,
                      "%.3f / %.3f, %.4f" % (r["p50_ms"], r["p99_ms"], r["recall_at_10"]),
                      "%.3f / %.3f, %.4f" % (f["p50_ms"], f["p99_ms"], f["recall_at_10"]), "recall-latency curve"))
+    if rag.get("f16"):
+        h = rag["f16"]
+        rows.append(("HNSW build time, s, ragtime on f16 vectors", "%.1f" % h["build_s"], "%.1f" % fa["build_s"],
+                     "usearch's graph and vectors: %.0f MiB (f32: %.0f)" % (h["index_mib"], rag["index_mib"])))
+        for r, f in zip(sorted(h["curve"], key=lambda c: c["ef_search"]),
+                        sorted([fa] + fa["sweep"], key=lambda c: c.get("ef_search", args.ef_search))):
+            rows.append(("efSearch %d, ragtime on f16 vectors: p50 / p99 ms, recall@10" % r["ef_search"],
+                         "%.3f / %.3f, %.4f" % (r["p50_ms"], r["p99_ms"], r["recall_at_10"]),
+                         "%.3f / %.3f, %.4f" % (f["p50_ms"], f["p99_ms"], f["recall_at_10"]), "faiss: f32 vectors"))
 
 print("| measure | ragtime | reference (sentence-transformers / faiss-cpu) | notes |")
 print("|---|---|---|---|")

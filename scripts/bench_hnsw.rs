@@ -3,7 +3,8 @@
 //! `--clusters C` drawn around C random centres (`normalize(centre + spread * g / sqrt(dim))`, g standard normal),
 //! closer to how sentence embeddings crowd. Builds the HNSW index
 //! (usearch) and times it, measures query latency one query at a time, and recall@10 against exact search, at
-//! `--ef-search` and then at each width of `--ef-sweep W,W,...` (the recall-latency curve). Prints one JSON object.
+//! `--ef-search` and then at each width of `--ef-sweep W,W,...` (the recall-latency curve); with `--f16`, again on
+//! a graph over f16 copies of the vectors. Prints one JSON object.
 //!
 //!     cargo run --release --example bench_hnsw -- --n 100000 --dim 384 --m 32 --ef-construction 200 \
 //!         --ef-search 128 --ef-sweep 16,32,64,256 --queries 1000 --dump target/bench-dense
@@ -118,6 +119,8 @@ fn main() -> anyhow::Result<()> {
     // Latency and recall at --ef-search, then at each width of --ef-sweep (the recall-latency curve, as
     // ann-benchmarks draws it).
     let mut h = h;
+    let simd = h.acceleration();
+    let index_mib = h.memory_usage() as f64 / 1048576.0;
     let mut curve = Vec::new();
     for ef in std::iter::once(p.ef_search).chain(sweep.iter().copied()) {
         h.set_ef_search(ef);
@@ -125,6 +128,31 @@ fn main() -> anyhow::Result<()> {
         curve.push(serde_json::json!({"ef_search": ef, "p50_ms": p50, "p99_ms": p99, "recall_at_10": recall}));
     }
     let main = curve[0].clone();
+    // --f16: the same graph built over f16 copies of the vectors (half the bytes a distance reads), measured the
+    // same way, after the f32 one is dropped.
+    let f16 = if args.iter().any(|a| a == "--f16") {
+        drop(h);
+        let half = match &flat.vectors {
+            Matrix::F32 { data, dim } => {
+                Matrix::F16 { data: data.iter().map(|&x| half::f16::from_f32(x)).collect(), dim: *dim }
+            }
+            _ => unreachable!(),
+        };
+        let t = Instant::now();
+        let mut h16 = HnswIndex::build(&half, p, true)?;
+        let build_s = t.elapsed().as_secs_f64();
+        let mut curve = Vec::new();
+        for ef in std::iter::once(p.ef_search).chain(sweep.iter().copied()) {
+            h16.set_ef_search(ef);
+            let (p50, p99, recall) = latency_recall(&h16, &queries, &exact)?;
+            curve.push(serde_json::json!({"ef_search": ef, "p50_ms": p50, "p99_ms": p99, "recall_at_10": recall}));
+        }
+        Some(
+            serde_json::json!({"build_s": build_s, "index_mib": h16.memory_usage() as f64 / 1048576.0, "curve": curve}),
+        )
+    } else {
+        None
+    };
 
     if let Some(d) = dump {
         std::fs::create_dir_all(&d)?;
@@ -143,10 +171,10 @@ fn main() -> anyhow::Result<()> {
         "{}",
         serde_json::json!({
             "system": "ragtime (usearch HNSW)", "n": n, "dim": dim, "queries": nq, "m": p.m, "ef_construction": p.ef_construction,
-            "ef_search": p.ef_search, "threads": rayon::current_num_threads(), "build_s": build_s, "simd": h.acceleration(), "clusters": clusters, "spread": spread,
-            "peak_rss_mib": rss_build, "data_rss_mib": rss_data, "index_mib": h.memory_usage() as f64 / 1048576.0,
+            "ef_search": p.ef_search, "threads": rayon::current_num_threads(), "build_s": build_s, "simd": simd, "clusters": clusters, "spread": spread,
+            "peak_rss_mib": rss_build, "data_rss_mib": rss_data, "index_mib": index_mib,
             "p50_ms": main["p50_ms"], "p99_ms": main["p99_ms"], "recall_at_10": main["recall_at_10"],
-            "exact_ms_per_query": exact_ms, "sweep": &curve[1..],
+            "exact_ms_per_query": exact_ms, "sweep": &curve[1..], "f16": f16,
         })
     );
     Ok(())
