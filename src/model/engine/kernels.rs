@@ -417,6 +417,72 @@ fn gelu_erf(c: &mut [f32]) {
     each(c)
 }
 
+/// `exp(x)` in f32 without a branch or a call, so loops over it vectorise: Cephes' `expf` (x = n ln 2 + r, a degree-6
+/// polynomial for e^r, 2^n written into the exponent bits), 0 below -87 (where expf underflows) and clamped above
+/// 88. Within 2 ulp of libm's `expf` on [-87, 88] (tested below).
+#[inline(always)]
+pub fn exp_fast(x: f32) -> f32 {
+    let xc = x.clamp(-87.0, 88.0);
+    // n = round(x / ln 2): adding and subtracting 1.5 * 2^23 rounds to the nearest integer
+    let n = (xc * std::f32::consts::LOG2_E + 12_582_912.0) - 12_582_912.0;
+    let r = xc - n * 0.693_359_4 - n * -2.121_944_4e-4;
+    let mut p = 1.987_569_1e-4;
+    p = p * r + 1.398_199_9e-3;
+    p = p * r + 8.333_452e-3;
+    p = p * r + 4.166_579_6e-2;
+    p = p * r + 1.666_666_5e-1;
+    p = p * r + 0.5;
+    let y = p * r * r + r + 1.0;
+    let scale = f32::from_bits((((n as i32) + 127) as u32) << 23);
+    if x < -87.0 {
+        0.0
+    } else {
+        y * scale
+    }
+}
+
+/// Each `t`-wide row of `p` becomes `softmax(row * scale + bias)`, on 8 lanes (AVX2 where the CPU has it): the
+/// maxima and sums kept per lane so the loops vectorise, [`exp_fast`] for the exponentials.
+fn softmax_rows(p: &mut [f32], t: usize, bias: &[f32], scale: f32) {
+    #[inline(always)]
+    fn each(p: &mut [f32], t: usize, bias: &[f32], scale: f32) {
+        const L: usize = 8;
+        for row in p.chunks_mut(t) {
+            let mut mx = [f32::NEG_INFINITY; L];
+            for (c, b) in row.chunks_mut(L).zip(bias.chunks(L)) {
+                for j in 0..c.len() {
+                    c[j] = c[j] * scale + b[j];
+                    mx[j] = if c[j] > mx[j] { c[j] } else { mx[j] };
+                }
+            }
+            let m = mx.iter().fold(f32::NEG_INFINITY, |a, &b| if b > a { b } else { a });
+            let mut sum = [0f32; L];
+            for c in row.chunks_mut(L) {
+                for j in 0..c.len() {
+                    c[j] = exp_fast(c[j] - m);
+                    sum[j] += c[j];
+                }
+            }
+            let total: f32 = sum.iter().sum();
+            for x in row.iter_mut() {
+                *x /= total;
+            }
+        }
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        #[target_feature(enable = "avx2")]
+        unsafe fn avx2(p: &mut [f32], t: usize, bias: &[f32], scale: f32) {
+            each(p, t, bias, scale)
+        }
+        if std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU has AVX2 (checked on the line above).
+            return unsafe { avx2(p, t, bias, scale) };
+        }
+    }
+    each(p, t, bias, scale)
+}
+
 /// Bidirectional multi-head attention over a right- or left-padded batch (the encoder's): `qkv [b * t, 3 * h * hd]`,
 /// each row one token's query, key and value (the heads side by side within each); `mask [b * t]`, 1 for a token,
 /// 0 for padding. Every query attends to every key of its sequence, padding keys with `-1e9` added to their score
@@ -453,21 +519,7 @@ pub fn bidirectional_attention(qkv: &[f32], b: usize, t: usize, h: usize, hd: us
                 (3 * d) as isize,
             );
         }
-        for row in p.chunks_mut(t) {
-            let mut mx = f32::NEG_INFINITY;
-            for (x, bb) in row.iter_mut().zip(&bias) {
-                *x = *x * scale + bb;
-                mx = mx.max(*x);
-            }
-            let mut sum = 0f32;
-            for x in row.iter_mut() {
-                *x = (*x - mx).exp();
-                sum += *x;
-            }
-            for x in row.iter_mut() {
-                *x /= sum;
-            }
-        }
+        softmax_rows(&mut p, t, &bias, scale);
         unsafe {
             // out [t, hd] (row stride d) = P [t, t] @ V [t, hd]
             gemm1(
@@ -693,5 +745,17 @@ mod tests {
         let p = softmax(q.matmul(k.swap_dims(2, 3)) * (1.0 / (hd as f64).sqrt()) + bias, 3);
         let want = p.matmul(v).swap_dims(1, 2).reshape([b, t, d]);
         close(&got, &want.into_data().to_vec::<f32>().unwrap(), 1e-5);
+    }
+
+    /// exp_fast against libm's expf (std's `exp`) on a grid inside (-87, 88): within 2 ulp (relative 2.4e-7);
+    /// exactly 0 below -87 (the padding keys' weight) and 1 at 0.
+    #[test]
+    fn exp_fast_equals_libm() {
+        for i in -86_999..=87_999 {
+            let x = i as f32 * 1e-3;
+            let (got, want) = (exp_fast(x), x.exp());
+            assert!((got - want).abs() <= 2.4e-7 * want, "exp({x}): {got} vs {want}");
+        }
+        assert_eq!((exp_fast(0.0), exp_fast(-1e9), exp_fast(-88.0)), (1.0, 0.0, 0.0));
     }
 }
