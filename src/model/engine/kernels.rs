@@ -433,7 +433,9 @@ pub fn exp_fast(x: f32) -> f32 {
     p = p * r + 1.666_666_5e-1;
     p = p * r + 0.5;
     let y = p * r * r + r + 1.0;
-    let scale = f32::from_bits((((n as i32) + 127) as u32) << 23);
+    // 2^n from its exponent bits; n + 127 (in 1..=254) read out of the mantissa of 2^23 + n + 127 rather than by
+    // `as i32`, whose saturation keeps the loop from vectorising
+    let scale = f32::from_bits(((n + (127.0 + 8_388_608.0)).to_bits() - 0x4B00_0000) << 23);
     if x < -87.0 {
         0.0
     } else {
