@@ -145,8 +145,9 @@ if args.part in ("all", "vectors"):
     rows.append(("Recall@10 vs exact search", "%.4f" % rag["recall_at_10"], "%.4f" % fa["recall_at_10"],
                  "exact search (ragtime flat): %.1f ms a query" % rag["exact_ms_per_query"]))
     # The recall-latency curve: every width, both sides (ann-benchmarks' view: compare latency at equal recall).
-    for r, f in zip(sorted([rag] + rag["sweep"], key=lambda c: c.get("ef_search", args.ef_search)),
-                    sorted([fa] + fa["sweep"], key=lambda c: c.get("ef_search", args.ef_search))):
+    by_width = lambda curve: sorted(curve, key=lambda c: c.get("ef_search", args.ef_search))
+    fa_curve = by_width([fa] + fa["sweep"])
+    for r, f in zip(by_width([rag] + rag["sweep"]), fa_curve):
         ef = r.get("ef_search", args.ef_search)
         rows.append(("efSearch %d: p50 / p99 ms, recall@10" % ef,
                      "%.3f / %.3f, %.4f" % (r["p50_ms"], r["p99_ms"], r["recall_at_10"]),
@@ -155,8 +156,7 @@ if args.part in ("all", "vectors"):
         h = rag["f16"]
         rows.append(("HNSW build time, s, ragtime on f16 vectors", "%.1f" % h["build_s"], "%.1f" % fa["build_s"],
                      "usearch's graph and vectors: %.0f MiB (f32: %.0f)" % (h["index_mib"], rag["index_mib"])))
-        for r, f in zip(sorted(h["curve"], key=lambda c: c["ef_search"]),
-                        sorted([fa] + fa["sweep"], key=lambda c: c.get("ef_search", args.ef_search))):
+        for r, f in zip(by_width(h["curve"]), fa_curve):
             rows.append(("efSearch %d, ragtime on f16 vectors: p50 / p99 ms, recall@10" % r["ef_search"],
                          "%.3f / %.3f, %.4f" % (r["p50_ms"], r["p99_ms"], r["recall_at_10"]),
                          "%.3f / %.3f, %.4f" % (f["p50_ms"], f["p99_ms"], f["recall_at_10"]), "faiss: f32 vectors"))

@@ -63,6 +63,23 @@ fn latency_recall(h: &HnswIndex, queries: &[Vec<f32>], exact: &[Vec<u64>]) -> an
     Ok((pct(0.5), pct(0.99), recall / queries.len().max(1) as f64))
 }
 
+/// [`latency_recall`] at each search width of `widths`, one JSON object per width.
+fn recall_latency_curve(
+    h: &mut HnswIndex,
+    widths: &[usize],
+    queries: &[Vec<f32>],
+    exact: &[Vec<u64>],
+) -> anyhow::Result<Vec<serde_json::Value>> {
+    widths
+        .iter()
+        .map(|&ef| {
+            h.set_ef_search(ef);
+            let (p50, p99, recall) = latency_recall(h, queries, exact)?;
+            Ok(serde_json::json!({"ef_search": ef, "p50_ms": p50, "p99_ms": p99, "recall_at_10": recall}))
+        })
+        .collect()
+}
+
 fn write_f32(path: &std::path::Path, data: &[f32]) {
     let mut f = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
     for x in data {
@@ -121,12 +138,8 @@ fn main() -> anyhow::Result<()> {
     let mut h = h;
     let simd = h.acceleration();
     let index_mib = h.memory_usage() as f64 / 1048576.0;
-    let mut curve = Vec::new();
-    for ef in std::iter::once(p.ef_search).chain(sweep.iter().copied()) {
-        h.set_ef_search(ef);
-        let (p50, p99, recall) = latency_recall(&h, &queries, &exact)?;
-        curve.push(serde_json::json!({"ef_search": ef, "p50_ms": p50, "p99_ms": p99, "recall_at_10": recall}));
-    }
+    let widths: Vec<usize> = std::iter::once(p.ef_search).chain(sweep.iter().copied()).collect();
+    let curve = recall_latency_curve(&mut h, &widths, &queries, &exact)?;
     let main = curve[0].clone();
     // --f16: the same graph built over f16 copies of the vectors (half the bytes a distance reads), measured the
     // same way, after the f32 one is dropped.
@@ -141,12 +154,7 @@ fn main() -> anyhow::Result<()> {
         let t = Instant::now();
         let mut h16 = HnswIndex::build(&half, p, true)?;
         let build_s = t.elapsed().as_secs_f64();
-        let mut curve = Vec::new();
-        for ef in std::iter::once(p.ef_search).chain(sweep.iter().copied()) {
-            h16.set_ef_search(ef);
-            let (p50, p99, recall) = latency_recall(&h16, &queries, &exact)?;
-            curve.push(serde_json::json!({"ef_search": ef, "p50_ms": p50, "p99_ms": p99, "recall_at_10": recall}));
-        }
+        let curve = recall_latency_curve(&mut h16, &widths, &queries, &exact)?;
         Some(
             serde_json::json!({"build_s": build_s, "index_mib": h16.memory_usage() as f64 / 1048576.0, "curve": curve}),
         )

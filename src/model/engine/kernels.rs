@@ -495,6 +495,7 @@ pub fn bidirectional_attention(qkv: &[f32], b: usize, t: usize, h: usize, hd: us
     let d = h * hd;
     assert!(qkv.len() == b * t * 3 * d && mask.len() == b * t, "bidirectional_attention: {b}x{t} rows of 3x{h}x{hd}");
     let scale = (1.0 / (hd as f64).sqrt()) as f32;
+    let bias: Vec<f32> = mask.iter().map(|m| (m - 1.0) * 1e9).collect(); // [b * t]: 0 token, -1e9 padding
     let mut out = vec![0f32; b * t * d];
     let op = Ptr(out.as_mut_ptr());
     (0..b * h).into_par_iter().for_each(|job| {
@@ -502,7 +503,6 @@ pub fn bidirectional_attention(qkv: &[f32], b: usize, t: usize, h: usize, hd: us
         #[allow(clippy::redundant_locals)] // moves the whole `Ptr` (Send) into the closure, not its raw field
         let op = op;
         let base = s * t * 3 * d + hh * hd; // sequence s, head hh: its query; + d its key, + 2d its value
-        let bias: Vec<f32> = mask[s * t..(s + 1) * t].iter().map(|m| (m - 1.0) * 1e9).collect();
         let mut p = vec![0f32; t * t];
         // SAFETY: the views stay inside qkv (checked above); job (s, hh) writes only rows s*t.. of columns hh*hd...
         unsafe {
@@ -521,7 +521,7 @@ pub fn bidirectional_attention(qkv: &[f32], b: usize, t: usize, h: usize, hd: us
                 (3 * d) as isize,
             );
         }
-        softmax_rows(&mut p, t, &bias, scale);
+        softmax_rows(&mut p, t, &bias[s * t..(s + 1) * t], scale);
         unsafe {
             // out [t, hd] (row stride d) = P [t, t] @ V [t, hd]
             gemm1(
