@@ -138,6 +138,21 @@ fn sweep_picks_budgets_that_eval_and_report_use() {
     assert_eq!(&merged[..records.len()], &records[..]);
     assert_eq!(merged[records.len()].run, "runs/fixed-sentence");
 
+    // --grid: the same key over values given on the command line, added beside the config's grid
+    let mut grid = vec!["sweep".to_string()];
+    grid.extend(model_args(&s));
+    grid.extend(
+        ["--triggers", "fixed-length", "--grid", "fixed-length=8,24", "--out", out.to_str().unwrap()]
+            .iter()
+            .map(|x| x.to_string()),
+    );
+    ok(&grid.iter().map(String::as_str).collect::<Vec<_>>());
+    let with_grid = read_records(&out.join("sweep.jsonl")).unwrap();
+    assert_eq!(&with_grid[..merged.len()], &merged[..], "the earlier lines stay");
+    let added: Vec<&str> = with_grid[merged.len()..].iter().map(|r| r.run.as_str()).collect();
+    assert_eq!(added, ["runs/fixed-length@n=8", "runs/fixed-length@n=24"]);
+    assert_eq!(run_config(&out.join("runs/fixed-length@n=8"))["method_config"]["trigger"]["n"].as_integer(), Some(8));
+
     // a second sweep resumes: every run is complete, so the records are the same
     let before = std::fs::read_to_string(out.join("sweep.jsonl")).unwrap();
     ok(&argv);
@@ -171,6 +186,12 @@ fn sweep_refuses_bad_requests_before_any_work() {
     assert!(!success && err.contains("configs/rnd.toml"), "{err}");
     let (success, _, err) = run(&["--triggers", "single", "--budgets=5000", "--out", o]);
     assert!(!success && err.contains("--budgets"), "{err}");
+    let (success, _, err) = run(&["--triggers", "fixed-length", "--grid", "rind=0.1", "--out", o]);
+    assert!(!success && err.contains("--grid rind=0.1: 'rind' is not among --triggers"), "{err}");
+    let (success, _, err) = run(&["--triggers", "fixed-length", "--grid", "fixed-length", "--out", o]);
+    assert!(!success && err.contains("expected CONTROLLER=V1,V2"), "{err}");
+    let (success, _, err) = run(&["--triggers", "single", "--grid", "single=1,2", "--out", o]);
+    assert!(!success && err.contains("--grid single=...") && err.contains("no [sweep] key"), "{err}");
     assert!(!out.exists(), "no output directory for a refused sweep");
     // a calibrated file ragtime did not write is refused before the sweep, and left alone
     let foreign = s.root.join("mine.toml");

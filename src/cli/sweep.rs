@@ -59,6 +59,11 @@ pub struct Args {
     /// Answer length limit (default: each config's, else the dataset's).
     #[arg(long, value_parser = super::ranges::int::<1, 65_536>)]
     pub max_new_tokens: Option<usize>,
+    /// Replace a controller's grid for this sweep, keeping its config's key: `--grid rind=0.1,0.2,0.35`,
+    /// `--grid mlp=threshold:0.999,threshold:0.9995` (repeat the flag per controller). A threshold's useful range
+    /// depends on the model.
+    #[arg(long, value_name = "CONTROLLER=V1,V2,...")]
+    pub grid: Vec<String>,
     /// Detector checkpoint for `mlp`.
     #[arg(long)]
     pub detector: Option<PathBuf>,
@@ -118,13 +123,33 @@ pub fn run(args: Args) -> Result<()> {
         .clone()
         .unwrap_or_else(|| PathBuf::from(format!("runs/sweep-{}-{}-{model_name}", spec.name, args.split)));
 
+    let mut grids: Vec<(String, Vec<toml::Value>)> = Vec::new();
+    for g in &args.grid {
+        let (controller, values) = match sweep::parse_grid(g) {
+            Ok(cv) => cv,
+            Err(e) => ragtime::usage_bail!("--grid {e}"),
+        };
+        if !triggers.contains(&controller) {
+            ragtime::usage_bail!("--grid {g}: '{controller}' is not among --triggers");
+        }
+        if grids.iter().any(|(c, _)| *c == controller) {
+            ragtime::usage_bail!("--grid {g}: a second grid for '{controller}'");
+        }
+        grids.push((controller, values));
+    }
     let mut plan: Vec<(Setting, Method)> = Vec::new();
     for t in &triggers {
         let load = |overrides: &[String]| {
             Method::load(t, None, &spec, overrides, args.detector.as_deref(), args.top_k, args.max_new_tokens)
         };
         let base = load(&args.overrides).with_context(|| format!("--triggers {t}"))?;
-        let grid = base.sweep().with_context(|| format!("--triggers {t}"))?;
+        let mut grid = base.sweep().with_context(|| format!("--triggers {t}"))?;
+        if let Some((_, values)) = grids.iter().find(|(c, _)| c == t) {
+            grid = match grid.with_values(values.clone()) {
+                Ok(g) => g,
+                Err(e) => ragtime::usage_bail!("--grid {t}=...: {e} ({})", base.config_path.display()),
+            };
+        }
         let settings = grid.settings(t).with_context(|| format!("{}", base.config_path.display()))?;
         for s in settings {
             let mut overrides = Vec::new();

@@ -58,6 +58,43 @@ impl SweepTable {
     }
 }
 
+/// A grid given on the command line, `CONTROLLER=V1,V2,...` (`sweep --grid`): the controller and its values, each
+/// read as a TOML value (`0.35` a float, `32` an integer) or else taken as a string (`threshold:0.999`). It
+/// replaces the values of the controller's `[sweep]` table and keeps its key: a threshold's useful range depends on
+/// the model (Qwen's detector scores most tokens above 0.9, SmolLM2's do not), the key does not.
+pub fn parse_grid(flag: &str) -> Result<(String, Vec<toml::Value>)> {
+    let Some((controller, list)) = flag.split_once('=') else {
+        bail!("'{flag}': expected CONTROLLER=V1,V2,... (e.g. rind=0.1,0.2,0.35)");
+    };
+    let controller = controller.trim();
+    if controller.is_empty() {
+        bail!("'{flag}': no controller before '='");
+    }
+    let mut values = Vec::new();
+    for item in list.split(',').map(str::trim) {
+        if item.is_empty() {
+            bail!("'{flag}': an empty value in the list");
+        }
+        let v = match toml::from_str::<toml::Table>(&format!("v = {item}")) {
+            Ok(mut t) => t.remove("v").unwrap_or_else(|| toml::Value::String(item.into())),
+            Err(_) => toml::Value::String(item.into()),
+        };
+        values.push(v);
+    }
+    Ok((controller.to_string(), values))
+}
+
+impl SweepTable {
+    /// This table with its grid replaced by `values` (see [`parse_grid`]); a method without a swept key has
+    /// nothing to replace.
+    pub fn with_values(&self, values: Vec<toml::Value>) -> Result<SweepTable> {
+        match &self.key {
+            Some(k) => Ok(SweepTable { key: Some(k.clone()), values }),
+            None => bail!("the method's config has no [sweep] key to vary"),
+        }
+    }
+}
+
 /// One point of a sweep: a controller with one value of its swept setting.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Setting {
@@ -381,6 +418,31 @@ mod tests {
         assert!(toml::from_str::<SweepTable>("values = [1]").unwrap().settings("x").is_err());
         assert!(toml::from_str::<SweepTable>("key = \"t.x\"\nvalues = [1, 1]").unwrap().settings("x").is_err());
         assert!(toml::from_str::<SweepTable>("key = \"t.x\"\nvalue = [1]").is_err());
+    }
+
+    #[test]
+    fn a_grid_flag_replaces_the_values_and_keeps_the_key() {
+        let (c, v) = parse_grid("mlp=threshold:0.999, threshold:0.9995,radio").unwrap();
+        assert_eq!(c, "mlp");
+        let t: SweepTable = toml::from_str("key = \"trigger.rule\"\nvalues = [\"threshold:0.7\"]").unwrap();
+        let s = t.with_values(v).unwrap().settings("mlp").unwrap();
+        let specs: Vec<String> = s.iter().filter_map(Setting::override_spec).collect();
+        assert_eq!(
+            specs,
+            ["trigger.rule=\"threshold:0.999\"", "trigger.rule=\"threshold:0.9995\"", "trigger.rule=\"radio\""]
+        );
+        let (_, v) = parse_grid("fixed-length=32,64").unwrap();
+        assert_eq!(v, vec![toml::Value::Integer(32), toml::Value::Integer(64)]);
+        let (_, v) = parse_grid("rind=0.1").unwrap();
+        assert_eq!(v, vec![toml::Value::Float(0.1)]);
+        assert!(parse_grid("rind").is_err());
+        assert!(parse_grid("=0.1").is_err());
+        assert!(parse_grid("rind=0.1,,0.2").is_err());
+        // the repeated value is caught where the config's would be
+        let (_, v) = parse_grid("rind=0.1,0.1").unwrap();
+        let rind: SweepTable = toml::from_str("key = \"trigger.theta\"\nvalues = [1.0]").unwrap();
+        assert!(rind.with_values(v).unwrap().settings("rind").is_err());
+        assert!(SweepTable::default().with_values(vec![toml::Value::Float(1.0)]).is_err());
     }
 
     /// --pick: budgets 0.5, 1, 2, 3 over rind's measured retrievals 0.2, 0.6, 1.7, 4.0 pick 0.6 (0.1 away),
