@@ -8,6 +8,8 @@
 #      intervals of the difference to RIND; an HTML page with the plot, checked in headless Chromium when present.
 # Every step resumes. Usage:
 #   MODEL=checkpoints/smollm2-135m-instruct-q4_1.gguf DATASET=hotpotqa VALID=40 TEST=100 BUDGETS="1 2" scripts/matched-budgets.sh
+# GRIDS="rind=0.1,0.2 mlp=threshold:0.999,..." replaces those controllers' grids (`sweep --grid`): where a
+# threshold is useful depends on the model.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODEL="${MODEL:-checkpoints/smollm2-135m-instruct-q4_1.gguf}"
@@ -23,10 +25,12 @@ TAG="$(basename "$MODEL" | sed 's/\.[^.]*$//')"
 OUT="${OUT:-runs/matched-$DATASET-$TAG}"
 DET=()
 [[ -n ${DETECTOR:-} ]] && DET=(--detector "$DETECTOR")
+GRID=()
+for g in ${GRIDS:-}; do GRID+=(--grid "$g"); done
 [[ -x $BIN ]] || cargo build --release -q
 triggers="$(echo $REFERENCES $CONTROLLERS | tr ' ' ',')"
 "$BIN" sweep --model "$MODEL" --dataset "$DATASET" --split valid --limit "$VALID" --triggers "$triggers" \
-  --batch "$BATCH" --pick "${DET[@]}" --out "$OUT/sweep-valid"
+  --batch "$BATCH" --pick "${DET[@]}" "${GRID[@]}" --out "$OUT/sweep-valid"
 for t in $REFERENCES; do
   "$BIN" eval --model "$MODEL" --dataset "$DATASET" --split test --limit "$TEST" --trigger "$t" --batch "$BATCH" \
     "${DET[@]}" --out "$OUT/test/$t" >/dev/null
