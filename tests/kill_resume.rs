@@ -290,46 +290,11 @@ fn synth_autorag_killed_and_resumed_equals_an_uninterrupted_run() {
 /// nothing on disk until the end, and the end is two atomic renames).
 #[test]
 fn train_detector_killed_and_rerun_writes_the_detector_of_an_uninterrupted_run() {
-    use ragtime::synth::store::{HalluExample, HalluStore};
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
     // 3,000 random examples over 300 articles, hidden 64: a few seconds of training
     let data = root.join("labels");
-    let mut store = HalluStore::open(&data, "tiny", 64).unwrap();
-    let mut x = 0x9E37_79B9_7F4A_7C15u64;
-    let mut rnd = || {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        (x >> 40) as f32 / (1u64 << 24) as f32 - 0.5
-    };
-    for a in 0..300 {
-        let rows: Vec<HalluExample> = (0..10)
-            .map(|k| {
-                let v: Vec<f32> = (0..64).map(|_| rnd()).collect();
-                HalluExample {
-                    article_id: format!("a{a}"),
-                    title: format!("A{a}"),
-                    template: "mind".into(),
-                    trunc_offset: k,
-                    entity_label: "PERSON".into(),
-                    original_entity: "x".into(),
-                    generated_entity: "y".into(),
-                    continuation: "z".into(),
-                    label: u8::from(v[0] + v[1] > 0.0),
-                    rule: "exact".into(),
-                    entropy_last: 1.0,
-                    entropy_entity_mean: 1.0,
-                    hidden_final_last: v.clone(),
-                    hidden_mean_last: v.clone(),
-                    hidden_final_entity: v.clone(),
-                    hidden_mean_entity: v,
-                }
-            })
-            .collect();
-        store.add_article(&format!("a{a}"), rows).unwrap();
-    }
-    store.finish().unwrap();
+    common::write_toy_label_store(&data, 300);
     let args = |out: &Path| {
         s(&["train", "detector", "--data", data.to_str().unwrap(), "--epochs", "30", "--out", out.to_str().unwrap()])
     };

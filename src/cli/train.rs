@@ -69,6 +69,10 @@ pub struct DetectorArgs {
     /// network differs from an in-memory run's.
     #[arg(long)]
     pub stream: bool,
+    /// Score the trained detector DIR on --data instead of training one (nothing is written): its metrics on
+    /// each split of the store and on all rows, e.g. a detector trained on MIND's labels scored on QA labels.
+    #[arg(long, value_name = "DIR", conflicts_with = "stream")]
+    pub evaluate: Option<PathBuf>,
     /// Rows the shuffle buffer of --stream holds.
     #[arg(long, default_value_t = 16_384, requires = "stream", value_parser = super::ranges::int::<1, 16_777_216>)]
     pub shuffle_buffer: usize,
@@ -98,6 +102,9 @@ pub fn run(args: TrainArgs) -> Result<()> {
 }
 
 fn run_detector(a: &DetectorArgs) -> Result<()> {
+    if let Some(dir) = &a.evaluate {
+        return evaluate_detector(dir, &a.data);
+    }
     let cfg = a.config();
     // every input and the output before any work: a wrong --data or --out fails now, not after training, and
     // a wrong --data leaves no output directory behind
@@ -153,6 +160,23 @@ fn run_detector(a: &DetectorArgs) -> Result<()> {
         );
     }
     eprintln!("wrote {}", a.out.display());
+    Ok(())
+}
+
+/// `train detector --evaluate DIR`: the detector's metrics on the rows of `data`.
+fn evaluate_detector(dir: &std::path::Path, data: &[PathBuf]) -> Result<()> {
+    let detector = Detector::load(dir).with_context(|| format!("--evaluate {}", dir.display()))?;
+    let shown = data.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(",");
+    let names: Vec<&str> = detector.info().columns.iter().map(|(n, _)| n.as_str()).collect();
+    let t = read_features_many(data, &names).with_context(|| format!("{shown}: cannot read features"))?;
+    let m = detector.evaluate(&t).with_context(|| format!("--evaluate {} on {shown}", dir.display()))?;
+    eprintln!("{}: {} examples scored by the detector {}", shown, t.len(), dir.display());
+    for (split, m) in &m {
+        println!(
+            "{:<5} examples {:>7} hallucinated {:>6}  acc {:.4}  F1 {:.4}  ROC-AUC {:.4}  PR-AUC {:.4}  ECE {:.4}",
+            split, m.n, m.positives, m.accuracy, m.f1, m.roc_auc, m.pr_auc, m.ece
+        );
+    }
     Ok(())
 }
 

@@ -308,3 +308,44 @@ pub fn model_args(s: &Setup) -> Vec<String> {
         .map(|x| x.to_string())
         .collect()
 }
+
+/// A label store of `articles` articles with 10 random rows each (model "tiny", hidden 64, every hidden column the
+/// same vector `v`), labelled `v[0] + v[1] > 0`: learnable, and seconds to train on.
+pub fn write_toy_label_store(dir: &Path, articles: usize) {
+    use ragtime::synth::store::{HalluExample, HalluStore};
+    let mut store = HalluStore::open(dir, "tiny", 64).unwrap();
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    let mut rnd = || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        (x >> 40) as f32 / (1u64 << 24) as f32 - 0.5
+    };
+    for a in 0..articles {
+        let rows: Vec<HalluExample> = (0..10)
+            .map(|k| {
+                let v: Vec<f32> = (0..64).map(|_| rnd()).collect();
+                HalluExample {
+                    article_id: format!("a{a}"),
+                    title: format!("A{a}"),
+                    template: "mind".into(),
+                    trunc_offset: k,
+                    entity_label: "PERSON".into(),
+                    original_entity: "x".into(),
+                    generated_entity: "y".into(),
+                    continuation: "z".into(),
+                    label: u8::from(v[0] + v[1] > 0.0),
+                    rule: "exact".into(),
+                    entropy_last: 1.0,
+                    entropy_entity_mean: 1.0,
+                    hidden_final_last: v.clone(),
+                    hidden_mean_last: v.clone(),
+                    hidden_final_entity: v.clone(),
+                    hidden_mean_entity: v,
+                }
+            })
+            .collect();
+        store.add_article(&format!("a{a}"), rows).unwrap();
+    }
+    store.finish().unwrap();
+}
