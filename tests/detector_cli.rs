@@ -1,5 +1,6 @@
 //! `ragtime train detector --evaluate` through the binary: a trained detector scored on its own label store
 //! reproduces, split by split, the metrics its training report kept; bad requests name what is wrong.
+#![allow(clippy::disallowed_methods)] // a test looks at paths directly (clippy.toml)
 
 mod common;
 
