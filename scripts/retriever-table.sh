@@ -58,20 +58,3 @@ done
 # The baseline is the first run that answers to the first controller's name: the first retriever's.
 "$BIN" report --baseline "${CONTROLLERS%% *}" --html "$OUT/report.html" "${runs[@]}"
 
-# Where the retrievals land and what they bring: per run, the token position of each question's first retrieval
-# (median), the share of retrievals that return the same passages as the one before them in that question, and the
-# distinct passages shown per question.
-python3 - "${runs[@]}" <<'PY'
-import json, statistics, sys
-print("\n| run | questions | retrievals/q | first retrieval at token (median) | repeats the previous passages | distinct passages/q |")
-print("|---|---|---|---|---|---|")
-for run in sys.argv[1:]:
-    rows = [json.loads(l) for l in open(f"{run}/predictions.jsonl")]
-    n_ret = sum(len(r["retrievals"]) for r in rows)
-    firsts = [r["retrievals"][0]["token_pos"] for r in rows if r["retrievals"]]
-    repeats = sum(a["passage_ids"] == b["passage_ids"] for r in rows for a, b in zip(r["retrievals"], r["retrievals"][1:]))
-    distinct = [len({p for x in r["retrievals"] for p in x["passage_ids"]}) for r in rows]
-    first = f"{statistics.median(firsts):.0f}" if firsts else "-"
-    rep = f"{repeats / n_ret:.0%}" if n_ret else "-"
-    print(f"| {run} | {len(rows)} | {n_ret / len(rows):.2f} | {first} | {rep} | {sum(distinct) / len(rows):.1f} |")
-PY

@@ -1,5 +1,6 @@
 //! `ragtime report RUN_DIR... [--baseline NAME] [--html out.html] [--questions N] [--ids a,b]`: the comparison
-//! table (Markdown, to stdout) of runs written by `ragtime eval` or `ragtime sweep`; with `--baseline`, the
+//! table (Markdown, to stdout) of runs written by `ragtime eval` or `ragtime sweep`, and where their retrievals
+//! land (first retrieval's token, repeated passages, distinct passages); with `--baseline`, the
 //! matched-budget tables with paired-bootstrap intervals; optionally an HTML page with the tables, the
 //! quality-against-retrievals plot and the generations.
 
@@ -9,7 +10,7 @@ use anyhow::Result;
 use ragtime::eval::compare;
 use ragtime::eval::pareto::Point;
 use ragtime::eval::plot::{group, pareto_svg, Series};
-use ragtime::eval::report::{load_runs, markdown_table, write_html, LoadedRun, Selection};
+use ragtime::eval::report::{load_runs, markdown_table, retrieval_places_table, write_html, LoadedRun, Selection};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -52,6 +53,10 @@ pub fn run(args: Args) -> Result<()> {
     let runs = load_runs(&args.runs)?;
     let summaries: Vec<_> = runs.iter().map(|r| r.summary.clone()).collect();
     print!("{}", markdown_table(&summaries));
+    let places = retrieval_places_table(&runs);
+    if !places.is_empty() {
+        print!("\nWhere the retrievals land and what they bring (per question):\n\n{places}");
+    }
     let tables = match &args.baseline {
         Some(b) => {
             let t = compare::budget_tables(&runs, b, args.resamples, args.seed)?;

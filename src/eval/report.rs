@@ -8,6 +8,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Result};
 
+#[cfg(test)]
+use super::run::RetrievalRecord;
 use super::run::{read_predictions, summarise, PredictionRecord, Summary, PREDICTIONS_FILE};
 
 /// A run loaded for reporting.
@@ -75,6 +77,84 @@ pub fn markdown_table(summaries: &[Summary]) -> String {
     );
     for r in rows {
         let _ = writeln!(s, "| {} |", r.join(" | "));
+    }
+    s
+}
+
+/// Where a run's retrievals land and what they bring, per question: the generated token before which it first
+/// retrieved (the median over questions that retrieved), the share of retrievals that returned exactly the
+/// passages of the retrieval before them in the same question, and the distinct passages a question was shown.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RetrievalPlaces {
+    pub questions: usize,
+    pub retrievals_per_question: f64,
+    /// `None` when no question retrieved.
+    pub first_token_median: Option<f64>,
+    /// `None` when there was no retrieval.
+    pub repeat_share: Option<f64>,
+    pub distinct_passages_per_question: f64,
+}
+
+impl RetrievalPlaces {
+    pub fn of(predictions: &[PredictionRecord]) -> Self {
+        let n = predictions.len().max(1) as f64;
+        let retrievals: usize = predictions.iter().map(|p| p.retrievals.len()).sum();
+        let mut firsts: Vec<usize> =
+            predictions.iter().filter_map(|p| p.retrievals.first().map(|r| r.token_pos)).collect();
+        firsts.sort_unstable();
+        let first_token_median = match firsts.len() {
+            0 => None,
+            k if k % 2 == 1 => Some(firsts[k / 2] as f64),
+            k => Some((firsts[k / 2 - 1] + firsts[k / 2]) as f64 / 2.0),
+        };
+        let repeats: usize = predictions
+            .iter()
+            .map(|p| p.retrievals.windows(2).filter(|w| w[0].passage_ids == w[1].passage_ids).count())
+            .sum();
+        let distinct: usize = predictions
+            .iter()
+            .map(|p| {
+                let mut ids: Vec<&str> =
+                    p.retrievals.iter().flat_map(|r| r.passage_ids.iter().map(String::as_str)).collect();
+                ids.sort_unstable();
+                ids.dedup();
+                ids.len()
+            })
+            .sum();
+        RetrievalPlaces {
+            questions: predictions.len(),
+            retrievals_per_question: retrievals as f64 / n,
+            first_token_median,
+            repeat_share: (retrievals > 0).then(|| repeats as f64 / retrievals as f64),
+            distinct_passages_per_question: distinct as f64 / n,
+        }
+    }
+}
+
+/// [`RetrievalPlaces`] of each run that retrieved, as a Markdown table (empty when none did).
+pub fn retrieval_places_table(runs: &[LoadedRun]) -> String {
+    let summaries: Vec<&Summary> = runs.iter().map(|r| &r.summary).collect();
+    let mut s = String::new();
+    for (r, label) in runs.iter().zip(labels(&summaries)) {
+        let p = RetrievalPlaces::of(&r.predictions);
+        if p.repeat_share.is_none() {
+            continue;
+        }
+        if s.is_empty() {
+            s.push_str(
+                "| method | n | retrievals/q | first retrieval at token (median) | repeats the previous passages | \
+                 distinct passages/q |\n|---|---:|---:|---:|---:|---:|\n",
+            );
+        }
+        let _ = writeln!(
+            s,
+            "| {label} | {} | {:.2} | {} | {} | {:.1} |",
+            p.questions,
+            p.retrievals_per_question,
+            opt(p.first_token_median, 0),
+            p.repeat_share.map_or_else(|| "–".into(), |x| format!("{:.0}%", 100.0 * x)),
+            p.distinct_passages_per_question
+        );
     }
     s
 }
@@ -316,6 +396,36 @@ mod tests {
             "| dragin (dragin-hotpot) | hotpotqa | 3 | 0.667 | 0.952 | 1.000 | 1.00 | 0.333 | 20.0 | 300.0 | 1.000 |"
         );
         assert_eq!(lines.len(), 4);
+    }
+
+    /// Three questions: retrievals at tokens 4 and 9 with passages [a, b] twice (one repeat) and [c] once more;
+    /// at token 2 with [a]; none. Four retrievals, one repeat (25%); first tokens 4 and 2 (median 3); distinct
+    /// passages 3 + 1 + 0 over 3 questions.
+    #[test]
+    fn retrieval_places_by_hand() {
+        let r = |pos: usize, ids: &[&str]| RetrievalRecord {
+            token_pos: pos,
+            query: String::new(),
+            passage_ids: ids.iter().map(|x| x.to_string()).collect(),
+            hit_supporting: None,
+        };
+        let ex = crate::eval::run::tests::example("q", &["x"], crate::qa::AnswerKind::Span, &[]);
+        let mut p = vec![PredictionRecord::new(&ex, ""); 3];
+        p[0].retrievals = vec![r(4, &["a", "b"]), r(9, &["a", "b"]), r(12, &["c"])];
+        p[1].retrievals = vec![r(2, &["a"])];
+        let got = RetrievalPlaces::of(&p);
+        assert_eq!(
+            got,
+            RetrievalPlaces {
+                questions: 3,
+                retrievals_per_question: 4.0 / 3.0,
+                first_token_median: Some(3.0),
+                repeat_share: Some(0.25),
+                distinct_passages_per_question: 4.0 / 3.0,
+            }
+        );
+        let none = RetrievalPlaces::of(&p[2..]);
+        assert_eq!((none.first_token_median, none.repeat_share), (None, None));
     }
 
     #[test]
