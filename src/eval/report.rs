@@ -92,6 +92,10 @@ pub struct RetrievalPlaces {
     pub first_token_median: Option<f64>,
     /// `None` when there was no retrieval.
     pub repeat_share: Option<f64>,
+    /// The share of retrievals made at the same generated token with the same query as the retrieval before
+    /// them: the trigger fired again on what the model wrote again, a loop only the retrieval cap ends under
+    /// greedy decoding. `None` when there was no retrieval.
+    pub same_place_share: Option<f64>,
     pub distinct_passages_per_question: f64,
 }
 
@@ -111,6 +115,12 @@ impl RetrievalPlaces {
             .iter()
             .map(|p| p.retrievals.windows(2).filter(|w| w[0].passage_ids == w[1].passage_ids).count())
             .sum();
+        let same_place: usize = predictions
+            .iter()
+            .map(|p| {
+                p.retrievals.windows(2).filter(|w| w[0].token_pos == w[1].token_pos && w[0].query == w[1].query).count()
+            })
+            .sum();
         let distinct: usize = predictions
             .iter()
             .map(|p| {
@@ -126,9 +136,14 @@ impl RetrievalPlaces {
             retrievals_per_question: retrievals as f64 / n,
             first_token_median,
             repeat_share: (retrievals > 0).then(|| repeats as f64 / retrievals as f64),
+            same_place_share: (retrievals > 0).then(|| same_place as f64 / retrievals as f64),
             distinct_passages_per_question: distinct as f64 / n,
         }
     }
+}
+
+fn percent(v: Option<f64>) -> String {
+    v.map_or_else(|| "–".into(), |x| format!("{:.0}%", 100.0 * x))
 }
 
 /// [`RetrievalPlaces`] of each run that retrieved, as a Markdown table (empty when none did).
@@ -143,16 +158,17 @@ pub fn retrieval_places_table(runs: &[LoadedRun]) -> String {
         if s.is_empty() {
             s.push_str(
                 "| method | n | retrievals/q | first retrieval at token (median) | repeats the previous passages | \
-                 distinct passages/q |\n|---|---:|---:|---:|---:|---:|\n",
+                 at the same token with the same query | distinct passages/q |\n|---|---:|---:|---:|---:|---:|---:|\n",
             );
         }
         let _ = writeln!(
             s,
-            "| {label} | {} | {:.2} | {} | {} | {:.1} |",
+            "| {label} | {} | {:.2} | {} | {} | {} | {:.1} |",
             p.questions,
             p.retrievals_per_question,
             opt(p.first_token_median, 0),
-            p.repeat_share.map_or_else(|| "–".into(), |x| format!("{:.0}%", 100.0 * x)),
+            percent(p.repeat_share),
+            percent(p.same_place_share),
             p.distinct_passages_per_question
         );
     }
@@ -398,9 +414,9 @@ mod tests {
         assert_eq!(lines.len(), 4);
     }
 
-    /// Three questions: retrievals at tokens 4 and 9 with passages [a, b] twice (one repeat) and [c] once more;
-    /// at token 2 with [a]; none. Four retrievals, one repeat (25%); first tokens 4 and 2 (median 3); distinct
-    /// passages 3 + 1 + 0 over 3 questions.
+    /// Three questions: retrievals at tokens 4, 4 and 9 with passages [a, b] twice (one repeat, made at the same
+    /// token with the same query) and [c] once more; at token 2 with [a]; none. Four retrievals, one repeat (25%),
+    /// one at the same place (25%); first tokens 4 and 2 (median 3); distinct passages 3 + 1 + 0 over 3 questions.
     #[test]
     fn retrieval_places_by_hand() {
         let r = |pos: usize, ids: &[&str]| RetrievalRecord {
@@ -411,7 +427,7 @@ mod tests {
         };
         let ex = crate::eval::run::tests::example("q", &["x"], crate::qa::AnswerKind::Span, &[]);
         let mut p = vec![PredictionRecord::new(&ex, ""); 3];
-        p[0].retrievals = vec![r(4, &["a", "b"]), r(9, &["a", "b"]), r(12, &["c"])];
+        p[0].retrievals = vec![r(4, &["a", "b"]), r(4, &["a", "b"]), r(9, &["c"])];
         p[1].retrievals = vec![r(2, &["a"])];
         let got = RetrievalPlaces::of(&p);
         assert_eq!(
@@ -421,11 +437,16 @@ mod tests {
                 retrievals_per_question: 4.0 / 3.0,
                 first_token_median: Some(3.0),
                 repeat_share: Some(0.25),
+                same_place_share: Some(0.25),
                 distinct_passages_per_question: 4.0 / 3.0,
             }
         );
         let none = RetrievalPlaces::of(&p[2..]);
-        assert_eq!((none.first_token_median, none.repeat_share), (None, None));
+        assert_eq!((none.first_token_median, none.repeat_share, none.same_place_share), (None, None, None));
+        // the same passages fetched at another token is a repeat, not a loop
+        p[0].retrievals[1].token_pos = 7;
+        let moved = RetrievalPlaces::of(&p);
+        assert_eq!((moved.repeat_share, moved.same_place_share), (Some(0.25), Some(0.0)));
     }
 
     #[test]
