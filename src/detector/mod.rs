@@ -192,14 +192,21 @@ impl Detector {
         let want: Vec<&str> = self.info.columns.iter().map(|(n, _)| n.as_str()).collect();
         let have: Vec<&str> = t.columns.iter().map(|(n, _)| n.as_str()).collect();
         ensure!(want == have, "the detector reads the columns {want:?}, the rows hold {have:?}");
-        let scores: Vec<f32> = (0..t.len()).map(|i| self.score(t.row(i))).collect();
-        let mut out = Vec::new();
-        for s in train::Split::ALL {
-            let rows: Vec<usize> = (0..t.len()).filter(|&i| train::split_of(&t.article_ids[i]) == s).collect();
-            let labels: Vec<u8> = rows.iter().map(|&i| t.labels[i]).collect();
-            let sc: Vec<f32> = rows.iter().map(|&i| scores[i]).collect();
-            out.push((s.name(), metrics::Metrics::compute(&labels, &sc)));
+        // one pass: each row scored once and hashed to its split once
+        let mut scores = Vec::with_capacity(t.len());
+        let mut by_split: [(Vec<u8>, Vec<f32>); 3] = Default::default();
+        for i in 0..t.len() {
+            let p = self.score(t.row(i));
+            let (labels, sc) = &mut by_split[train::split_of(&t.article_ids[i]) as usize]; // ALL's order
+            labels.push(t.labels[i]);
+            sc.push(p);
+            scores.push(p);
         }
+        let mut out: Vec<(&'static str, metrics::Metrics)> = train::Split::ALL
+            .iter()
+            .zip(&by_split)
+            .map(|(s, (labels, sc))| (s.name(), metrics::Metrics::compute(labels, sc)))
+            .collect();
         out.push(("all", metrics::Metrics::compute(&t.labels, &scores)));
         Ok(out)
     }

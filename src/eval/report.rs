@@ -111,16 +111,12 @@ impl RetrievalPlaces {
             k if k % 2 == 1 => Some(firsts[k / 2] as f64),
             k => Some((firsts[k / 2 - 1] + firsts[k / 2]) as f64 / 2.0),
         };
-        let repeats: usize = predictions
-            .iter()
-            .map(|p| p.retrievals.windows(2).filter(|w| w[0].passage_ids == w[1].passage_ids).count())
-            .sum();
-        let same_place: usize = predictions
-            .iter()
-            .map(|p| {
-                p.retrievals.windows(2).filter(|w| w[0].token_pos == w[1].token_pos && w[0].query == w[1].query).count()
-            })
-            .sum();
+        // each retrieval against the one before it in its question, once
+        let (mut repeats, mut same_place) = (0usize, 0usize);
+        for w in predictions.iter().flat_map(|p| p.retrievals.windows(2)) {
+            repeats += usize::from(w[0].passage_ids == w[1].passage_ids);
+            same_place += usize::from(w[0].token_pos == w[1].token_pos && w[0].query == w[1].query);
+        }
         let distinct: usize = predictions
             .iter()
             .map(|p| {
