@@ -146,6 +146,16 @@ pub struct RetrievalTable {
     /// Where passages come from: `index` (the default: `--index`, else the dataset's) or `gold` (the question's
     /// own supporting paragraphs: the oracle context, `configs/oracle.toml`).
     pub source: Option<String>,
+    /// The decode loop's guard against retrievals that repeat the previous one in place
+    /// ([`crate::rag::LoopConfig::loop_guard`]; default `true`, `false` gives the papers' literal loop).
+    pub loop_guard: Option<bool>,
+}
+
+impl RetrievalTable {
+    /// Whether the loop guard is on: the table's `loop_guard`, else the default (on).
+    pub fn loop_guard(&self) -> bool {
+        self.loop_guard.unwrap_or_else(|| crate::rag::LoopConfig::default().loop_guard)
+    }
 }
 
 /// `[generation]` of a token-level controller's config.
@@ -579,9 +589,31 @@ mod tests {
         assert!(e.is_usage());
     }
 
+    /// `[retrieval] loop_guard`: on when absent, as written in the file, as a `--set` (per dataset too), and a
+    /// value that is not a bool refused.
+    #[test]
+    fn loop_guard_key() {
+        let p = Path::new("configs/rind.toml");
+        let read = |text: &str, dataset: Option<&str>, sets: &[&str]| {
+            let v: Value = toml::from_str(text).unwrap();
+            let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
+            MethodConfig::from_value(p, v, dataset, &sets, SECTIONS).unwrap().section::<RetrievalTable>("retrieval")
+        };
+        assert!(read("[retrieval]\ntop_k = 3\n", None, &[]).unwrap().loop_guard());
+        assert!(read("", None, &[]).unwrap().loop_guard());
+        assert!(!read("[retrieval]\nloop_guard = false\n", None, &[]).unwrap().loop_guard());
+        assert!(read("[retrieval]\nloop_guard = true\n", None, &[]).unwrap().loop_guard());
+        assert!(!read("", None, &["retrieval.loop_guard=false"]).unwrap().loop_guard());
+        let per_dataset = "[datasets.hotpotqa]\nretrieval = { loop_guard = false }\n";
+        assert!(!read(per_dataset, Some("hotpotqa"), &[]).unwrap().loop_guard());
+        assert!(read(per_dataset, Some("iirc"), &[]).unwrap().loop_guard());
+        let e = read("", None, &["retrieval.loop_guard=no"]).unwrap_err();
+        assert!(e.is_usage() && e.to_string().contains("invalid type"), "{e}");
+    }
+
     #[test]
     fn struct_fields_of_a_derived_struct() {
-        assert_eq!(struct_fields::<RetrievalTable>(), Some(&["top_k", "source"][..]));
+        assert_eq!(struct_fields::<RetrievalTable>(), Some(&["top_k", "source", "loop_guard"][..]));
         assert_eq!(struct_fields::<u32>(), None);
     }
 

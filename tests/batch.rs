@@ -155,6 +155,7 @@ fn same_outcome(a: &Outcome, b: &Outcome, what: &str) {
     same_steps(&a.tokens, &b.tokens, what);
     assert_eq!(a.generated_tokens, b.generated_tokens, "{what}: generated tokens");
     assert_eq!(a.forward_tokens, b.forward_tokens, "{what}: forward tokens");
+    assert_eq!(a.loops_guarded, b.loops_guarded, "{what}: loops guarded");
 }
 
 /// The decode loop over three lanes answers five questions (with retrievals and KV-cache rewinds) exactly as
@@ -252,7 +253,12 @@ fn case(
 /// probabilities tiny), also while decoding, and the triggers that cut the answer at the flagged token drop
 /// generated tokens (the lane's cache is rewound into the answer). The questions have different lengths, and
 /// stop tokens end some answers early, so the lanes finish at different times. `mlp` runs a detector with
-/// random weights over the hidden states (so its scores depend on every captured value).
+/// random weights over the hidden states (so its scores depend on every captured value). All of it with the loop
+/// guard off (the papers' loop, which the checks of what each case went through are written for) and on: then
+/// no retrieval repeats the one before it in place, and the guard accepts blocks of flare (its first draft
+/// fires, and its masked query, every token below beta, is the question of its initial retrieval), rind
+/// (paper), etc and mlp, never of the triggers that cannot fire twice at one place (none, single, fixed-length
+/// and fixed-sentence keep every token; rind's code form accepts the sentence after a retrieval).
 #[test]
 fn every_trigger_batched_equals_one_question_at_a_time() {
     let Some(mut tokenizer) = common::tokenizer() else { return };
@@ -332,8 +338,10 @@ fn every_trigger_batched_equals_one_question_at_a_time() {
         assert!(covered.contains(name), "trigger {name} is not covered");
     }
     let mut problems = Vec::new();
+    let mut guarded = Vec::new();
     for c in &cases {
-        for lanes in [8, 4] {
+        for (loop_guard, lanes) in [(false, 8), (false, 4), (true, 8), (true, 4)] {
+            let rag = RagLoop { cfg: LoopConfig { loop_guard, ..rag.cfg.clone() }, ..rag };
             let (sequential, batched, fed, passes) =
                 sequential_and_batched(&rag, &c.trigger, c.qf.as_ref(), &QUESTIONS, lanes);
             assert!(fed > passes, "{}: {fed} sequences in {passes} passes", c.name);
@@ -342,6 +350,19 @@ fn every_trigger_batched_equals_one_question_at_a_time() {
             }
             if lanes > 4 {
                 continue;
+            }
+            if loop_guard {
+                let in_place = |o: &Outcome| {
+                    o.retrievals.windows(2).any(|w| (w[0].token_pos, &w[0].query) == (w[1].token_pos, &w[1].query))
+                };
+                if sequential.iter().any(in_place) {
+                    problems.push(format!("{}: a retrieval repeated the one before it in place", c.name));
+                }
+                guarded.push((c.name, sequential.iter().map(|o| o.loops_guarded).collect::<Vec<_>>()));
+                continue;
+            }
+            if sequential.iter().any(|o| o.loops_guarded > 0) {
+                problems.push(format!("{}: guarded with the guard off", c.name));
             }
             // what the runs went through (the same for both lane counts)
             let mut check = |ok: bool, what: &str| {
@@ -381,4 +402,8 @@ fn every_trigger_batched_equals_one_question_at_a_time() {
         }
     }
     assert!(problems.is_empty(), "{problems:#?}");
+    for (name, g) in &guarded {
+        let never = ["none", "single", "fixed-length", "fixed-sentence", "rind (code)"].contains(name);
+        assert_eq!(g.iter().sum::<usize>() == 0, never, "{name}: loops guarded per question {g:?}");
+    }
 }

@@ -1,6 +1,6 @@
 //! End to end on a tiny random model and a tiny corpus: a fixed-length trigger must retrieve during decoding,
 //! the prompt is rebuilt with the documents, and the KV cache is rewound to the shared prefix rather than
-//! re-encoding everything.
+//! re-encoding everything; the loop guard stops a trigger from retrieving again and again in place.
 
 use std::collections::HashMap;
 
@@ -10,7 +10,9 @@ use common::Tiny;
 use ragtime::device::DeviceKind;
 use ragtime::model::{random_weights, Arch, Lm, MemoryWeights, ModelConfig, Tokenizer};
 use ragtime::prompt::PromptBuilder;
-use ragtime::rag::{LoopConfig, RagLoop};
+use ragtime::query::QueryFormer;
+use ragtime::rag::{LoopConfig, Outcome, RagLoop};
+use ragtime::trigger::{Decision, GenView, Judgement, Lookahead, Trigger};
 
 /// One exemplar in DRAGIN's layout.
 fn italy_prompt() -> PromptBuilder {
@@ -165,4 +167,108 @@ fn recomputed_internals_match_captured_when_a_block_ends_at_a_stop_token() {
     assert_eq!(ids(&recomputed), ids(&captured));
     let at = |o: &ragtime::rag::Outcome| o.retrievals.iter().map(|r| r.token_pos).collect::<Vec<_>>();
     assert_eq!(at(&recomputed), at(&captured));
+}
+
+/// Asks to retrieve at the start of every block it judges (`keep = at = new_from`: drop the block), in blocks of
+/// 4 tokens; with `initial`, also with the question before generating.
+struct AtEveryBlock {
+    initial: bool,
+}
+
+impl Trigger for AtEveryBlock {
+    fn name(&self) -> &str {
+        "at-every-block"
+    }
+    fn lookahead(&self) -> Lookahead {
+        Lookahead::Tokens(4)
+    }
+    fn before_generation(&mut self, _question: &str) -> bool {
+        self.initial
+    }
+    fn judge(&mut self, view: &GenView) -> anyhow::Result<Judgement> {
+        let n = view.tokens.len() - view.new_from;
+        Ok(Judgement::new(Decision::Retrieve { keep: view.new_from, at: view.new_from }, vec![f32::NAN; n]))
+    }
+}
+
+/// A query former whose every query is new: `query 1`, `query 2`, ...
+struct Numbered(std::cell::Cell<usize>);
+
+impl QueryFormer for Numbered {
+    fn name(&self) -> &str {
+        "numbered"
+    }
+    fn form(&self, _view: &GenView, _at: usize, _keep: usize) -> anyhow::Result<String> {
+        self.0.set(self.0.get() + 1);
+        Ok(format!("query {}", self.0.get()))
+    }
+}
+
+/// The loop guard. A trigger that fires at the start of every 4-token block, with the question as the query, on a
+/// tiny random model (16 answer tokens, at most 10 retrievals, greedy):
+/// - without the guard (the papers' loop) it retrieves at token 0 with the question ten times, the cap: each
+///   retrieval rebuilds the same prompt, the model writes the same block again, and the trigger fires on it
+///   again; the other three blocks are accepted at the cap. 10 blocks of 4 dropped + 16 kept = 56 generated.
+/// - with the guard the second firing at token 0 (same place, same query as the retrieval before) is not a
+///   retrieval: the block is accepted, and the same happens after each block's one retrieval, so it retrieves
+///   at tokens 0, 4, 8, 12 (a new place each time), guards 4 loops, and generates 4 x 4 dropped + 16 = 32.
+/// - with an initial retrieval (token 0, the question) the first firing at token 0 already repeats it: guarded,
+///   then 4, 8, 12 as before.
+/// - a query that changes each time is not a loop: the guard lets all ten retrievals at token 0 through.
+///
+/// With and without the guard the kept 16 tokens are the same: every retrieval asks the same query, so the
+/// answer is written under the same passages.
+#[test]
+fn loop_guard_stops_in_place_retrieval_loops() {
+    let cfg = ModelConfig::tiny(Arch::Llama, 49152);
+    let tok = Tokenizer::from_file(&ragtime::require_data!("models/smollm2-135m-instruct/tokenizer.json")).unwrap();
+    let w = MemoryWeights(random_weights(&cfg, 3).into_iter().collect::<HashMap<_, _>>());
+    let lm = Lm::from_source(&w, cfg, tok, "tiny".into(), DeviceKind::Cpu).unwrap();
+    let corpus = Tiny::from_texts(&[
+        "Paris is the capital of France.",
+        "Berlin is the capital of Germany.",
+        "The Seine flows through Paris.",
+    ]);
+    let prompt = italy_prompt();
+    let question = "What is the capital of France?";
+    let run = |loop_guard: bool, initial: bool, qf: &dyn QueryFormer| {
+        let cfg = LoopConfig { max_new_tokens: 16, suffix_tokens: 0, loop_guard, ..LoopConfig::default() };
+        assert_eq!(cfg.max_retrievals, 10);
+        let rag = RagLoop { lm: &lm, prompt: &prompt, retriever: Some(&corpus), cfg };
+        rag.answer(question, &mut AtEveryBlock { initial }, qf).unwrap()
+    };
+    let places = |o: &Outcome| o.retrievals.iter().map(|r| (r.token_pos, r.query.clone())).collect::<Vec<_>>();
+    let at = |pos: &[usize]| pos.iter().map(|&p| (p, question.to_string())).collect::<Vec<_>>();
+    let same_place_twice =
+        |o: &Outcome| o.retrievals.windows(2).any(|w| (w[0].token_pos, &w[0].query) == (w[1].token_pos, &w[1].query));
+    let by_question = ragtime::query::build("question", &toml::Table::new().into()).unwrap();
+
+    let papers = run(false, false, by_question.as_ref());
+    assert_eq!(papers.tokens.len(), 16, "the answer runs to max_new_tokens (no stop token)");
+    assert_eq!(places(&papers), at(&[0; 10]));
+    assert!(same_place_twice(&papers));
+    assert_eq!(papers.loops_guarded, 0);
+    assert_eq!(papers.generated_tokens, 10 * 4 + 16);
+
+    let guarded = run(true, false, by_question.as_ref());
+    assert_eq!(places(&guarded), at(&[0, 4, 8, 12]));
+    assert!(!same_place_twice(&guarded));
+    assert_eq!(guarded.loops_guarded, 4);
+    assert_eq!(guarded.generated_tokens, 4 * 4 + 16);
+    assert_eq!(guarded.text, papers.text);
+    assert_eq!(guarded.scores.len(), 16);
+
+    let initial = run(true, true, by_question.as_ref());
+    assert_eq!(places(&initial), at(&[0, 4, 8, 12]));
+    assert_eq!(initial.loops_guarded, 4);
+    assert_eq!(initial.generated_tokens, 3 * 4 + 16, "no block dropped at token 0");
+    let initial_papers = run(false, true, by_question.as_ref());
+    assert_eq!(places(&initial_papers), at(&[0; 10]), "the initial retrieval and nine repeats of it");
+
+    // the guard needs the same query too: new queries at the same place all go through, up to the cap
+    let numbered = run(true, false, &Numbered(Default::default()));
+    let queries: Vec<(usize, String)> = (1..=10).map(|i| (0, format!("query {i}"))).collect();
+    assert_eq!(places(&numbered), queries);
+    assert_eq!(numbered.loops_guarded, 0);
+    assert_eq!(numbered.generated_tokens, 10 * 4 + 16);
 }

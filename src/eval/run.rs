@@ -89,6 +89,10 @@ pub struct PredictionRecord {
     pub raw_output: String,
     pub metrics: Scores,
     pub retrievals: Vec<RetrievalRecord>,
+    /// Retrievals the trigger asked for that the loop guard did not make, each of which would have repeated the
+    /// one before it in place ([`crate::rag::LoopConfig::loop_guard`]); written only when not 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub loops_guarded: usize,
     /// Tokens the model generated for this question (all rounds, including discarded ones).
     pub generated_tokens: usize,
     /// Tokens the model ran forward (prompt tokens processed, cached ones excluded, plus generated ones).
@@ -127,6 +131,7 @@ impl PredictionRecord {
             prediction,
             raw_output: raw_output.to_string(),
             retrievals: vec![],
+            loops_guarded: 0,
             generated_tokens: 0,
             forward_tokens: 0,
             seconds: 0.0,
@@ -134,6 +139,10 @@ impl PredictionRecord {
             trace: vec![],
         }
     }
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 /// Averages over a run (metrics.json).

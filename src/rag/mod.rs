@@ -4,7 +4,9 @@
 //! rewinds the KV cache to the longest common token prefix of the old and the new sequence (the few-shot
 //! exemplars at least), so only the changed tail is re-encoded; kept answer tokens are re-fed behind the new
 //! prompt, which gives them fresh internals under the new context. A new question keeps only the exemplars
-//! ([`batch::feed_prompt`]), so its outcome does not depend on the question answered before.
+//! ([`batch::feed_prompt`]), so its outcome does not depend on the question answered before. A retrieval that
+//! would repeat the question's previous one in place (the same `keep`, the same query) is not made: the block is
+//! accepted instead ([`LoopConfig::loop_guard`]).
 
 pub mod batch;
 
@@ -39,6 +41,19 @@ pub struct LoopConfig {
     /// (`scripts/bench-eval.sh`).
     #[serde(default)]
     pub recompute_internals: bool,
+    /// The loop guard: a retrieval the trigger asks for at the same place (`keep`) with the same query as the
+    /// question's previous retrieval is not made; the judged block is accepted instead (as at the cap), and
+    /// counted in [`Outcome::loops_guarded`]. Such a retrieval would return the same passages and rebuild the same
+    /// prompt and kept answer, so it cannot change the next token: under greedy decoding the model writes the
+    /// same tokens again and the trigger fires again on them, in place, until `max_retrievals`. On by default
+    /// (`[retrieval] loop_guard`); `false` gives the papers' literal loop. Left out of a run's `config.toml` when
+    /// `false`, so that a run made before the guard existed (which ran without it) resumes only with it off.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub loop_guard: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 impl Default for LoopConfig {
@@ -51,6 +66,7 @@ impl Default for LoopConfig {
             answer_pattern: "So the answer is".into(),
             suffix_tokens: 20,
             recompute_internals: false,
+            loop_guard: true,
         }
     }
 }
@@ -79,6 +95,9 @@ pub struct Outcome {
     pub forward_tokens: usize,
     /// Tokens pushed through the extra passes of [`LoopConfig::recompute_internals`].
     pub recompute_tokens: usize,
+    /// Retrievals the trigger asked for that [`LoopConfig::loop_guard`] did not make (each would have repeated
+    /// the one before it in place).
+    pub loops_guarded: usize,
 }
 
 /// Strings after which the model has left the answer (it starts another exemplar).
@@ -235,14 +254,22 @@ impl<'a> RagLoop<'a> {
             if let Decision::Retrieve { keep, at } = j.decision {
                 if self.retriever.is_some() && out.retrievals.len() < self.cfg.max_retrievals {
                     let q = qf.form(&view, at.min(tokens.len() - 1), keep)?;
-                    trigger.on_retrieval();
-                    docs = self.retrieve(&q)?;
-                    out.retrievals.push(Retrieval { token_pos: keep, query: q, passages: docs.clone() });
-                    let kept: Vec<u32> = tokens[..keep.min(tokens.len())].iter().map(|t| t.id).collect();
-                    scores.truncate(kept.len());
-                    tokens = self.rebuild(s, &anchor, false, question, &docs, &kept).await?;
-                    stopped = false;
-                    continue;
+                    // the same kept answer and the same query (so the same passages) as the previous retrieval:
+                    // retrieving would rebuild exactly the context the model just wrote this block under
+                    let in_place = out.retrievals.last().is_some_and(|r| r.token_pos == keep && r.query == q);
+                    if self.cfg.loop_guard && in_place {
+                        // accept the block, as at the cap
+                        out.loops_guarded += 1;
+                    } else {
+                        trigger.on_retrieval();
+                        docs = self.retrieve(&q)?;
+                        out.retrievals.push(Retrieval { token_pos: keep, query: q, passages: docs.clone() });
+                        let kept: Vec<u32> = tokens[..keep.min(tokens.len())].iter().map(|t| t.id).collect();
+                        scores.truncate(kept.len());
+                        tokens = self.rebuild(s, &anchor, false, question, &docs, &kept).await?;
+                        stopped = false;
+                        continue;
+                    }
                 }
             }
             let text: String = tokens.iter().map(|t| t.text.as_str()).collect();
