@@ -196,6 +196,8 @@ pub(crate) struct Method {
     pub max_new: usize,
     /// `[retrieval] source = "gold"`: the question's own supporting paragraphs are handed over (oracle context).
     pub gold: bool,
+    /// `[retrieval] loop_guard` (default on): see `LoopConfig::loop_guard`.
+    pub loop_guard: bool,
 }
 
 impl Method {
@@ -228,7 +230,8 @@ impl Method {
         let top_k = top_k.or(retrieval.top_k).unwrap_or(3);
         let max_new =
             max_new.or(mc.section::<GenerationTable>("generation")?.max_new_tokens).unwrap_or(dataset.max_new_tokens);
-        let m = Method { name: name.to_string(), config_path, mc, top_k, max_new, gold };
+        let loop_guard = retrieval.loop_guard();
+        let m = Method { name: name.to_string(), config_path, mc, top_k, max_new, gold, loop_guard };
         m.trigger()?;
         m.query()?;
         Ok(m)
@@ -281,6 +284,7 @@ impl Method {
             max_new_tokens: self.max_new,
             answer_pattern: dataset.answer_pattern.clone(),
             recompute_internals,
+            loop_guard: self.loop_guard,
             ..LoopConfig::default()
         }
     }
@@ -484,6 +488,7 @@ fn record(ex: &Example, o: &Outcome, seconds: f64) -> PredictionRecord {
     let mut rec = PredictionRecord::new(ex, &o.text);
     rec.retrievals =
         o.retrievals.iter().map(|r| RetrievalRecord::new(ex, r.token_pos, &r.query, &r.passages)).collect();
+    rec.loops_guarded = o.loops_guarded;
     rec.generated_tokens = o.generated_tokens;
     rec.forward_tokens = o.forward_tokens;
     rec.seconds = seconds;
