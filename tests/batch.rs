@@ -261,14 +261,86 @@ fn case(
 /// and fixed-sentence keep every token; rind's code form accepts the sentence after a retrieval).
 #[test]
 fn every_trigger_batched_equals_one_question_at_a_time() {
-    let Some(mut tokenizer) = common::tokenizer() else { return };
-    // every 23rd token id ends an answer, so that the answers have different lengths
+    let Some(tokenizer) = stop_every_23rd() else { return };
+    every_trigger(&common::tiny_q4_with(5, tokenizer), &same_outcome);
+}
+
+/// A tokenizer in which every 23rd token id ends an answer, so that the answers have different lengths.
+fn stop_every_23rd() -> Option<ragtime::model::Tokenizer> {
+    let mut tokenizer = common::tokenizer()?;
     tokenizer.stop_ids.extend((1..49152u32).filter(|i| i % 23 == 0));
+    Some(tokenizer)
+}
+
+/// The same on the batched engine (lane buffers; what the GPU runs), on the CPU: one question at a time and
+/// over lanes give the same text, retrieval positions, queries and passages, and internals and trigger scores
+/// within f32 rounding (its passes run other shapes, so not bit for bit).
+#[test]
+fn every_trigger_on_the_batched_engine_over_lanes_equals_one_question_at_a_time() {
+    batched_engine_every_trigger(ragtime::device::DeviceKind::Cpu);
+}
+
+/// The same on a GPU (`cargo test --release --test batch -- --ignored`): the batched engine on CUDA.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn every_trigger_on_the_batched_engine_on_cuda_over_lanes_equals_one_question_at_a_time() {
+    batched_engine_every_trigger(ragtime::device::DeviceKind::Cuda(0));
+}
+
+fn batched_engine_every_trigger(device: ragtime::device::DeviceKind) {
+    let Some(tokenizer) = stop_every_23rd() else { return };
+    let cfg = ragtime::model::ModelConfig::tiny(ragtime::model::Arch::Llama, 49152);
+    let lm = ragtime::model::Lm::from_source_on(
+        &common::Q4Weights::new(&cfg, 5),
+        cfg,
+        tokenizer,
+        "tiny-q4".into(),
+        device,
+        ragtime::model::EngineKind::Batched,
+    )
+    .unwrap();
+    assert!(lm.engine().starts_with("batched"));
+    every_trigger(&lm, &close_outcome);
+}
+
+fn close(a: &[f32], b: &[f32], tol: f32) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| (x - y).abs() <= tol || x.is_nan() && y.is_nan())
+}
+
+/// [`same_outcome`] within f32 rounding: the same tokens, text, retrievals and token counts; entropies,
+/// probabilities, trigger scores and captured internals within 1e-4.
+fn close_outcome(a: &Outcome, b: &Outcome, what: &str) {
+    assert_eq!(a.text, b.text, "{what}: text");
+    let retrievals = |o: &Outcome| {
+        o.retrievals
+            .iter()
+            .map(|r| (r.token_pos, r.query.clone(), r.passages.iter().map(|p| p.id.clone()).collect::<Vec<_>>()))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(retrievals(a), retrievals(b), "{what}: retrieval positions, queries and passages");
+    let scores = |o: &Outcome| o.scores.iter().map(|s| s.unwrap_or(f32::NAN)).collect::<Vec<_>>();
+    assert!(close(&scores(a), &scores(b), 1e-4), "{what}: trigger scores");
+    assert_eq!(a.tokens.len(), b.tokens.len(), "{what}: step count");
+    for (x, y) in a.tokens.iter().zip(&b.tokens) {
+        assert_eq!((x.pos, x.id), (y.pos, y.id), "{what}");
+        assert!(close(&[x.entropy, x.prob], &[y.entropy, y.prob], 1e-4), "{what}: entropy/prob at {}", x.pos);
+        assert_eq!(x.attn.len(), y.attn.len(), "{what}: heads at {}", x.pos);
+        assert!(x.attn.iter().zip(&y.attn).all(|(p, q)| close(p, q, 1e-4)), "{what}: attention at {}", x.pos);
+        assert!(close(&x.hidden_final, &y.hidden_final, 1e-4), "{what}: hidden state at {}", x.pos);
+        assert!(close(&x.hidden_mean, &y.hidden_mean, 1e-4), "{what}: mean hidden state at {}", x.pos);
+    }
+    assert_eq!(a.generated_tokens, b.generated_tokens, "{what}: generated tokens");
+    assert_eq!(a.forward_tokens, b.forward_tokens, "{what}: forward tokens");
+    assert_eq!(a.loops_guarded, b.loops_guarded, "{what}: retrievals the loop guard held back");
+}
+
+/// Runs every trigger's case on `lm`, one question at a time and over 8 and 4 lanes, comparing the outcomes
+/// with `compare`, and checks that each case went through what it is meant to exercise.
+fn every_trigger(lm: &ragtime::model::Lm, compare: &dyn Fn(&Outcome, &Outcome, &str)) {
     let corpus = corpus();
     let prompt = italy_prompt();
     let cfg = LoopConfig { max_new_tokens: 20, max_retrievals: 3, suffix_tokens: 0, ..LoopConfig::default() };
-    let lm = common::tiny_q4_with(5, tokenizer);
-    let rag = RagLoop { lm: &lm, prompt: &prompt, retriever: Some(&corpus), cfg };
+    let rag = RagLoop { lm, prompt: &prompt, retriever: Some(&corpus), cfg };
     let detector = random_detector(lm.config.hidden_size, 7);
     let sentence = |extra: toml::Table| {
         let mut t = toml::toml! { max_sentence_tokens = 6 };
@@ -346,7 +418,7 @@ fn every_trigger_batched_equals_one_question_at_a_time() {
                 sequential_and_batched(&rag, &c.trigger, c.qf.as_ref(), &QUESTIONS, lanes);
             assert!(fed > passes, "{}: {fed} sequences in {passes} passes", c.name);
             for (i, (a, b)) in sequential.iter().zip(&batched).enumerate() {
-                same_outcome(a, b, &format!("{}, {lanes} lanes, question {i}", c.name));
+                compare(a, b, &format!("{}, {lanes} lanes, question {i}", c.name));
             }
             if lanes > 4 {
                 continue;

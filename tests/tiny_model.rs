@@ -194,15 +194,114 @@ fn cpu_engine_matches_reference_engine() {
     }
 }
 
+/// Steps equal in ids and positions, their numbers within `eps` (attention and probabilities within `eps / 10`).
+fn close_steps(a: &[ragtime::step::TokenStep], b: &[ragtime::step::TokenStep], eps: f32, what: &str) {
+    assert_eq!(a.len(), b.len(), "{what}: step count");
+    for (x, y) in a.iter().zip(b) {
+        assert_eq!((x.pos, x.id), (y.pos, y.id), "{what}: greedy ids differ");
+        let same_nan = x.entropy.is_nan() && y.entropy.is_nan();
+        assert!((x.entropy - y.entropy).abs() < eps || same_nan, "{what}: entropy at {}", x.pos);
+        let same_nan = x.prob.is_nan() && y.prob.is_nan();
+        assert!((x.prob - y.prob).abs() < eps / 10.0 || same_nan, "{what}: prob at {}", x.pos);
+        assert_eq!(x.attn.len(), y.attn.len(), "{what}: heads at {}", x.pos);
+        for h in 0..x.attn.len() {
+            assert_eq!(x.attn[h].len(), x.pos + 1, "{what}: attention row over positions 0..=pos");
+            assert!(max_diff(&x.attn[h], &y.attn[h]) < eps / 10.0, "{what}: attention at {}", x.pos);
+        }
+        assert!(max_diff(&x.hidden_final, &y.hidden_final) < eps, "{what}: final hidden at {}", x.pos);
+        assert!(max_diff(&x.hidden_mean, &y.hidden_mean) < eps, "{what}: mean hidden at {}", x.pos);
+    }
+}
+
+/// The batched engine (lane buffers, a fixed-shape decode grid, padded prefill chunks) against the reference
+/// engine on both architectures: twelve sessions of different lengths fed together (more than the buffers'
+/// first 8 lanes, so they grow), with prefill chunks beside decoding rows, rewinds, a session dropped and its
+/// lane reused, and one sequence outgrowing the first capacity of 1024 positions. Each session gets, within
+/// f32 rounding, what the reference engine gives it alone.
+#[test]
+fn batched_engine_matches_reference_engine() {
+    ragtime::require_data!("models/smollm2-135m-instruct/tokenizer.json");
+    batched_against_reference(DeviceKind::Cpu, 1e-4);
+}
+
+/// The same with the batched engine on a GPU (`cargo test --release --test tiny_model -- --ignored`), against the
+/// reference engine on the CPU: within 3e-2, as CUDA's f32 products are less exact than the CPU's.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn batched_engine_on_cuda_matches_reference_engine_on_the_cpu() {
+    batched_against_reference(DeviceKind::Cuda(0), 3e-2);
+}
+
+fn batched_against_reference(device: DeviceKind, eps: f32) {
+    use ragtime::model::{EngineKind, Sampler};
+    for arch in [Arch::Llama, Arch::Qwen2] {
+        let dir = tempfile::tempdir().unwrap();
+        let _ = tiny(arch, dir.path());
+        let batched = Lm::load_on(dir.path(), device, EngineKind::Batched, None).unwrap();
+        let reference = Lm::load_on(dir.path(), DeviceKind::Cpu, EngineKind::Reference, None).unwrap();
+        assert!(batched.engine().starts_with("batched"), "{}", batched.engine());
+        let n = 12;
+        let prompt =
+            |i: usize| -> Vec<u32> { (0..3 + 5 * i).map(|j| ((i * 131 + j * 17) % 4000 + 5) as u32).collect() };
+        let mut together: Vec<_> = (0..n).map(|_| batched.session()).collect();
+        let mut alone: Vec<_> = (0..n).map(|_| reference.session()).collect();
+        // round 0: every prompt (prefill chunks of 3..58 tokens); then decoding rounds, with some sessions
+        // feeding a chunk or nothing; a rewind; a session replaced by a fresh one (its lane reused)
+        for round in 0..8 {
+            let mut ids: Vec<Vec<u32>> = Vec::new();
+            let mut from = Vec::new();
+            for (i, s) in alone.iter().enumerate() {
+                let (chunk, f) = match round {
+                    0 => (prompt(i), 1),
+                    _ if (i + round) % 5 == 0 => (vec![7, 8, 9, (i + round) as u32], 2),
+                    _ if (i + round) % 7 == 0 => (vec![], 0),
+                    _ => (vec![s.pick(&mut Sampler::greedy()).unwrap()], 0),
+                };
+                ids.push(chunk);
+                from.push(f);
+            }
+            let id_refs: Vec<&[u32]> = ids.iter().map(Vec::as_slice).collect();
+            let mut refs: Vec<&mut ragtime::model::Session<'_>> = together.iter_mut().collect();
+            let got = batched.feed_many(&mut refs, &id_refs, &from).unwrap();
+            for (i, s) in alone.iter_mut().enumerate() {
+                let what = format!("{arch:?} round {round} session {i}");
+                let want = s.feed(&ids[i], from[i]).unwrap();
+                close_steps(&got[i], &want, eps, &what);
+                if let (Some(a), Some(b)) = (together[i].logits(), s.logits()) {
+                    assert!(max_diff(a, b) < eps, "{what}: next-token logits differ by {}", max_diff(a, b));
+                }
+            }
+            if round == 3 {
+                together[2].truncate(4);
+                alone[2].truncate(4);
+                let (a, b) = (together[2].feed(&[11], 0).unwrap(), alone[2].feed(&[11], 0).unwrap());
+                close_steps(&a, &b, eps, &format!("{arch:?} after a rewind"));
+                together[5] = batched.session();
+                alone[5] = reference.session();
+                together[5].prefill(&[1, 2]).unwrap();
+                alone[5].prefill(&[1, 2]).unwrap();
+            }
+        }
+        // one sequence past the buffers' first capacity
+        let long: Vec<u32> = (0..1500).map(|i| (i * 37 % 4000) as u32 + 5).collect();
+        let a = together[0].feed(&long, 1490).unwrap();
+        let b = alone[0].feed(&long, 1490).unwrap();
+        close_steps(&a, &b, eps, &format!("{arch:?} long feed"));
+        let a = together[0].generate(3, &mut Sampler::greedy()).unwrap();
+        let b = alone[0].generate(3, &mut Sampler::greedy()).unwrap();
+        close_steps(&a, &b, eps, &format!("{arch:?} after the long feed"));
+    }
+}
+
 /// A feed past the model's positions fails with `ContextOverflow` (so an eval run can skip that question) and
-/// leaves the session as it was, on both engines.
+/// leaves the session as it was, on every engine.
 #[test]
 fn too_long_a_feed_is_a_context_overflow_and_changes_nothing() {
     use ragtime::model::{ContextOverflow, EngineKind};
     ragtime::require_data!("models/smollm2-135m-instruct/tokenizer.json");
     let dir = tempfile::tempdir().unwrap();
     let _ = tiny(Arch::Llama, dir.path());
-    for engine in [EngineKind::Auto, EngineKind::Reference] {
+    for engine in [EngineKind::Auto, EngineKind::Reference, EngineKind::Batched] {
         let lm = Lm::load_on(dir.path(), DeviceKind::Cpu, engine, None).unwrap();
         let max = lm.config.max_position_embeddings;
         let mut s = lm.session();

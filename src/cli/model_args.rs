@@ -22,8 +22,9 @@ pub struct ModelArgs {
     /// cpu, cuda or cuda:N.
     #[arg(long, default_value = "cpu")]
     pub device: DeviceKind,
-    /// Inference engine: auto (the device's: ragtime's CPU kernels with integer-weight decoding on cpu, burn's
-    /// CUDA backend on cuda) or reference (burn's tensor ops, the training forward pass: slower, the ground truth).
+    /// Inference engine: auto (the device's: ragtime's CPU kernels with integer-weight decoding on cpu, the batched
+    /// engine on cuda), batched (burn's tensor ops over fixed-shape lane buffers: many sequences per pass) or
+    /// reference (burn's tensor ops one sequence at a time, the training forward pass: slower, the ground truth).
     #[arg(long, default_value = "auto")]
     pub engine: EngineKind,
     /// Decode on the f32 weights, not on a quantized GGUF's integer blocks (CPU engine; for comparisons).

@@ -140,6 +140,28 @@ pub fn export_llama<B: Backend>(m: &Llama<B>) -> Vec<(String, HostTensor)> {
     out
 }
 
+/// A burn decoder's engine: the reference engine, or the batched one (`auto` off the CPU).
+fn burn_engine<B: Backend>(
+    kind: EngineKind,
+    model: Llama<B>,
+    rope: Rope<B>,
+    cfg: ModelConfig,
+    device: B::Device,
+) -> Box<dyn Engine>
+where
+    Llama<B>: Send + Sync,
+    Rope<B>: Send + Sync,
+    Tensor<B, 4>: Send,
+    llama::KvCache<B>: Send,
+{
+    match kind {
+        EngineKind::Reference => Box::new(engine::reference::ReferenceEngine { model, rope, cfg, device }),
+        EngineKind::Auto | EngineKind::Batched => {
+            Box::new(engine::batched::BatchedEngine::new(model, rope, cfg, device))
+        }
+    }
+}
+
 /// A loaded language model: decoder + tokenizer.
 pub struct Lm {
     engine: Box<dyn Engine>,
@@ -244,20 +266,20 @@ impl Lm {
         let engine: Box<dyn Engine> = match (device, engine) {
             // the CPU engine: ragtime's kernels, decoding on the file's 4- or 8-bit integer blocks
             (DeviceKind::Cpu, EngineKind::Auto) => Box::new(engine::cpu::CpuEngine::load(src, &cfg, max_pos)?),
-            (DeviceKind::Cpu, EngineKind::Reference) => {
+            (DeviceKind::Cpu, kind) => {
                 let dev = burn::backend::flex::FlexDevice;
                 let model = build_llama::<burn::backend::Flex>(src, &cfg, &dev)?;
                 let rope = Rope::new(&cfg, max_pos, &dev);
-                Box::new(engine::reference::ReferenceEngine { model, rope, cfg: cfg.clone(), device: dev })
+                burn_engine(kind, model, rope, cfg.clone(), dev)
             }
-            (DeviceKind::Cuda(n), _) => {
+            (DeviceKind::Cuda(n), kind) => {
                 crate::device::check_cuda(n)?;
                 #[cfg(feature = "cuda")]
                 {
                     let dev = burn::backend::cuda::CudaDevice::new(n);
                     let model = build_llama::<burn::backend::Cuda>(src, &cfg, &dev)?;
                     let rope = crate::device::guard("CUDA initialisation failed", || Rope::new(&cfg, max_pos, &dev))?;
-                    Box::new(engine::reference::ReferenceEngine { model, rope, cfg: cfg.clone(), device: dev })
+                    burn_engine(kind, model, rope, cfg.clone(), dev)
                 }
                 #[cfg(not(feature = "cuda"))]
                 unreachable!()

@@ -6,13 +6,18 @@
 //! [`cpu::CpuEngine`] runs the same pass on plain f32 buffers with ragtime's CPU kernels ([`kernels`]) and
 //! decodes on the GGUF file's integer blocks ([`super::quant`]).
 //!
+//! [`batched::BatchedEngine`] runs the burn decoder's layers over fixed-shape lane buffers, so that many sequences
+//! decode in one pass of one shape (the GPU engine).
+//!
 //! The engine is chosen from the device and [`EngineKind`] ([`super::Lm::load`]), never from the environment:
-//! `cpu` gets the CPU engine, `cuda[:N]` the reference engine on burn's CUDA backend, and `--engine reference`
-//! the reference engine on either device.
+//! `cpu` gets the CPU engine, `cuda[:N]` the batched engine on burn's CUDA backend, `--engine reference` the
+//! reference engine and `--engine batched` the batched engine on either device.
 //!
 //! What every engine promises ([`Engine::forward`]): several sequences, each with its own cache and at its own
-//! positions, go through one call, and each gets exactly (bit for bit) what a call of its own would give it.
+//! positions, go through one call, and each gets what a call of its own would give it: exactly (bit for bit) on
+//! the CPU and reference engines, within f32 rounding on the batched engine (its passes run other shapes).
 
+pub mod batched;
 pub mod cpu;
 pub mod kernels;
 pub mod reference;
@@ -22,11 +27,13 @@ use anyhow::Result;
 /// Which engine runs a model's forward pass.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum EngineKind {
-    /// The device's inference engine: the CPU engine on `cpu`, burn's CUDA backend on `cuda`.
+    /// The device's inference engine: the CPU engine on `cpu`, the batched engine on `cuda`.
     #[default]
     Auto,
     /// burn's tensor ops (the training forward pass) on the chosen device: slower; the ground truth.
     Reference,
+    /// The burn decoder over fixed-shape lane buffers: many sequences per pass (the GPU's engine).
+    Batched,
 }
 
 impl std::str::FromStr for EngineKind {
@@ -35,7 +42,8 @@ impl std::str::FromStr for EngineKind {
         match s {
             "auto" => Ok(EngineKind::Auto),
             "reference" => Ok(EngineKind::Reference),
-            _ => anyhow::bail!("unknown engine '{s}' (expected auto or reference)"),
+            "batched" => Ok(EngineKind::Batched),
+            _ => anyhow::bail!("unknown engine '{s}' (expected auto, reference or batched)"),
         }
     }
 }
@@ -45,6 +53,7 @@ impl std::fmt::Display for EngineKind {
         f.write_str(match self {
             EngineKind::Auto => "auto",
             EngineKind::Reference => "reference",
+            EngineKind::Batched => "batched",
         })
     }
 }
@@ -100,7 +109,7 @@ pub trait Engine: Send + Sync {
     fn max_positions(&self) -> usize;
     /// Appends each sequence's tokens to its cache in one forward pass and returns what each asked for; every
     /// sequence's results equal (bit for bit) those of a pass of its own. Fails, changing no cache, when a
-    /// sequence would exceed [`Engine::max_positions`].
+    /// sequence would exceed [`Engine::max_positions`]. (The batched engine: equal within f32 rounding.)
     fn forward(&self, seqs: &mut [SeqIn<'_>]) -> Result<Vec<ChunkOut>>;
     /// Bytes of integer weight copies used for decoding (0: decoding multiplies f32 weights).
     fn int_decode_bytes(&self) -> usize {

@@ -1,0 +1,362 @@
+//! The batched engine: the burn decoder's layers ([`Llama`]) over fixed-shape lane buffers, so that many
+//! sequences decode in one pass of one shape. Written for the GPU (burn's CUDA backend, `--device cuda`), where
+//! one pass costs about the same whether it carries one sequence or a hundred; it runs on any burn backend, and
+//! on the CPU (`--engine batched`) it is what the tests hold to the reference engine.
+//!
+//! Every sequence owns a *lane*: a slot in one key/value buffer per layer, `[slots, kv_heads, capacity,
+//! head_dim]`, allocated once and written in place (`scatter_nd`), so a cache is a slot number and a length
+//! ([`LaneCache`]); a rewind only moves the length. A forward call runs at most two passes:
+//! - **decode**: every sequence that appends one token, as rows of a `[slots, 1]` grid over the whole buffer:
+//!   one shape for the whole run (lanes that did not ask for a token compute a row that is thrown away and write
+//!   nothing), so each kernel is compiled once and the pass's cost does not grow with the number of lanes;
+//! - **prefill**: the sequences that append several tokens (a prompt, the prompt after a retrieval), as rows of
+//!   a `[rows, T]` grid, `T` the longest chunk rounded up to a power of two, attending over their lanes' keys
+//!   gathered from the buffer.
+//!
+//! Queries see only their own lane's keys up to their own position (a mask), so a sequence's results do not
+//! depend on which others share its pass beyond float rounding: they equal the reference engine's within f32
+//! rounding (not bit for bit: the products and sums run over other shapes). Buffers grow (doubling) when more
+//! lanes are in use or a sequence outgrows the capacity; a run at a steady number of lanes keeps its shapes.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use anyhow::{anyhow, Result};
+use burn::prelude::Backend;
+use burn::tensor::activation::softmax;
+use burn::tensor::{Bool, IndexingUpdateOp, Int, Tensor, TensorData};
+
+use super::{check_positions, Cache, ChunkOut, Engine, SeqIn};
+use crate::model::config::ModelConfig;
+use crate::model::llama::{Llama, Rope};
+
+/// Lanes the buffers start with, and the smallest capacity (positions) they hold.
+const MIN_SLOTS: usize = 8;
+const MIN_CAPACITY: usize = 1024;
+/// Prefill chunks are padded to at least this many positions (then powers of two).
+const MIN_CHUNK: usize = 8;
+
+/// Which slots are taken: shared by the engine and its caches (a dropped cache frees its slot).
+#[derive(Debug, Default)]
+struct SlotBook {
+    /// Slots handed out so far (the highest slot number + 1).
+    issued: usize,
+    free: Vec<usize>,
+}
+
+/// A sequence's cache in the batched engine: its lane and how many of the lane's positions are valid.
+#[derive(Debug)]
+pub struct LaneCache {
+    slot: usize,
+    len: usize,
+    book: Arc<Mutex<SlotBook>>,
+}
+
+impl Drop for LaneCache {
+    fn drop(&mut self) {
+        lock(&self.book).free.push(self.slot);
+    }
+}
+
+impl Cache for LaneCache {
+    fn truncate(&mut self, len: usize) {
+        self.len = self.len.min(len);
+    }
+
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
+        self
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The lane buffers: keys and values of every layer.
+struct Lanes<B: Backend> {
+    /// `[layer]`: `[slots, kv_heads, capacity, head_dim]`; `None` only while a pass writes it.
+    k: Vec<Option<Tensor<B, 4>>>,
+    v: Vec<Option<Tensor<B, 4>>>,
+    slots: usize,
+    capacity: usize,
+}
+
+/// The burn decoder over lane buffers (see the module's documentation).
+pub struct BatchedEngine<B: Backend> {
+    model: Llama<B>,
+    rope: Rope<B>,
+    cfg: ModelConfig,
+    device: B::Device,
+    book: Arc<Mutex<SlotBook>>,
+    lanes: Mutex<Lanes<B>>,
+}
+
+/// One sequence of a pass: its lane, first position, tokens and what it asked for.
+struct Row<'a> {
+    /// Index into the forward call's sequences.
+    seq: usize,
+    slot: usize,
+    start: usize,
+    ids: &'a [u32],
+    want: super::Want,
+}
+
+impl<B: Backend> BatchedEngine<B> {
+    pub fn new(model: Llama<B>, rope: Rope<B>, cfg: ModelConfig, device: B::Device) -> Self {
+        let lanes = Lanes { k: vec![], v: vec![], slots: 0, capacity: 0 };
+        BatchedEngine { model, rope, cfg, device, book: Arc::default(), lanes: Mutex::new(lanes) }
+    }
+
+    /// Grows the buffers to hold `slots` lanes of `capacity` positions (both rounded up to powers of two);
+    /// what they hold is kept.
+    fn reserve(&self, lanes: &mut Lanes<B>, slots: usize, capacity: usize) {
+        let slots = slots.max(MIN_SLOTS).next_power_of_two().max(lanes.slots);
+        let capacity = capacity.max(MIN_CAPACITY).next_power_of_two().max(lanes.capacity);
+        if slots == lanes.slots && capacity == lanes.capacity {
+            return;
+        }
+        let (kv, hd) = (self.cfg.num_kv_heads, self.cfg.head_dim);
+        let grow = |old: Option<Tensor<B, 4>>| {
+            let fresh = Tensor::<B, 4>::zeros([slots, kv, capacity, hd], &self.device);
+            match old {
+                None => fresh,
+                Some(old) => {
+                    let [s, _, c, _] = old.dims();
+                    fresh.slice_assign([0..s, 0..kv, 0..c, 0..hd], old)
+                }
+            }
+        };
+        let n = self.cfg.num_layers;
+        lanes.k = (0..n).map(|l| Some(grow(lanes.k.get_mut(l).and_then(Option::take)))).collect();
+        lanes.v = (0..n).map(|l| Some(grow(lanes.v.get_mut(l).and_then(Option::take)))).collect();
+        lanes.slots = slots;
+        lanes.capacity = capacity;
+    }
+
+    fn ints<const D: usize>(&self, v: Vec<i32>, shape: [usize; D]) -> Tensor<B, D, Int> {
+        Tensor::from_data(TensorData::new(v, shape), &self.device)
+    }
+
+    /// One pass over a grid of `grid.len()` rows of `t` positions. `grid[i]`: the lane of grid row `i` and the
+    /// sequence it carries (`None`: a row computed and thrown away). `whole` says the grid is the whole buffer
+    /// (row `i` is slot `i`: no gather). Writes each sequence's keys and values and fills `outs`.
+    fn pass(&self, lanes: &mut Lanes<B>, grid: &[Option<&Row<'_>>], t: usize, whole: bool, outs: &mut [ChunkOut]) {
+        let cfg = &self.cfg;
+        let (r, d, nh, kvh, hd) = (grid.len(), cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim);
+        let rep = nh / kvh;
+        let max_pos = self.rope.max_pos();
+        // keys each row attends over: the whole capacity for the decode grid, else up to the furthest position
+        let keys = if whole {
+            lanes.capacity
+        } else {
+            let end = grid.iter().flatten().map(|w| w.start + t).max().unwrap_or(t);
+            end.next_power_of_two().min(lanes.capacity)
+        };
+
+        // host-side inputs: token ids, positions, mask, and where the valid cells' keys go
+        let mut ids = Vec::with_capacity(r * t);
+        let mut pos = Vec::with_capacity(r * t);
+        let mut mask = Vec::with_capacity(r * t * keys);
+        let (mut valid, mut dest) = (Vec::new(), Vec::new());
+        for (i, row) in grid.iter().enumerate() {
+            let (start, len) = row.map_or((0, 0), |w| (w.start, w.ids.len()));
+            for j in 0..t {
+                let p = start + j;
+                ids.push(row.and_then(|w| w.ids.get(j)).map_or(0, |&x| x as i32));
+                pos.push(p.min(max_pos - 1) as i32);
+                // causal within the lane: position p sees keys 0..=p
+                mask.extend((0..keys).map(|k| k > p));
+                if let Some(w) = row.filter(|_| j < len) {
+                    valid.push((i * t + j) as i32);
+                    dest.extend((0..kvh).flat_map(|h| [w.slot as i32, h as i32, p as i32]));
+                }
+            }
+        }
+        let n_valid = valid.len();
+        let valid = self.ints(valid, [n_valid]);
+        let dest = self.ints(dest, [n_valid * kvh, 3]);
+        let pos = self.ints(pos, [r * t]);
+        let mask = Tensor::<B, 4, Bool>::from_data(TensorData::new(mask, [r, 1, t, keys]), &self.device);
+        let gather = (!whole).then(|| self.ints(grid.iter().map(|w| w.map_or(0, |w| w.slot as i32)).collect(), [r]));
+        let cos = self.rope.cos.clone().select(0, pos.clone()).reshape([r, t, 1, hd]); // [r, t, 1, hd]
+        let sin = self.rope.sin.clone().select(0, pos).reshape([r, t, 1, hd]);
+        let rotate = |x: Tensor<B, 4>| {
+            // rotate-half RoPE on [r, t, heads, hd]
+            let x1 = x.clone().narrow(3, 0, hd / 2);
+            let x2 = x.clone().narrow(3, hd / 2, hd / 2);
+            x.clone() * cos.clone() + Tensor::cat(vec![x2.neg(), x1], 3) * sin.clone()
+        };
+
+        let captures = grid.iter().flatten().any(|w| w.want.capture_from.is_some_and(|f| f < w.ids.len()));
+        let ids = self.ints(ids, [r * t]);
+        // the grid's cells as one row block, so that every weight product is one [r*t, in] x [in, out] product
+        let mut x = self.model.embed_tokens.val().select(0, ids).reshape([1, r * t, d]); // [1, r*t, d]
+        let mut layer_sum: Option<Tensor<B, 3>> = None;
+        let mut probs_last: Option<Tensor<B, 4>> = None;
+        let n_layers = self.model.layers.len();
+        for (l, block) in self.model.layers.iter().enumerate() {
+            let a = &block.self_attn;
+            let h = block.input_layernorm.forward(x.clone());
+            let q = rotate(a.q_proj.forward(h.clone()).reshape([r, t, nh, hd])); // [r, t, nh, hd]
+            let k = rotate(a.k_proj.forward(h.clone()).reshape([r, t, kvh, hd])); // [r, t, kvh, hd]
+            let v = a.v_proj.forward(h).reshape([r, t, kvh, hd]);
+            // write the valid cells' keys and values into their lanes: [n_valid * kvh, hd] at (slot, head, pos)
+            let write = |buf: &mut Option<Tensor<B, 4>>, new: Tensor<B, 4>| {
+                let new = new.reshape([r * t, kvh, hd]).select(0, valid.clone()).reshape([n_valid * kvh, hd]);
+                let b = buf.take().expect("lane buffers in place");
+                *buf = Some(b.scatter_nd(dest.clone(), new, IndexingUpdateOp::Assign));
+            };
+            write(&mut lanes.k[l], k);
+            write(&mut lanes.v[l], v);
+            let kb = lanes.k[l].clone().unwrap();
+            let vb = lanes.v[l].clone().unwrap();
+            let (kk, vv) = match &gather {
+                None => (kb, vb), // [slots, kvh, capacity, hd]
+                Some(g) => (
+                    kb.select(0, g.clone()).narrow(2, 0, keys), // [r, kvh, keys, hd]
+                    vb.select(0, g.clone()).narrow(2, 0, keys),
+                ),
+            };
+            // grouped-query attention: the query heads sharing a key/value head, [r, kvh, rep * t, hd]
+            let q = q.swap_dims(1, 2).reshape([r, kvh, rep * t, hd]);
+            let scores = q.matmul(kk.swap_dims(2, 3)).mul_scalar(1.0 / (hd as f64).sqrt()); // [r, kvh, rep*t, keys]
+            let scores = scores.reshape([r, nh, t, keys]).mask_fill(mask.clone(), f32::NEG_INFINITY);
+            let probs = softmax(scores, 3); // [r, nh, t, keys]
+            if l + 1 == n_layers && captures {
+                probs_last = Some(probs.clone());
+            }
+            let o = probs.reshape([r, kvh, rep * t, keys]).matmul(vv); // [r, kvh, rep*t, hd]
+            let o = o.reshape([r, nh, t, hd]).swap_dims(1, 2).reshape([1, r * t, nh * hd]);
+            let hmid = x + a.o_proj.forward(o);
+            x = hmid.clone() + block.mlp.forward(block.post_attention_layernorm.forward(hmid));
+            if captures && l + 1 < n_layers {
+                layer_sum = Some(match layer_sum.take() {
+                    Some(acc) => acc + x.clone(),
+                    None => x.clone(),
+                });
+            }
+        }
+        let hidden = self.model.norm.forward(x).reshape([r * t, d]); // [r*t, d]
+
+        // what each sequence asked for: logits of rows >= logits_from, internals of rows >= capture_from
+        let mut logit_cells = Vec::new();
+        let mut capture_cells = Vec::new();
+        for (i, w) in grid.iter().enumerate() {
+            let Some(w) = w else { continue };
+            let n = w.ids.len();
+            logit_cells.extend((w.want.logits_from..n).map(|j| (i, j)));
+            if let Some(from) = w.want.capture_from {
+                capture_cells.extend((from..n).map(|j| (i, j)));
+            }
+        }
+        let flat = |cells: &[(usize, usize)]| {
+            self.ints(cells.iter().map(|&(i, j)| (i * t + j) as i32).collect(), [cells.len()])
+        };
+        let to_rows = |x: Tensor<B, 2>| -> Vec<Vec<f32>> {
+            let [n, w] = x.dims();
+            let v = x.into_data().convert::<f32>().to_vec::<f32>().unwrap();
+            (0..n).map(|i| v[i * w..(i + 1) * w].to_vec()).collect()
+        };
+        if !logit_cells.is_empty() {
+            let h = hidden.clone().select(0, flat(&logit_cells));
+            let logits = self.model.logits(h.unsqueeze::<3>()); // [1, cells, vocab]
+            let [_, n, vocab] = logits.dims();
+            for ((i, _), row) in logit_cells.iter().zip(to_rows(logits.reshape([n, vocab]))) {
+                outs[grid[*i].unwrap().seq].logits.push(row);
+            }
+        }
+        if !capture_cells.is_empty() {
+            let idx = flat(&capture_cells);
+            let finals = to_rows(hidden.clone().select(0, idx.clone()));
+            let sum = match layer_sum {
+                Some(acc) => acc.reshape([r * t, d]) + hidden,
+                None => hidden,
+            };
+            let means = to_rows(sum.select(0, idx.clone()).div_scalar(n_layers as f64));
+            let probs = probs_last.expect("attention kept when capturing");
+            let probs = probs.swap_dims(1, 2).reshape([r * t, nh * keys]).select(0, idx); // [cells, nh*keys]
+            let attn = to_rows(probs);
+            for (c, &(i, j)) in capture_cells.iter().enumerate() {
+                let w = grid[i].unwrap();
+                let p = w.start + j;
+                let o = &mut outs[w.seq];
+                o.hidden_final.push(finals[c].clone());
+                o.hidden_mean.push(means[c].clone());
+                o.attn.push((0..nh).map(|hh| attn[c][hh * keys..hh * keys + p + 1].to_vec()).collect());
+            }
+        }
+    }
+}
+
+impl<B: Backend> Engine for BatchedEngine<B>
+where
+    Llama<B>: Send + Sync,
+    Rope<B>: Send + Sync,
+    Tensor<B, 4>: Send,
+{
+    fn new_cache(&self, _capacity: usize) -> Box<dyn Cache> {
+        let mut book = lock(&self.book);
+        let slot = book.free.pop().unwrap_or_else(|| {
+            book.issued += 1;
+            book.issued - 1
+        });
+        Box::new(LaneCache { slot, len: 0, book: self.book.clone() })
+    }
+
+    fn max_positions(&self) -> usize {
+        self.rope.max_pos()
+    }
+
+    fn describe(&self) -> String {
+        format!("batched ({})", std::any::type_name::<B>().rsplit("::").next().unwrap_or("burn"))
+    }
+
+    fn forward(&self, seqs: &mut [SeqIn<'_>]) -> Result<Vec<ChunkOut>> {
+        check_positions(seqs, self.max_positions())?;
+        let mut rows = Vec::with_capacity(seqs.len());
+        for (i, s) in seqs.iter_mut().enumerate() {
+            let cache = s
+                .cache
+                .as_any_mut()
+                .downcast_mut::<LaneCache>()
+                .ok_or_else(|| anyhow!("a cache made by another engine"))?;
+            if !Arc::ptr_eq(&cache.book, &self.book) {
+                return Err(anyhow!("a cache made by another model"));
+            }
+            rows.push(Row { seq: i, slot: cache.slot, start: cache.len, ids: s.ids, want: s.want });
+        }
+        let mut outs = vec![ChunkOut::default(); seqs.len()];
+        {
+            let mut lanes = lock(&self.lanes);
+            if lanes.k.iter().any(Option::is_none) {
+                return Err(anyhow!("the batched engine's lane buffers were lost in an earlier failure"));
+            }
+            let slots = rows.iter().map(|w| w.slot + 1).max().unwrap_or(0).max(lock(&self.book).issued);
+            let capacity = rows.iter().map(|w| w.start + w.ids.len().next_power_of_two()).max().unwrap_or(0);
+            self.reserve(&mut lanes, slots, capacity);
+            // decode: the one-token rows, on the whole buffer's grid
+            let one: Vec<&Row<'_>> = rows.iter().filter(|w| w.ids.len() == 1).collect();
+            if !one.is_empty() {
+                let mut grid: Vec<Option<&Row<'_>>> = vec![None; lanes.slots];
+                for w in &one {
+                    grid[w.slot] = Some(w);
+                }
+                self.pass(&mut lanes, &grid, 1, true, &mut outs);
+            }
+            // prefill: the longer chunks together, padded to the longest
+            let many: Vec<Option<&Row<'_>>> = rows.iter().filter(|w| w.ids.len() > 1).map(Some).collect();
+            if !many.is_empty() {
+                let t = many.iter().flatten().map(|w| w.ids.len()).max().unwrap().max(MIN_CHUNK).next_power_of_two();
+                self.pass(&mut lanes, &many, t, false, &mut outs);
+            }
+        }
+        for (s, w) in seqs.iter_mut().zip(&rows) {
+            let cache = s.cache.as_any_mut().downcast_mut::<LaneCache>().expect("checked above");
+            cache.len = w.start + w.ids.len();
+        }
+        Ok(outs)
+    }
+}
