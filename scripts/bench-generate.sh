@@ -14,6 +14,12 @@
 # - llama.cpp: llama-cpp-python on the same GGUF, one sequence (its high-level API decodes one), B = 1 only, in
 #   ${RAGTIME_CACHE:-~/.cache/ragtime}/llamacpp-venv when present (`pip install llama-cpp-python`, built from
 #   source); no internals.
+# - DEVICE=cuda: ragtime's batched engine (the default on cuda), beside its reference engine at B = 1 (burn's
+#   tensor ops one sequence at a time), and transformers on the same GPU in float32 and bfloat16, with internals
+#   (eager) and without (sdpa), the model loaded once (`bench_generate_peers.py hf-cuda`, with PEER_PY, default
+#   python3, which needs `gguf`). An untimed ragtime run first compiles the GPU kernels (its time is printed).
+# - SYNTH="B1 B2 ...": a second table, `synth hallucination` over the first SYNTH_ARTICLES (default 64) articles
+#   of wiki/dump_train at each B: labelled examples/s (the run's own progress rate) and wall time with loading.
 # Threads: all of the machine's (RAYON_NUM_THREADS / torch / llama.cpp defaults); rows say which.
 # Env: MODELS="smollm2 qwen", BATCHES="1 8 32", NEW=32, DEVICE=cpu, BIN=target/release/ragtime.
 set -euo pipefail
@@ -32,10 +38,10 @@ MODELS="${MODELS:-smollm2 qwen}"
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 max_b=$(tr ' ' '\n' <<<"$BATCHES" | sort -n | tail -1)
-python3 - "$max_b" >"$WORK/all.jsonl" <<'PY'
+python3 - "$max_b" "${RAGTIME_DATA:-../shared/data}" >"$WORK/all.jsonl" <<'PY'
 import json, sys
 n = int(sys.argv[1])
-qs = [json.loads(l)["question"] for l in open("../shared/data/qa/nq/NQ-open.dev.jsonl")][:n]
+qs = [json.loads(l)["question"] for l in open(sys.argv[2] + "/qa/nq/NQ-open.dev.jsonl")][:n]
 for q in qs:
     print(json.dumps(f"Answer the question in one short sentence.\nQuestion: {q}?\nAnswer:"))
 PY
@@ -48,14 +54,26 @@ for m in $MODELS; do
   echo
   echo "| engine | B | prompts | generated tok/s | peak RSS MiB |"
   echo "|---|---:|---:|---:|---:|"
+  if [[ $DEVICE != cpu ]]; then
+    t0=$(date +%s.%N)
+    $BIN generate --model "$g" --device "$DEVICE" --prompts "$WORK/all.jsonl" --batch "$max_b" --max-new-tokens 4 \
+      --ignore-eos >/dev/null 2>"$WORK/warm.log" || { cat "$WORK/warm.log" >&2; exit 1; }
+    echo "| (untimed warm-up: kernel compilation + load, $max_b prompts, 4 tokens: $(awk "BEGIN{printf \"%.1f\", $(date +%s.%N) - $t0}") s) | | | | |"
+  fi
   for b in $BATCHES; do
     head -n "$b" "$WORK/all.jsonl" >"$WORK/p.jsonl"
     line=$($BIN generate --model "$g" --device "$DEVICE" --prompts "$WORK/p.jsonl" --batch "$b" --max-new-tokens "$NEW" \
       --ignore-eos --stats 2>&1 >/dev/null | tail -1)
     rate=$(sed -E 's/.*: ([0-9.]+) generated tok\/s.*/\1/' <<<"$line")
     rss=$(sed -E 's/.*peak rss ([0-9]+) MiB.*/\1/' <<<"$line")
-    echo "| ragtime (internals) | $b | $b | $rate | $rss |"
-    if [[ $HF == 1 && -x $ST_PY ]]; then
+    echo "| ragtime $([[ $DEVICE == cpu ]] && echo cpu || echo batched) (internals) | $b | $b | $rate | $rss |"
+    if [[ $DEVICE != cpu && $b == 1 ]]; then
+      line=$($BIN generate --model "$g" --device "$DEVICE" --engine reference --prompts "$WORK/p.jsonl" --batch 1 \
+        --max-new-tokens "$NEW" --ignore-eos --stats 2>&1 >/dev/null | tail -1)
+      rate=$(sed -E 's/.*: ([0-9.]+) generated tok\/s.*/\1/' <<<"$line")
+      echo "| ragtime reference (internals, one sequence) | 1 | 1 | $rate | - |"
+    fi
+    if [[ $HF == 1 && $DEVICE == cpu && -x $ST_PY ]]; then
       for mode in --internals ""; do
         line=$("$ST_PY" scripts/bench_generate_peers.py hf "$g" "$WORK/p.jsonl" "$b" "$NEW" $mode 2>/dev/null | tail -1) || line=""
         rate=$(sed -E 's/.*: ([0-9.]+) generated tok\/s.*/\1/' <<<"$line")
@@ -72,4 +90,26 @@ for m in $MODELS; do
       echo "| llama.cpp (no internals, one sequence, 8 prompts in turn) | 1 | 8 | ${rate:-failed} | ${rss:--} |"
     fi
   done
+  if [[ $HF == 1 && $DEVICE != cpu ]]; then
+    "${PEER_PY:-python3}" scripts/bench_generate_peers.py hf-cuda "$g" "$WORK/all.jsonl" "$BATCHES" "$NEW" 2>"$WORK/hf.log" ||
+      { echo "| transformers | | | failed: $(tail -1 "$WORK/hf.log") | |"; }
+  fi
+  if [[ -n ${SYNTH:-} ]]; then
+    n="${SYNTH_ARTICLES:-64}"
+    echo
+    echo "#### synth hallucination, $m, first $n articles of wiki/dump_train, $DEVICE"
+    echo
+    echo "| B | articles | examples | examples/s (progress) | wall s (with loading) |"
+    echo "|---:|---:|---:|---:|---:|"
+    for b in $SYNTH; do
+      rm -rf "$WORK/synth"
+      t0=$(date +%s.%N)
+      $BIN synth hallucination --model "$g" --device "$DEVICE" --wiki "${RAGTIME_DATA:-../shared/data}/wiki/dump_train" \
+        --out "$WORK/synth" --limit "$n" --batch "$b" >"$WORK/synth.out" 2>"$WORK/synth.log" || { tail -3 "$WORK/synth.log" >&2; continue; }
+      wall=$(awk "BEGIN{printf \"%.1f\", $(date +%s.%N) - $t0}")
+      rate=$(grep -E 'examples/s' "$WORK/synth.log" | tail -1 | sed -E 's/.*, ([0-9.]+) examples\/s.*/\1/')
+      ex=$(head -1 "$WORK/synth.out" | sed -E 's/.*: ([0-9]+) articles, ([0-9]+) examples.*/\2/')
+      echo "| $b | $n | $ex | $rate | $wall |"
+    done
+  fi
 done

@@ -4,6 +4,11 @@
       transformers' batched `generate` (float32, left padding, greedy, exactly NEW new tokens per prompt) over
       the prompts of PROMPTS (one JSON string per line), B at a time; --internals asks for every step's
       attentions and hidden states (what ragtime captures), eager attention; otherwise sdpa.
+  python bench_generate_peers.py hf-cuda GGUF PROMPTS "B1 B2 ..." NEW
+      transformers on the GPU: the model loaded once per dtype (float32, bfloat16), then for each B the first B
+      prompts as one batched `generate` (left padding, greedy, exactly NEW new tokens), with internals (eager
+      attention, `output_attentions`/`output_hidden_states`) and without (sdpa), after an untimed warm-up of
+      the same shape. Prints one Markdown table row per run: engine, B, prompts, tok/s, peak GPU MiB.
   python bench_generate_peers.py llamacpp GGUF PROMPTS 1 NEW
       llama.cpp (llama-cpp-python) on the same GGUF, one prompt at a time (its high-level API decodes one
       sequence), greedy, NEW tokens, threads = the process's CPUs.
@@ -50,6 +55,43 @@ def hf(gguf, prompts, b, new, internals):
     return generated, dt
 
 
+def hf_cuda(gguf, prompts, batches, new):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    d, f = os.path.split(os.path.abspath(gguf))
+    tok = AutoTokenizer.from_pretrained(d, gguf_file=f)
+    tok.padding_side = "left"
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    for dtype, name in ((torch.float32, "f32"), (torch.bfloat16, "bf16")):
+        for internals in (True, False):
+            model = AutoModelForCausalLM.from_pretrained(
+                d, gguf_file=f, dtype=dtype, attn_implementation="eager" if internals else "sdpa"
+            ).to("cuda").eval()
+            kw = dict(output_attentions=True, output_hidden_states=True, return_dict_in_generate=True) if internals else {}
+            for b in batches:
+                enc = tok(prompts[:b], return_tensors="pt", padding=True).to("cuda")
+                run = lambda: model.generate(
+                    **enc, max_new_tokens=new, min_new_tokens=new, do_sample=False, pad_token_id=tok.pad_token_id, **kw
+                )
+                with torch.inference_mode():
+                    run()  # warm-up, same shape
+                    torch.cuda.synchronize()
+                    torch.cuda.reset_peak_memory_stats()
+                    t0 = time.perf_counter()
+                    out = run()
+                    torch.cuda.synchronize()
+                    dt = time.perf_counter() - t0
+                seqs = out.sequences if internals else out
+                g = (seqs.shape[1] - enc.input_ids.shape[1]) * seqs.shape[0]
+                mode = "internals, eager" if internals else "sdpa"
+                peak = torch.cuda.max_memory_allocated() / 2**20
+                print(f"| transformers {name} ({mode}) | {b} | {b} | {g / dt:.1f} | {peak:.0f} (GPU) |", flush=True)
+            del model
+            torch.cuda.empty_cache()
+
+
 def llamacpp(gguf, prompts, new):
     from llama_cpp import Llama
 
@@ -80,6 +122,10 @@ def llamacpp(gguf, prompts, new):
 
 
 def main():
+    if sys.argv[1] == "hf-cuda":
+        prompts = [json.loads(l) for l in open(sys.argv[3], encoding="utf-8") if l.strip()]
+        hf_cuda(sys.argv[2], prompts, [int(b) for b in sys.argv[4].split()], int(sys.argv[5]))
+        return
     peer, gguf, prompts_file, b, new = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
     prompts = [json.loads(l) for l in open(prompts_file, encoding="utf-8") if l.strip()]
     if peer == "hf":
