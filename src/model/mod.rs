@@ -346,15 +346,23 @@ impl Lm {
             crate::device::guard("model forward failed", || self.engine.forward(&mut seqs))??
         };
         drop(seqs);
+        // each session scores its rows (entropy over the whole vocabulary per token): on their own threads, as
+        // many lanes of a GPU pass would otherwise wait on one core; each session's arithmetic is unchanged
         let mut outs = outs.into_iter();
-        let mut res = Vec::with_capacity(sessions.len());
-        for ((s, ids), (&from, w)) in sessions.iter_mut().zip(ids).zip(steps_from.iter().zip(&wants)) {
-            res.push(match w {
-                Some(_) => s.absorb(ids, from, outs.next().expect("one output per fed session")),
+        let jobs: Vec<_> = sessions
+            .iter_mut()
+            .zip(ids)
+            .zip(steps_from.iter().zip(&wants))
+            .map(|((s, ids), (&from, w))| (s, *ids, from, w.map(|_| outs.next().expect("one output per fed session"))))
+            .collect();
+        use rayon::prelude::*;
+        Ok(jobs
+            .into_par_iter()
+            .map(|(s, ids, from, out)| match out {
+                Some(out) => s.absorb(ids, from, out),
                 None => vec![],
-            });
-        }
-        Ok(res)
+            })
+            .collect())
     }
 }
 
