@@ -139,16 +139,18 @@ fn sequential_and_batched(
     (sequential, batched, batch.fed.get(), batch.passes.get())
 }
 
+/// A question's retrievals: token position, query and passage ids of each.
+fn retrievals(o: &Outcome) -> Vec<(usize, String, Vec<String>)> {
+    o.retrievals
+        .iter()
+        .map(|r| (r.token_pos, r.query.clone(), r.passages.iter().map(|p| p.id.clone()).collect()))
+        .collect()
+}
+
 /// Everything the loop reports for a question, internals bit for bit, and its forward-token count (the few-shot
 /// exemplars, encoded once per lane, are not counted, so it does not depend on the lane or on what came before).
 fn same_outcome(a: &Outcome, b: &Outcome, what: &str) {
     assert_eq!(a.text, b.text, "{what}: text");
-    let retrievals = |o: &Outcome| {
-        o.retrievals
-            .iter()
-            .map(|r| (r.token_pos, r.query.clone(), r.passages.iter().map(|p| p.id.clone()).collect::<Vec<_>>()))
-            .collect::<Vec<_>>()
-    };
     assert_eq!(retrievals(a), retrievals(b), "{what}: retrieval positions, queries and passages");
     let scores = |o: &Outcome| o.scores.iter().map(|s| s.map(f32::to_bits)).collect::<Vec<_>>();
     assert_eq!(scores(a), scores(b), "{what}: trigger scores");
@@ -311,12 +313,6 @@ fn close(a: &[f32], b: &[f32], tol: f32) -> bool {
 /// probabilities, trigger scores and captured internals within 1e-4.
 fn close_outcome(a: &Outcome, b: &Outcome, what: &str) {
     assert_eq!(a.text, b.text, "{what}: text");
-    let retrievals = |o: &Outcome| {
-        o.retrievals
-            .iter()
-            .map(|r| (r.token_pos, r.query.clone(), r.passages.iter().map(|p| p.id.clone()).collect::<Vec<_>>()))
-            .collect::<Vec<_>>()
-    };
     assert_eq!(retrievals(a), retrievals(b), "{what}: retrieval positions, queries and passages");
     let scores = |o: &Outcome| o.scores.iter().map(|s| s.unwrap_or(f32::NAN)).collect::<Vec<_>>();
     assert!(close(&scores(a), &scores(b), 1e-4), "{what}: trigger scores");

@@ -21,10 +21,9 @@ fn italy_prompt() -> PromptBuilder {
     PromptBuilder::new(ragtime::prompt::parse_exemplars(exemplars).unwrap())
 }
 
-#[test]
-fn fixed_length_retrieves_and_rewinds() {
+/// A tiny random Llama (seed 3) and a three-passage corpus.
+fn tiny_and_corpus(tok: Tokenizer) -> (Lm, Tiny) {
     let cfg = ModelConfig::tiny(Arch::Llama, 49152);
-    let tok = Tokenizer::from_file(&ragtime::require_data!("models/smollm2-135m-instruct/tokenizer.json")).unwrap();
     let w = MemoryWeights(random_weights(&cfg, 3).into_iter().collect::<HashMap<_, _>>());
     let lm = Lm::from_source(&w, cfg, tok, "tiny".into(), DeviceKind::Cpu).unwrap();
     let corpus = Tiny::from_texts(&[
@@ -32,6 +31,13 @@ fn fixed_length_retrieves_and_rewinds() {
         "Berlin is the capital of Germany.",
         "The Seine flows through Paris.",
     ]);
+    (lm, corpus)
+}
+
+#[test]
+fn fixed_length_retrieves_and_rewinds() {
+    let tok = Tokenizer::from_file(&ragtime::require_data!("models/smollm2-135m-instruct/tokenizer.json")).unwrap();
+    let (lm, corpus) = tiny_and_corpus(tok);
     let prompt = italy_prompt();
     let rag = RagLoop {
         lm: &lm,
@@ -220,15 +226,8 @@ impl QueryFormer for Numbered {
 /// answer is written under the same passages.
 #[test]
 fn loop_guard_stops_in_place_retrieval_loops() {
-    let cfg = ModelConfig::tiny(Arch::Llama, 49152);
     let tok = Tokenizer::from_file(&ragtime::require_data!("models/smollm2-135m-instruct/tokenizer.json")).unwrap();
-    let w = MemoryWeights(random_weights(&cfg, 3).into_iter().collect::<HashMap<_, _>>());
-    let lm = Lm::from_source(&w, cfg, tok, "tiny".into(), DeviceKind::Cpu).unwrap();
-    let corpus = Tiny::from_texts(&[
-        "Paris is the capital of France.",
-        "Berlin is the capital of Germany.",
-        "The Seine flows through Paris.",
-    ]);
+    let (lm, corpus) = tiny_and_corpus(tok);
     let prompt = italy_prompt();
     let question = "What is the capital of France?";
     let run = |loop_guard: bool, initial: bool, qf: &dyn QueryFormer| {
