@@ -64,11 +64,12 @@ pub struct Args {
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub overrides: Vec<String>,
     /// Questions answered at once, each with its own KV cache; their decoding steps share the passes over the
-    /// model's weights (on the CPU: over the 4/8-bit weight blocks of a GGUF model). The predictions are those of
-    /// `--batch 1`, so a run may be resumed with another value; each record's `seconds` is then the wall time
-    /// since the previous record, which keeps seconds per question equal to wall time over questions.
-    #[arg(long, default_value_t = 1, value_parser = super::ranges::int::<1, 256>)]
-    pub batch: usize,
+    /// model's weights (on the CPU: over the 4/8-bit weight blocks of a GGUF model; on cuda: one pass for all).
+    /// The predictions are those of `--batch 1` (on cuda up to near-ties between two tokens), so a run may be
+    /// resumed with another value; each record's `seconds` is then the wall time since the previous record, which
+    /// keeps seconds per question equal to wall time over questions. Default: 1 on cpu, 64 on cuda.
+    #[arg(long, value_parser = super::ranges::int::<1, 256>)]
+    pub batch: Option<usize>,
     /// Run the controller at this calibrated retrieval budget (retrievals per question): its threshold is the
     /// one `ragtime sweep --pick` found nearest that budget on the dataset's validation questions, read from
     /// `--calibrated`. Default: the file's `default_budget` when it has a point for this controller and dataset,
@@ -411,7 +412,17 @@ pub fn run(args: Args) -> Result<()> {
         .with_context(|| format!("--trigger {}", args.trigger))?;
     let mut writer = RunWriter::create(&out_dir, &toml::Value::Table(run_config))?;
     let mut progress = Progress::new(examples.len(), writer.len());
-    answer_all(&lm, &prompt, retriever.as_deref(), &method, cfg, &examples, &mut writer, &mut progress, args.batch)?;
+    answer_all(
+        &lm,
+        &prompt,
+        retriever.as_deref(),
+        &method,
+        cfg,
+        &examples,
+        &mut writer,
+        &mut progress,
+        args.model.lanes(args.batch),
+    )?;
     finish_run(writer, part)
 }
 
@@ -547,7 +558,7 @@ fn run_autorag(args: Args) -> Result<()> {
         eprintln!("{}", progress.update(&rec));
         Ok(())
     };
-    if args.batch <= 1 {
+    if args.model.lanes(args.batch) <= 1 {
         let (mut main, mut aux) = (ChatGen::new(&lm), ChatGen::new(&lm));
         for ex in todo {
             let t0 = std::time::Instant::now();
@@ -557,8 +568,8 @@ fn run_autorag(args: Args) -> Result<()> {
     } else {
         // Lanes 2k and 2k+1 are question slot k's: its dialogue and its pseudo-documents. Each slot keeps its
         // two generators (and their cached exemplar prefix) across the questions it answers.
-        let batch = Batch::new(&lm, 2 * args.batch);
-        let slots: Vec<_> = (0..args.batch)
+        let batch = Batch::new(&lm, 2 * args.model.lanes(args.batch));
+        let slots: Vec<_> = (0..args.model.lanes(args.batch))
             .map(|k| Cell::new(Some((ChatGen::on(&lm, batch.lane(2 * k)), ChatGen::on(&lm, batch.lane(2 * k + 1))))))
             .collect();
         let (rag, slots) = (&rag, &slots);

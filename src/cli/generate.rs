@@ -24,8 +24,9 @@ pub struct Args {
     #[arg(long, conflicts_with = "prompt_file")]
     pub prompts: Option<PathBuf>,
     /// With --prompts: lanes decoded together (continuous batching; outputs do not depend on it).
-    #[arg(long, default_value_t = 1, value_parser = super::ranges::int::<1, 1024>)]
-    pub batch: usize,
+    /// Default: 1 on cpu, 64 on cuda.
+    #[arg(long, value_parser = super::ranges::int::<1, 1024>)]
+    pub batch: Option<usize>,
     /// File holding the prompt.
     #[arg(long)]
     pub prompt_file: Option<PathBuf>,
@@ -254,7 +255,7 @@ fn run_many(args: &Args, file: &std::path::Path) -> Result<()> {
     };
     let mut out = std::io::stdout().lock();
     let t0 = std::time::Instant::now();
-    let c = decode_lanes(&lm, &encoded, args.batch, &d, &mut |index, text, tokens| {
+    let c = decode_lanes(&lm, &encoded, args.model.lanes(args.batch), &d, &mut |index, text, tokens| {
         writeln!(out, "{}", serde_json::json!({"index": index, "text": text, "tokens": tokens}))?;
         Ok(out.flush()?)
     })?;
@@ -270,7 +271,7 @@ fn run_many(args: &Args, file: &std::path::Path) -> Result<()> {
             c.passes,
             c.generated as f64 / dt,
             (c.generated + c.prompt_tokens) as f64 / dt,
-            args.batch
+            args.model.lanes(args.batch)
         );
     }
     Ok(())

@@ -32,7 +32,20 @@ pub struct ModelArgs {
     pub f32_decode: bool,
 }
 
+/// Lanes (`--batch`) when the flag is not given: one on the CPU (its engine shares little between lanes), 64 on a
+/// GPU (the batched engine decodes every lane in one pass of one shape).
+pub const DEFAULT_LANES_CPU: usize = 1;
+pub const DEFAULT_LANES_GPU: usize = 64;
+
 impl ModelArgs {
+    /// `--batch`, or the device's default number of lanes.
+    pub fn lanes(&self, batch: Option<usize>) -> usize {
+        batch.unwrap_or(match self.device {
+            DeviceKind::Cpu => DEFAULT_LANES_CPU,
+            DeviceKind::Cuda(_) => DEFAULT_LANES_GPU,
+        })
+    }
+
     pub fn load(&self) -> Result<Lm> {
         let mut lm = Lm::load_on(&self.model, self.device, self.engine, self.tokenizer.as_deref())?;
         if self.f32_decode {

@@ -70,9 +70,9 @@ pub struct Args {
     /// Override a value in every controller's config, e.g. `--set query.top_n=20` (not the swept key).
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub overrides: Vec<String>,
-    /// Questions answered at once (see `ragtime eval --batch`).
-    #[arg(long, default_value_t = 1, value_parser = super::ranges::int::<1, 256>)]
-    pub batch: usize,
+    /// Questions answered at once (see `ragtime eval --batch`). Default: 1 on cpu, 64 on cuda.
+    #[arg(long, value_parser = super::ranges::int::<1, 256>)]
+    pub batch: Option<usize>,
     /// Write each controller's operating points for `--budgets` to `--calibrated`.
     #[arg(long)]
     pub pick: bool,
@@ -261,7 +261,7 @@ pub fn run(args: Args) -> Result<()> {
             &examples,
             &mut writer,
             &mut progress,
-            args.batch,
+            args.model.lanes(args.batch),
         )?;
         let summary = writer.finish()?;
         let rec = SweepRecord::new(setting, &format!("runs/{name}"), &summary);

@@ -68,9 +68,9 @@ pub struct Args {
     pub prompts: Option<PathBuf>,
     /// Questions synthesized at once, each on lanes of its own whose decoding steps share passes over the
     /// teacher's weights (the query model's too when it is the teacher). The attempts and dialogues, and their
-    /// order, are those of `--batch 1`, so a run may be resumed with another value.
-    #[arg(long, default_value_t = 1, value_parser = super::ranges::int::<1, 1024>)]
-    pub batch: usize,
+    /// order, are those of `--batch 1`, so a run may be resumed with another value. Default: 1 on cpu, 64 on cuda.
+    #[arg(long, value_parser = super::ranges::int::<1, 1024>)]
+    pub batch: Option<usize>,
 }
 
 /// What one question gave: its attempt and, when kept, its dialogue.
@@ -221,7 +221,7 @@ pub fn run(args: Args) -> Result<()> {
         );
         Ok(())
     };
-    if args.batch <= 1 {
+    if args.model.lanes(args.batch) <= 1 {
         let (mut tgen, mut qgen) = (ChatGen::new(&teacher), ChatGen::new(query_lm));
         for ex in todo {
             let r = synth.synthesize(&mut tgen, &mut qgen, ex).with_context(|| format!("question '{}'", ex.id));
@@ -229,12 +229,12 @@ pub fn run(args: Args) -> Result<()> {
         }
     } else if query_own.is_none() {
         // one model: slot k's teacher turns on lane 2k, its queries on lane 2k + 1
-        let batch = ragtime::rag::Batch::new(&teacher, 2 * args.batch);
+        let batch = ragtime::rag::Batch::new(&teacher, 2 * args.model.lanes(args.batch));
         let qgen = |k: usize| ChatGen::on(&teacher, batch.lane(2 * k + 1));
         synthesize_on_lanes(&synth, &batch, &teacher, 2, qgen, &todo, &mut record)?;
     } else {
         // the query model has sessions of its own, one per slot (they never wait)
-        let batch = ragtime::rag::Batch::new(&teacher, args.batch);
+        let batch = ragtime::rag::Batch::new(&teacher, args.model.lanes(args.batch));
         let qgen = |_k: usize| ChatGen::new(query_lm);
         synthesize_on_lanes(&synth, &batch, &teacher, 1, qgen, &todo, &mut record)?;
     }

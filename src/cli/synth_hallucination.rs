@@ -61,8 +61,9 @@ pub struct Args {
     /// Articles worked on at once, each with its own KV cache; their decoding steps share the passes over the
     /// model's weights (on the CPU: over the 4/8-bit weight blocks of a GGUF model). Articles are written in
     /// input order and the rows are those of `--batch 1`, so a run may be resumed with another value.
-    #[arg(long, default_value_t = 1, value_parser = super::ranges::int::<1, 256>)]
-    pub batch: usize,
+    /// Default: 1 on cpu, 64 on cuda.
+    #[arg(long, value_parser = super::ranges::int::<1, 256>)]
+    pub batch: Option<usize>,
 }
 
 pub fn run(a: Args) -> Result<()> {
@@ -120,7 +121,7 @@ pub fn run(a: Args) -> Result<()> {
 
     // transform + write
     let synth = Synthesizer { lm: &lm, extractor: &extractor, resources: &resources, cfg };
-    let m = synthesize(&synth, &articles, &mut store, a.batch, &mut |l| eprintln!("{l}"))
+    let m = synthesize(&synth, &articles, &mut store, a.model.lanes(a.batch), &mut |l| eprintln!("{l}"))
         .with_context(|| format!("synthesis into {}", out.display()))?;
     if let Some(run) = shard_run {
         run.finish(m.articles, m.examples, order)?;

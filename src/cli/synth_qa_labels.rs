@@ -41,8 +41,9 @@ pub struct Args {
     #[arg(long, default_value_t = 64, value_parser = super::ranges::int::<1, 1_000_000>)]
     pub flush_every: usize,
     /// Questions answered at once (lanes of one batch; the rows are those of `--batch 1`).
-    #[arg(long, default_value_t = 1, value_parser = super::ranges::int::<1, 256>)]
-    pub batch: usize,
+    /// Default: 1 on cpu, 64 on cuda.
+    #[arg(long, value_parser = super::ranges::int::<1, 256>)]
+    pub batch: Option<usize>,
     /// i/n: answer shard i of n (the questions whose id hashes to i) into OUT/part-IIIII-of-NNNNN, all n shards
     /// into the same --out; `ragtime merge OUT` then writes the whole dataset. Default: from Slurm's
     /// SLURM_ARRAY_TASK_ID and RAGTIME_SHARD_COUNT (or SLURM_ARRAY_TASK_COUNT) when set.
@@ -104,7 +105,7 @@ pub fn run(a: Args) -> Result<()> {
     // transform + write, in input order
     let rag = RagLoop { lm: &lm, prompt: &prompt, retriever: None, cfg: method.loop_config(&spec, 0, false) };
     let qf = method.query()?;
-    let batch = Batch::new(&lm, a.batch.min(todo.len()).max(1));
+    let batch = Batch::new(&lm, a.model.lanes(a.batch).min(todo.len()).max(1));
     let mut triggers = Vec::new();
     for _ in 0..batch.lanes() {
         triggers.push(Cell::new(Some(method.trigger()?)));
