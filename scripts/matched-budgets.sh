@@ -9,7 +9,9 @@
 # Every step resumes. Usage:
 #   MODEL=checkpoints/smollm2-135m-instruct-q4_1.gguf DATASET=hotpotqa VALID=40 TEST=100 BUDGETS="1 2" scripts/matched-budgets.sh
 # GRIDS="rind=0.1,0.2 mlp=threshold:0.999,..." replaces those controllers' grids (`sweep --grid`): where a
-# threshold is useful depends on the model.
+# threshold is useful depends on the model. STEP=N answers the test questions in rounds of N more each, so a job
+# stopped between rounds leaves every run at the same count (paired comparisons need the same questions), and a
+# rerun resumes. SWEEP=0 skips step 1 (thresholds already calibrated for this model).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODEL="${MODEL:-checkpoints/smollm2-135m-instruct-q4_1.gguf}"
@@ -29,16 +31,24 @@ GRID=()
 for g in ${GRIDS:-}; do GRID+=(--grid "$g"); done
 [[ -x $BIN ]] || cargo build --release -q
 triggers="$(echo $REFERENCES $CONTROLLERS | tr ' ' ',')"
-"$BIN" sweep --model "$MODEL" --dataset "$DATASET" --split valid --limit "$VALID" --triggers "$triggers" \
-  --batch "$BATCH" --pick "${DET[@]}" "${GRID[@]}" --out "$OUT/sweep-valid"
-for t in $REFERENCES; do
-  "$BIN" eval --model "$MODEL" --dataset "$DATASET" --split test --limit "$TEST" --trigger "$t" --batch "$BATCH" \
-    "${DET[@]}" --out "$OUT/test/$t" >/dev/null
-done
-for b in $BUDGETS; do
-  for t in $CONTROLLERS; do
-    "$BIN" eval --model "$MODEL" --dataset "$DATASET" --split test --limit "$TEST" --trigger "$t" --budget "$b" \
-      --batch "$BATCH" "${DET[@]}" --label "$t" --out "$OUT/test/$t-b$b" >/dev/null
+if [[ ${SWEEP:-1} != 0 ]]; then
+  "$BIN" sweep --model "$MODEL" --dataset "$DATASET" --split valid --limit "$VALID" --triggers "$triggers" \
+    --batch "$BATCH" --pick "${DET[@]}" "${GRID[@]}" --out "$OUT/sweep-valid"
+fi
+STEP="${STEP:-$TEST}"
+n=0
+while ((n < TEST)); do
+  n=$((n + STEP > TEST ? TEST : n + STEP))
+  echo "matched-budgets: test questions 1-$n"
+  for t in $REFERENCES; do
+    "$BIN" eval --model "$MODEL" --dataset "$DATASET" --split test --limit "$n" --trigger "$t" --batch "$BATCH" \
+      "${DET[@]}" --out "$OUT/test/$t" >/dev/null
+  done
+  for b in $BUDGETS; do
+    for t in $CONTROLLERS; do
+      "$BIN" eval --model "$MODEL" --dataset "$DATASET" --split test --limit "$n" --trigger "$t" --budget "$b" \
+        --batch "$BATCH" "${DET[@]}" --label "$t" --out "$OUT/test/$t-b$b" >/dev/null
+    done
   done
 done
 "$BIN" report --baseline rind --html "$OUT/test.html" "$OUT"/test/*
