@@ -568,26 +568,23 @@ fn run_autorag(args: Args) -> Result<()> {
     } else {
         // Lanes 2k and 2k+1 are question slot k's: its dialogue and its pseudo-documents. Each slot keeps its
         // two generators (and their cached exemplar prefix) across the questions it answers.
-        let batch = Batch::new(&lm, 2 * args.model.lanes(args.batch));
-        let slots: Vec<_> = (0..args.model.lanes(args.batch))
-            .map(|k| Cell::new(Some((ChatGen::on(&lm, batch.lane(2 * k)), ChatGen::on(&lm, batch.lane(2 * k + 1))))))
+        let slots = args.model.lanes(args.batch);
+        let batch = Batch::new(&lm, 2 * slots);
+        let generators = (0..slots)
+            .map(|k| (ChatGen::on(&lm, batch.lane(2 * k)), ChatGen::on(&lm, batch.lane(2 * k + 1))))
             .collect();
-        let (rag, slots) = (&rag, &slots);
-        let mut queue = todo.into_iter();
+        let rag = &rag;
         let mut last = std::time::Instant::now();
-        batch.run(
-            |lane| {
-                if lane % 2 == 1 {
-                    return None;
-                }
-                let ex = queue.next()?;
-                Some(Box::pin(async move {
-                    let (mut main, mut aux) = slots[lane / 2].take().expect("a slot answers one question at a time");
+        batch.run_slots(
+            2,
+            generators,
+            todo,
+            |(mut main, mut aux), ex| {
+                Box::pin(async move {
                     let o = rag.answer_with(&mut main, &mut aux, &ex.question).await;
                     let trace = std::mem::take(&mut main.trace);
-                    slots[lane / 2].set(Some((main, aux)));
-                    (ex, o, trace)
-                }))
+                    ((main, aux), (ex, o, trace))
+                })
             },
             |(ex, o, trace)| {
                 let seconds = last.elapsed().as_secs_f64();

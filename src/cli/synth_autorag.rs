@@ -1,6 +1,5 @@
 //! `ragtime synth autorag`: Auto-RAG's Algorithm 1 over a QA dataset (see `ragtime::autorag::synth`).
 
-use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -88,27 +87,20 @@ fn synthesize_on_lanes<'l, Q: Decoder>(
     todo: &[&Example],
     mut done: impl FnMut(&Example, Result<Synthesized>) -> Result<()>,
 ) -> Result<()> {
-    let slots: Vec<_> = (0..batch.lanes() / lanes_per_slot)
-        .map(|k| Cell::new(Some((ChatGen::on(teacher, batch.lane(lanes_per_slot * k)), qgen(k)))))
-        .collect();
-    let slots = &slots;
-    let mut queue = todo.iter().copied().enumerate();
+    let generators =
+        (0..batch.lanes() / lanes_per_slot).map(|k| (ChatGen::on(teacher, batch.lane(lanes_per_slot * k)), qgen(k)));
     // results wait here until every question before them is handed on
     let mut finished: BTreeMap<usize, (&Example, Result<Synthesized>)> = BTreeMap::new();
     let mut next_out = 0;
-    batch.run(
-        |lane| {
-            if lane % lanes_per_slot != 0 {
-                return None;
-            }
-            let (i, ex) = queue.next()?;
-            let k = lane / lanes_per_slot;
-            Some(Box::pin(async move {
-                let (mut t, mut q) = slots[k].take().expect("a slot synthesizes one question at a time");
+    batch.run_slots(
+        lanes_per_slot,
+        generators.collect(),
+        todo.iter().copied().enumerate(),
+        |(mut t, mut q), (i, ex)| {
+            Box::pin(async move {
                 let r = synth.synthesize_with(&mut t, &mut q, ex).await;
-                slots[k].set(Some((t, q)));
-                (i, ex, r.with_context(|| format!("question '{}'", ex.id)))
-            }))
+                ((t, q), (i, ex, r.with_context(|| format!("question '{}'", ex.id))))
+            })
         },
         |(i, ex, r)| {
             finished.insert(i, (ex, r));

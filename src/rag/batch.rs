@@ -197,6 +197,43 @@ impl<'lm> Batch<'lm> {
         }
     }
 
+    /// [`Batch::run`] over slots of `per_slot` lanes: slot k (lanes `per_slot * k ..`) owns `states[k]` (what
+    /// runs on its lanes, for example a question's generators, kept from job to job so a prefix cached on them is
+    /// reused) and takes the next of `jobs` whenever it is free. `work(state, job)` runs one job on the slot's
+    /// lanes and hands the state back with its output; `done` takes the outputs in the order they finish.
+    pub fn run_slots<'f, S: 'f, J, T: 'f>(
+        &'f self,
+        per_slot: usize,
+        states: Vec<S>,
+        jobs: impl IntoIterator<Item = J>,
+        work: impl Fn(S, J) -> Pin<Box<dyn Future<Output = (S, T)> + 'f>>,
+        mut done: impl FnMut(T) -> Result<()>,
+    ) -> Result<()> {
+        assert!(per_slot > 0 && states.len() * per_slot <= self.lanes(), "run_slots: more slots than lanes");
+        let states: Vec<std::cell::Cell<Option<S>>> = states.into_iter().map(|s| Some(s).into()).collect();
+        let states = &states;
+        let mut jobs = jobs.into_iter();
+        self.run(
+            |lane| {
+                let k = lane / per_slot;
+                if lane % per_slot != 0 || k >= states.len() {
+                    return None;
+                }
+                let job = jobs.next()?;
+                let state = states[k].take().expect("a slot runs one job at a time");
+                let running = work(state, job);
+                Some(Box::pin(async move {
+                    let (state, out) = running.await;
+                    (k, state, out)
+                }))
+            },
+            |(k, state, out)| {
+                states[k].set(Some(state));
+                done(out)
+            },
+        )
+    }
+
     /// One forward pass over every parked request.
     fn pass(&self) -> Result<()> {
         let reqs = std::mem::take(&mut *self.parked.borrow_mut());
