@@ -313,3 +313,27 @@ fn too_long_a_feed_is_a_context_overflow_and_changes_nothing() {
         s.feed(&[7, 8], 0).unwrap();
     }
 }
+
+/// `--dtype`: the CPU and reference engines compute in f32 only and say so; the batched engine changes its dtype
+/// only before its first sequence (its lane buffers hold keys in the old one).
+#[test]
+fn only_the_batched_engine_changes_dtype_and_only_before_its_first_sequence() {
+    use ragtime::model::{EngineKind, Precision};
+    let dir = tempfile::tempdir().unwrap();
+    let _ = tiny(Arch::Llama, dir.path());
+    for engine in [EngineKind::Auto, EngineKind::Reference] {
+        let mut lm = Lm::load_on(dir.path(), DeviceKind::Cpu, engine, None).unwrap();
+        lm.set_precision(Precision::F32).unwrap();
+        let e = lm.set_precision(Precision::Bf16).unwrap_err().to_string();
+        assert!(e.contains("--dtype bf16") && e.contains("computes in f32"), "{engine}: {e}");
+    }
+    let mut lm = Lm::load_on(dir.path(), DeviceKind::Cpu, EngineKind::Batched, None).unwrap();
+    lm.set_precision(Precision::F16).unwrap();
+    assert!(lm.engine().contains("f16"), "{}", lm.engine());
+    let mut s = lm.session();
+    s.prefill(&[5, 6, 7]).unwrap();
+    assert!(s.logits().unwrap().iter().all(|x| x.is_finite()));
+    drop(s);
+    let e = lm.set_precision(Precision::Bf16).unwrap_err().to_string();
+    assert!(e.contains("before the first sequence"), "{e}");
+}

@@ -160,6 +160,9 @@ fn run_header(args: &Args, dataset: &str, index: String) -> (PathBuf, toml::map:
     if args.model.engine != ragtime::model::EngineKind::Auto {
         c.insert("engine".into(), toml::Value::String(args.model.engine.to_string()));
     }
+    if args.model.dtype != ragtime::model::Precision::F32 {
+        c.insert("dtype".into(), toml::Value::String(args.model.dtype.to_string()));
+    }
     if args.model.f32_decode {
         c.insert("f32_decode".into(), toml::Value::Boolean(true));
     }
@@ -348,6 +351,7 @@ fn calibrated_point(
 }
 
 pub fn run(args: Args) -> Result<()> {
+    args.model.check()?;
     if args.trigger == "autorag" {
         return run_autorag(args);
     }

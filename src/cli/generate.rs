@@ -68,6 +68,7 @@ pub fn read_prompt(prompt: &Option<String>, file: &Option<PathBuf>) -> Result<St
 }
 
 pub fn run(args: Args) -> Result<()> {
+    args.model.check()?;
     if let Some(file) = &args.prompts {
         return run_many(&args, file);
     }

@@ -28,6 +28,7 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<()> {
+    args.model.check()?;
     let mut text = super::generate::read_prompt(&args.prompt, &args.prompt_file)?;
     let lm = args.model.load()?;
     if args.chat {

@@ -6,7 +6,7 @@ use anyhow::Result;
 use clap::Args;
 
 use ragtime::device::DeviceKind;
-use ragtime::model::{EngineKind, Lm};
+use ragtime::model::{EngineKind, Lm, Precision};
 
 /// Default model, as installed by `scripts/setup.sh`.
 pub const DEFAULT_MODEL: &str = "checkpoints/smollm2-135m-instruct-q4_1.gguf";
@@ -30,6 +30,10 @@ pub struct ModelArgs {
     /// Decode on the f32 weights, not on a quantized GGUF's integer blocks (CPU engine; for comparisons).
     #[arg(long)]
     pub f32_decode: bool,
+    /// Weights and activations in f32, bf16 or f16 (the batched engine: `--device cuda` or `--engine batched`;
+    /// norms, softmax and the returned logits stay f32).
+    #[arg(long, default_value = "f32")]
+    pub dtype: Precision,
 }
 
 /// Lanes (`--batch`) when the flag is not given: one on the CPU (its engine shares little between lanes), 64 on a
@@ -46,11 +50,33 @@ impl ModelArgs {
         })
     }
 
+    /// Flag combinations that cannot work, refused before any work: `--dtype` other than f32 needs the batched
+    /// engine.
+    pub fn check(&self) -> Result<()> {
+        let batched = self.engine == EngineKind::Batched
+            || (self.engine == EngineKind::Auto && matches!(self.device, DeviceKind::Cuda(_)));
+        if self.dtype != Precision::F32 && !batched {
+            ragtime::usage_bail!(
+                "--dtype {}: only the batched engine computes in bf16 or f16 (--device cuda, or --engine batched); \
+                 the {} engine on {} computes in f32",
+                self.dtype,
+                match self.engine {
+                    EngineKind::Reference => "reference",
+                    _ => "cpu",
+                },
+                self.device
+            );
+        }
+        Ok(())
+    }
+
     pub fn load(&self) -> Result<Lm> {
+        self.check()?;
         let mut lm = Lm::load_on(&self.model, self.device, self.engine, self.tokenizer.as_deref())?;
         if self.f32_decode {
             lm.f32_decode();
         }
+        lm.set_precision(self.dtype)?;
         Ok(lm)
     }
 }

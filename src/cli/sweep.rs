@@ -98,6 +98,7 @@ fn check_budget(flag: &str, b: f64) -> Result<()> {
 }
 
 pub fn run(args: Args) -> Result<()> {
+    args.model.check()?;
     // check every input before the model loads
     if args.pick && args.split == "test" {
         ragtime::usage_bail!("--pick with --split test: thresholds are calibrated on validation questions; test questions are for reporting");

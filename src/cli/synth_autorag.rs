@@ -118,6 +118,7 @@ fn load_model(path: &Path, base: &ModelArgs) -> Result<Lm> {
 }
 
 pub fn run(args: Args) -> Result<()> {
+    args.model.check()?;
     let spec = args.data.load()?;
     let mut examples = spec.load_examples()?;
     if let Some(n) = args.limit {

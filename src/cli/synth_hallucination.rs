@@ -67,6 +67,7 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> Result<()> {
+    a.model.check()?;
     // load
     let all = read_dump(&a.wiki)?;
     anyhow::ensure!(!all.is_empty(), "{}: the dump has no articles", a.wiki.display());

@@ -52,6 +52,7 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> Result<()> {
+    a.model.check()?;
     // load, checking everything before the model
     let spec = a.data.load()?;
     if RESERVED.contains(&spec.name.as_str()) {

@@ -10,7 +10,7 @@
 use burn::module::{Module, Param};
 use burn::prelude::Backend;
 use burn::tensor::activation::{silu, softmax};
-use burn::tensor::{Bool, Int, Tensor, TensorData};
+use burn::tensor::{Bool, DType, Int, Tensor, TensorData};
 
 use super::config::ModelConfig;
 
@@ -62,9 +62,11 @@ pub struct RmsNorm<B: Backend> {
 
 impl<B: Backend> RmsNorm<B> {
     pub fn forward(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
-        // x: [b, t, d]
+        // x: [b, t, d]; a bf16/f16 x is normalised in f32 and cast back before the weight, as transformers does
+        let dtype = x.dtype();
+        let x = x.cast(DType::F32); // no-op on f32
         let var = x.clone().powi_scalar(2).mean_dim(2); // [b, t, 1]
-        x * var.add_scalar(self.eps).sqrt().recip() * self.weight.val().unsqueeze::<3>()
+        (x * var.add_scalar(self.eps).sqrt().recip()).cast(dtype) * self.weight.val().unsqueeze::<3>()
     }
 }
 

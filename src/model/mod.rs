@@ -31,7 +31,7 @@ use crate::device::DeviceKind;
 use crate::step::TokenStep;
 pub use config::{Arch, ModelConfig};
 use engine::{Cache, ChunkOut, Engine, SeqIn, Want};
-pub use engine::{ContextOverflow, EngineKind};
+pub use engine::{ContextOverflow, EngineKind, Precision};
 use llama::{Attention, Block, Linear, Llama, Mlp, RmsNorm, Rope};
 pub use sampling::Sampler;
 pub use tokenizer::{Message, Tokenizer};
@@ -294,6 +294,12 @@ impl Lm {
     pub fn f32_decode(&mut self) {
         self.engine.drop_int_weights();
         self.int8_decode_bytes = self.engine.int_decode_bytes();
+    }
+
+    /// Computes in `precision` (`--dtype`): the batched engine casts its weights; the others accept only f32.
+    /// Call before the first session.
+    pub fn set_precision(&mut self, precision: Precision) -> Result<()> {
+        self.engine.set_precision(precision)
     }
 
     /// The engine running this model, in words (`cpu (integer decode)`, `reference (Flex)`, ...).

@@ -17,15 +17,20 @@
 //! depend on which others share its pass beyond float rounding: they equal the reference engine's within f32
 //! rounding (not bit for bit: the products and sums run over other shapes). Buffers grow (doubling) when more
 //! lanes are in use or a sequence outgrows the capacity; a run at a steady number of lanes keeps its shapes.
+//!
+//! `--dtype bf16|f16` ([`Precision`]) casts the weights, the RoPE tables and the lane buffers, so products and
+//! the key/value cache run in that type; RMS norms and the attention softmax compute in f32 and cast back (as
+//! transformers does for a bf16 model), the mean over layers sums in f32, and the logits come back as f32.
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use anyhow::{anyhow, Result};
+use burn::module::{Module, ModuleMapper, Param};
 use burn::prelude::Backend;
 use burn::tensor::activation::softmax;
-use burn::tensor::{Bool, IndexingUpdateOp, Int, Tensor, TensorData};
+use burn::tensor::{Bool, DType, IndexingUpdateOp, Int, Tensor, TensorData};
 
-use super::{check_positions, Cache, ChunkOut, Engine, SeqIn};
+use super::{check_positions, Cache, ChunkOut, Engine, Precision, SeqIn};
 use crate::model::config::ModelConfig;
 use crate::model::llama::{Llama, Rope};
 
@@ -90,8 +95,20 @@ pub struct BatchedEngine<B: Backend> {
     rope: Rope<B>,
     cfg: ModelConfig,
     device: B::Device,
+    /// What the weights, activations and lane buffers are stored in.
+    precision: Precision,
     book: Arc<Mutex<SlotBook>>,
     lanes: Mutex<Lanes<B>>,
+}
+
+/// Casts every float parameter of a module to one dtype.
+struct CastParams(DType);
+
+impl<B: Backend> ModuleMapper<B> for CastParams {
+    fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
+        let (id, tensor, mapper) = param.consume();
+        Param::from_mapped_value(id, tensor.cast(self.0), mapper)
+    }
 }
 
 /// One sequence of a pass: its lane, first position, tokens and what it asked for.
@@ -107,7 +124,8 @@ struct Row<'a> {
 impl<B: Backend> BatchedEngine<B> {
     pub fn new(model: Llama<B>, rope: Rope<B>, cfg: ModelConfig, device: B::Device) -> Self {
         let lanes = Lanes { k: vec![], v: vec![], slots: 0, capacity: 0 };
-        BatchedEngine { model, rope, cfg, device, book: Arc::default(), lanes: Mutex::new(lanes) }
+        let precision = Precision::F32;
+        BatchedEngine { model, rope, cfg, device, precision, book: Arc::default(), lanes: Mutex::new(lanes) }
     }
 
     /// Grows the buffers to hold `slots` lanes of `capacity` positions (both rounded up to powers of two);
@@ -120,7 +138,7 @@ impl<B: Backend> BatchedEngine<B> {
         }
         let (kv, hd) = (self.cfg.num_kv_heads, self.cfg.head_dim);
         let grow = |old: Option<Tensor<B, 4>>| {
-            let fresh = Tensor::<B, 4>::zeros([slots, kv, capacity, hd], &self.device);
+            let fresh = Tensor::<B, 4>::zeros([slots, kv, capacity, hd], (&self.device, self.precision.dtype()));
             match old {
                 None => fresh,
                 Some(old) => {
@@ -224,7 +242,7 @@ impl<B: Backend> BatchedEngine<B> {
             let q = q.swap_dims(1, 2).reshape([r, kvh, rep * t, hd]);
             let scores = q.matmul(kk.swap_dims(2, 3)).mul_scalar(1.0 / (hd as f64).sqrt()); // [r, kvh, rep*t, keys]
             let scores = scores.reshape([r, nh, t, keys]).mask_fill(mask.clone(), f32::NEG_INFINITY);
-            let probs = softmax(scores, 3); // [r, nh, t, keys]
+            let probs = softmax(scores.cast(DType::F32), 3).cast(self.precision.dtype()); // [r, nh, t, keys]
             if l + 1 == n_layers && captures {
                 probs_last = Some(probs.clone());
             }
@@ -233,13 +251,14 @@ impl<B: Backend> BatchedEngine<B> {
             let hmid = x + a.o_proj.forward(o);
             x = hmid.clone() + block.mlp.forward(block.post_attention_layernorm.forward(hmid));
             if captures && l + 1 < n_layers {
+                let x = x.clone().cast(DType::F32);
                 layer_sum = Some(match layer_sum.take() {
-                    Some(acc) => acc + x.clone(),
-                    None => x.clone(),
+                    Some(acc) => acc + x,
+                    None => x,
                 });
             }
         }
-        let hidden = self.model.norm.forward(x).reshape([r * t, d]); // [r*t, d]
+        let hidden = self.model.norm.forward(x).reshape([r * t, d]); // [r*t, d], in the engine's dtype
 
         // what each sequence asked for: logits of rows >= logits_from, internals of rows >= capture_from
         let mut logit_cells = Vec::new();
@@ -257,7 +276,7 @@ impl<B: Backend> BatchedEngine<B> {
         };
         let to_rows = |x: Tensor<B, 2>| -> Vec<Vec<f32>> {
             let [n, w] = x.dims();
-            let v = x.into_data().convert::<f32>().to_vec::<f32>().unwrap();
+            let v = x.cast(DType::F32).into_data().to_vec::<f32>().expect("f32 after the cast");
             (0..n).map(|i| v[i * w..(i + 1) * w].to_vec()).collect()
         };
         if !logit_cells.is_empty() {
@@ -271,6 +290,7 @@ impl<B: Backend> BatchedEngine<B> {
         if !capture_cells.is_empty() {
             let idx = flat(&capture_cells);
             let finals = to_rows(hidden.clone().select(0, idx.clone()));
+            let hidden = hidden.cast(DType::F32);
             let sum = match layer_sum {
                 Some(acc) => acc.reshape([r * t, d]) + hidden,
                 None => hidden,
@@ -311,7 +331,23 @@ where
     }
 
     fn describe(&self) -> String {
-        format!("batched ({})", std::any::type_name::<B>().rsplit("::").next().unwrap_or("burn"))
+        let backend = std::any::type_name::<B>().rsplit("::").next().unwrap_or("burn");
+        match self.precision {
+            Precision::F32 => format!("batched ({backend})"),
+            p => format!("batched ({backend}, {p})"),
+        }
+    }
+
+    fn set_precision(&mut self, precision: Precision) -> Result<()> {
+        // the lane buffers of live sequences hold keys in the old dtype: change only before the first
+        anyhow::ensure!(lock(&self.book).issued == 0, "the dtype changes only before the first sequence");
+        let dtype = precision.dtype();
+        self.model = self.model.clone().map(&mut CastParams(dtype)); // a clone shares the weights' storage
+        self.rope.cos = self.rope.cos.clone().cast(dtype);
+        self.rope.sin = self.rope.sin.clone().cast(dtype);
+        self.precision = precision;
+        *lock(&self.lanes) = Lanes { k: vec![], v: vec![], slots: 0, capacity: 0 };
+        Ok(())
     }
 
     fn forward(&self, seqs: &mut [SeqIn<'_>]) -> Result<Vec<ChunkOut>> {

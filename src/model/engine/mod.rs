@@ -58,6 +58,49 @@ impl std::fmt::Display for EngineKind {
     }
 }
 
+/// The floating-point type of an engine's weights and activations (`--dtype`). Reductions (RMS norms, the
+/// attention softmax, the mean over layers) and the logits handed back are f32 whatever it is, as transformers
+/// computes a bf16 model's norms and softmax.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Precision {
+    #[default]
+    F32,
+    Bf16,
+    F16,
+}
+
+impl Precision {
+    pub fn dtype(self) -> burn::tensor::DType {
+        match self {
+            Precision::F32 => burn::tensor::DType::F32,
+            Precision::Bf16 => burn::tensor::DType::BF16,
+            Precision::F16 => burn::tensor::DType::F16,
+        }
+    }
+}
+
+impl std::str::FromStr for Precision {
+    type Err = anyhow::Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "f32" => Ok(Precision::F32),
+            "bf16" => Ok(Precision::Bf16),
+            "f16" => Ok(Precision::F16),
+            _ => anyhow::bail!("unknown dtype '{s}' (expected f32, bf16 or f16)"),
+        }
+    }
+}
+
+impl std::fmt::Display for Precision {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Precision::F32 => "f32",
+            Precision::Bf16 => "bf16",
+            Precision::F16 => "f16",
+        })
+    }
+}
+
 /// What one forward call should hand back for a chunk of `t` tokens.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Want {
@@ -117,6 +160,17 @@ pub trait Engine: Send + Sync {
     }
     /// Drops the integer decode weights: every product then uses the f32 weights.
     fn drop_int_weights(&mut self) {}
+    /// Computes in `precision` from now on (casting the weights). Only the batched engine computes in other than
+    /// f32; the others refuse.
+    fn set_precision(&mut self, precision: Precision) -> Result<()> {
+        anyhow::ensure!(
+            precision == Precision::F32,
+            "--dtype {precision}: the {} engine computes in f32; bf16 and f16 run on the batched engine \
+             (--device cuda, or --engine batched)",
+            self.describe()
+        );
+        Ok(())
+    }
     /// Short description for logs (`cpu`, `reference (flex)`, ...).
     fn describe(&self) -> String;
 }
