@@ -18,6 +18,7 @@
 #   tensor ops one sequence at a time), and transformers on the same GPU in float32 and bfloat16, with internals
 #   (eager) and without (sdpa), the model loaded once (`bench_generate_peers.py hf-cuda`, with PEER_PY, default
 #   python3, which needs `gguf`). An untimed ragtime run first compiles the GPU kernels (its time is printed).
+#   DTYPES="f32 bf16 f16" gives a batched-engine row per `--dtype` (default f32).
 # - SYNTH="B1 B2 ...": a second table, `synth hallucination` over the first SYNTH_ARTICLES (default 64) articles
 #   of wiki/dump_train at each B: labelled examples/s (the run's own progress rate) and wall time with loading.
 # Threads: all of the machine's (RAYON_NUM_THREADS / torch / llama.cpp defaults); rows say which.
@@ -27,6 +28,7 @@ cd "$(dirname "$0")/.."
 BATCHES="${BATCHES:-1 8 32}"
 NEW="${NEW:-32}"
 DEVICE="${DEVICE:-cpu}"
+DTYPES="${DTYPES:-f32}"
 HF="${HF:-1}"
 CACHE="${RAGTIME_CACHE:-$HOME/.cache/ragtime}"
 ST_PY="$CACHE/st-venv/bin/python"
@@ -55,18 +57,22 @@ for m in $MODELS; do
   echo "| engine | B | prompts | generated tok/s | peak RSS MiB |"
   echo "|---|---:|---:|---:|---:|"
   if [[ $DEVICE != cpu ]]; then
-    t0=$(date +%s.%N)
-    $BIN generate --model "$g" --device "$DEVICE" --prompts "$WORK/all.jsonl" --batch "$max_b" --max-new-tokens 4 \
-      --ignore-eos >/dev/null 2>"$WORK/warm.log" || { cat "$WORK/warm.log" >&2; exit 1; }
-    echo "| (untimed warm-up: kernel compilation + load, $max_b prompts, 4 tokens: $(awk "BEGIN{printf \"%.1f\", $(date +%s.%N) - $t0}") s) | | | | |"
+    for dt in $DTYPES; do
+      t0=$(date +%s.%N)
+      $BIN generate --model "$g" --device "$DEVICE" --dtype "$dt" --prompts "$WORK/all.jsonl" --batch "$max_b" \
+        --max-new-tokens 4 --ignore-eos >/dev/null 2>"$WORK/warm.log" || { cat "$WORK/warm.log" >&2; exit 1; }
+      echo "| (untimed warm-up, $dt: kernel compilation + load, $max_b prompts, 4 tokens: $(awk "BEGIN{printf \"%.1f\", $(date +%s.%N) - $t0}") s) | | | | |"
+    done
   fi
   for b in $BATCHES; do
     head -n "$b" "$WORK/all.jsonl" >"$WORK/p.jsonl"
-    line=$($BIN generate --model "$g" --device "$DEVICE" --prompts "$WORK/p.jsonl" --batch "$b" --max-new-tokens "$NEW" \
-      --ignore-eos --stats 2>&1 >/dev/null | tail -1)
-    rate=$(sed -E 's/.*: ([0-9.]+) generated tok\/s.*/\1/' <<<"$line")
-    rss=$(sed -E 's/.*peak rss ([0-9]+) MiB.*/\1/' <<<"$line")
-    echo "| ragtime $([[ $DEVICE == cpu ]] && echo cpu || echo batched) (internals) | $b | $b | $rate | $rss |"
+    for dt in $([[ $DEVICE == cpu ]] && echo f32 || echo "$DTYPES"); do
+      line=$($BIN generate --model "$g" --device "$DEVICE" --dtype "$dt" --prompts "$WORK/p.jsonl" --batch "$b" \
+        --max-new-tokens "$NEW" --ignore-eos --stats 2>&1 >/dev/null | tail -1)
+      rate=$(sed -E 's/.*: ([0-9.]+) generated tok\/s.*/\1/' <<<"$line")
+      rss=$(sed -E 's/.*peak rss ([0-9]+) MiB.*/\1/' <<<"$line")
+      echo "| ragtime $([[ $DEVICE == cpu ]] && echo cpu || echo "batched $dt") (internals) | $b | $b | $rate | $rss |"
+    done
     if [[ $DEVICE != cpu && $b == 1 ]]; then
       line=$($BIN generate --model "$g" --device "$DEVICE" --engine reference --prompts "$WORK/p.jsonl" --batch 1 \
         --max-new-tokens "$NEW" --ignore-eos --stats 2>&1 >/dev/null | tail -1)
