@@ -30,7 +30,7 @@ use burn::prelude::Backend;
 use burn::tensor::activation::softmax;
 use burn::tensor::{Bool, DType, IndexingUpdateOp, Int, Tensor, TensorData};
 
-use super::{check_positions, Cache, ChunkOut, Engine, Precision, SeqIn};
+use super::{check_positions, host_rows, Cache, ChunkOut, Engine, Precision, SeqIn};
 use crate::model::config::ModelConfig;
 use crate::model::llama::{Llama, Rope};
 
@@ -274,31 +274,26 @@ impl<B: Backend> BatchedEngine<B> {
         let flat = |cells: &[(usize, usize)]| {
             self.ints(cells.iter().map(|&(i, j)| (i * t + j) as i32).collect(), [cells.len()])
         };
-        let to_rows = |x: Tensor<B, 2>| -> Vec<Vec<f32>> {
-            let [n, w] = x.dims();
-            let v = x.cast(DType::F32).into_data().to_vec::<f32>().expect("f32 after the cast");
-            (0..n).map(|i| v[i * w..(i + 1) * w].to_vec()).collect()
-        };
         if !logit_cells.is_empty() {
             let h = hidden.clone().select(0, flat(&logit_cells));
             let logits = self.model.logits(h.unsqueeze::<3>()); // [1, cells, vocab]
             let [_, n, vocab] = logits.dims();
-            for ((i, _), row) in logit_cells.iter().zip(to_rows(logits.reshape([n, vocab]))) {
+            for ((i, _), row) in logit_cells.iter().zip(host_rows(logits.reshape([n, vocab]))) {
                 outs[grid[*i].unwrap().seq].logits.push(row);
             }
         }
         if !capture_cells.is_empty() {
             let idx = flat(&capture_cells);
-            let finals = to_rows(hidden.clone().select(0, idx.clone()));
+            let finals = host_rows(hidden.clone().select(0, idx.clone()));
             let hidden = hidden.cast(DType::F32);
             let sum = match layer_sum {
                 Some(acc) => acc.reshape([r * t, d]) + hidden,
                 None => hidden,
             };
-            let means = to_rows(sum.select(0, idx.clone()).div_scalar(n_layers as f64));
+            let means = host_rows(sum.select(0, idx.clone()).div_scalar(n_layers as f64));
             let probs = probs_last.expect("attention kept when capturing");
             let probs = probs.swap_dims(1, 2).reshape([r * t, nh * keys]).select(0, idx); // [cells, nh*keys]
-            let attn = to_rows(probs);
+            let attn = host_rows(probs);
             for (c, &(i, j)) in capture_cells.iter().enumerate() {
                 let w = grid[i].unwrap();
                 let p = w.start + j;

@@ -184,6 +184,13 @@ pub struct ContextOverflow {
     pub max: usize,
 }
 
+/// A `[n, w]` tensor read back to the host as `n` rows of f32 (cast first: the batched engine may hold bf16/f16).
+pub(crate) fn host_rows<B: burn::prelude::Backend>(x: burn::tensor::Tensor<B, 2>) -> Vec<Vec<f32>> {
+    let [n, w] = x.dims();
+    let v = x.cast(burn::tensor::DType::F32).into_data().to_vec::<f32>().expect("f32 after the cast");
+    v.chunks(w.max(1)).take(n).map(<[f32]>::to_vec).collect()
+}
+
 /// Checks, before any cache changes, that every sequence fits in `max_pos` positions.
 pub(crate) fn check_positions(seqs: &[SeqIn<'_>], max_pos: usize) -> Result<()> {
     for s in seqs {

@@ -35,8 +35,7 @@ impl<B: Backend> Cache for KvCache<B> {
 /// `[1, n, d]` -> n rows of d.
 fn rows<B: Backend>(t: Tensor<B, 3>) -> Vec<Vec<f32>> {
     let [_, n, d] = t.dims();
-    let v = t.into_data().convert::<f32>().to_vec::<f32>().unwrap();
-    (0..n).map(|i| v[i * d..(i + 1) * d].to_vec()).collect()
+    super::host_rows(t.reshape([n, d]))
 }
 
 impl<B: Backend> Engine for ReferenceEngine<B>
