@@ -475,3 +475,61 @@ fn every_trigger(lm: &ragtime::model::Lm, compare: &dyn Fn(&Outcome, &Outcome, &
         assert_eq!(g.iter().sum::<usize>() == 0, never, "{name}: loops guarded per question {g:?}");
     }
 }
+
+/// `Batch::run_slots`: slots of 2 lanes in a batch of 5 (2 slots; the fifth lane idle), 7 jobs of different
+/// lengths. Every job runs once, on the state its slot's previous job handed back, feeding only its slot's first
+/// lane; the other lanes are never fed; each used lane ends holding its slot's last job's tokens.
+#[test]
+fn run_slots_hands_each_slot_its_state_from_job_to_job() {
+    use ragtime::rag::Decoder;
+    let Some(lm) = tiny_q4(11) else { return };
+    let batch = Batch::new(&lm, 5);
+    let b = &batch;
+    let ids_of = |job: usize| -> Vec<u32> { (0..2 + job % 3).map(|i| (job * 10 + i + 1) as u32).collect() };
+    // a slot's state: its number and the jobs it ran, in order
+    let states: Vec<(usize, Vec<usize>)> = (0..2).map(|k| (k, vec![])).collect();
+    let mut outs: Vec<(usize, usize, Vec<usize>)> = Vec::new();
+    batch
+        .run_slots(
+            2,
+            states,
+            0..7usize,
+            |(k, mut ran), job| {
+                Box::pin(async move {
+                    let mut lane = b.lane(2 * k);
+                    lane.truncate(0);
+                    let ids = ids_of(job);
+                    lane.feed(&ids, ids.len()).await.unwrap();
+                    for _ in 0..job % 4 {
+                        lane.feed(&[7], 0).await.unwrap(); // a few decoding steps: jobs of the two slots interleave
+                    }
+                    ran.push(job);
+                    ((k, ran.clone()), (job, k, ran))
+                })
+            },
+            |out| {
+                outs.push(out);
+                Ok(())
+            },
+        )
+        .unwrap();
+    let mut jobs: Vec<usize> = outs.iter().map(|o| o.0).collect();
+    jobs.sort();
+    assert_eq!(jobs, (0..7).collect::<Vec<_>>(), "every job once");
+    for k in 0..2 {
+        let mine: Vec<&(usize, usize, Vec<usize>)> = outs.iter().filter(|o| o.1 == k).collect();
+        assert!(!mine.is_empty(), "slot {k} ran jobs");
+        for (i, (job, _, ran)) in mine.iter().enumerate() {
+            let before: &[usize] = if i == 0 { &[] } else { &mine[i - 1].2 };
+            assert_eq!(ran[..ran.len() - 1], *before, "slot {k}: job {job} got the state its previous job left");
+            assert_eq!(ran.last(), Some(job));
+        }
+        let last = mine.last().unwrap().0;
+        assert_eq!(b.lane(2 * k).len(), ids_of(last).len() + last % 4, "slot {k}'s lane holds its last job");
+    }
+    for idle in [1, 3, 4] {
+        assert_eq!(b.lane(idle).len(), 0, "lane {idle} is not a slot's first lane");
+    }
+    let feeds: usize = (0..7).map(|job| 1 + job % 4).sum();
+    assert!(batch.passes.get() < feeds, "the slots' feeds shared passes: {} for {feeds}", batch.passes.get());
+}
