@@ -61,6 +61,9 @@ pub fn run(args: Args) -> Result<()> {
         Some(b) => {
             let t = compare::budget_tables(&runs, b, args.resamples, args.seed)?;
             print!("{}", compare::markdown(&t, args.resamples));
+            if let Some(s) = compare::silence(&runs) {
+                print!("{}", s.markdown());
+            }
             Some(t)
         }
         None => None,

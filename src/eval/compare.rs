@@ -108,6 +108,87 @@ pub fn budget_tables(runs: &[LoadedRun], baseline: &str, resamples: usize, seed:
     Ok(out)
 }
 
+/// One side of a controller's questions (those it answered without retrieving, or those it retrieved on): how
+/// many, its score there, and each reference run's score on the same questions.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Side {
+    pub questions: usize,
+    pub score: f64,
+    /// In [`Silence::references`] order.
+    pub references: Vec<f64>,
+}
+
+/// Where a controller's score comes from: the questions its trigger never fired on (answered as with no
+/// retrieval) and those it retrieved on, each beside the references on the same questions. A trigger that stays
+/// silent where the model is confidently wrong loses there what single retrieval gains.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Silence {
+    pub metric: &'static str,
+    /// Names of the reference runs (runs without a budget).
+    pub references: Vec<String>,
+    /// One per run with a budget: its name, budget, silent side, retrieving side.
+    pub rows: Vec<(String, f64, Side, Side)>,
+}
+
+/// [`Silence`] over `runs`: every run with a budget against every run without one, over the questions each
+/// reference answered too. `None` without both kinds of run.
+pub fn silence(runs: &[LoadedRun]) -> Option<Silence> {
+    let references: Vec<&LoadedRun> = runs.iter().filter(|r| r.summary.budget.is_none()).collect();
+    let controllers: Vec<&LoadedRun> = runs.iter().filter(|r| r.summary.budget.is_some()).collect();
+    if references.is_empty() || controllers.is_empty() {
+        return None;
+    }
+    let metric = if runs.iter().any(|r| r.summary.accuracy.is_some()) { "accuracy" } else { "F1" };
+    let ref_scores: Vec<HashMap<&str, f64>> = references.iter().map(|r| scores(r)).collect();
+    let side = |qs: &[(&str, f64)]| {
+        let n = qs.len().max(1) as f64;
+        Side {
+            questions: qs.len(),
+            score: qs.iter().map(|q| q.1).sum::<f64>() / n,
+            references: ref_scores.iter().map(|s| qs.iter().map(|q| s[q.0]).sum::<f64>() / n).collect(),
+        }
+    };
+    let rows = controllers
+        .iter()
+        .map(|c| {
+            let (mut quiet, mut loud) = (Vec::new(), Vec::new());
+            for p in c.predictions.iter().filter(|p| ref_scores.iter().all(|s| s.contains_key(p.id.as_str()))) {
+                let q = (p.id.as_str(), p.metrics.accuracy.unwrap_or(p.metrics.f1));
+                if p.retrievals.is_empty() {
+                    quiet.push(q)
+                } else {
+                    loud.push(q)
+                }
+            }
+            (name_of(c).to_string(), c.summary.budget.unwrap_or_default(), side(&quiet), side(&loud))
+        })
+        .collect();
+    Some(Silence { metric, references: references.iter().map(|r| name_of(r).to_string()).collect(), rows })
+}
+
+impl Silence {
+    /// The table in Markdown, with a heading.
+    pub fn markdown(&self) -> String {
+        let refs = self.references.join(" | ");
+        let dashes = vec!["---:"; 2 + self.references.len()].join("|");
+        let mut s = format!(
+            "\n### Where each controller stays silent ({m} on the questions it answered without retrieving) and \
+             where it retrieves, beside the references on the same questions\n\n\
+             | controller | budget | silent: n | {m} | {refs} | retrieved: n | {m} | {refs} |\n|---|---:|{dashes}|{dashes}|\n",
+            m = self.metric
+        );
+        for (name, budget, quiet, loud) in &self.rows {
+            let side = |x: &Side| {
+                let mut v = vec![x.questions.to_string(), format!("{:.3}", x.score)];
+                v.extend(x.references.iter().map(|r| format!("{r:.3}")));
+                v.join(" | ")
+            };
+            let _ = writeln!(s, "| {name} | {budget} | {} | {} |", side(quiet), side(loud));
+        }
+        s
+    }
+}
+
 fn cells(t: &BudgetTable) -> (Vec<String>, Vec<Vec<String>>) {
     let header = vec![
         "controller".to_string(),
@@ -270,6 +351,39 @@ mod tests {
         // the baseline may be a reference (single retrieval, say)
         let t = budget_tables(&runs, "none", 100, 1).unwrap();
         assert_eq!(t[0].rows[1].diff.unwrap().mean, 0.75);
+    }
+
+    /// By hand: mlp retrieves on q0 and q1, not on q2 and q3; none and single are the references (single did not
+    /// answer q3, so q3 is left out of both sides).
+    #[test]
+    fn silence_splits_questions_by_whether_the_controller_retrieved() {
+        let mut mlp = run("mlp", Some(1.0), &[1.0, 0.5, 0.0, 0.25], 0.5);
+        for p in &mut mlp.predictions[..2] {
+            p.retrievals.push(
+                serde_json::from_value(
+                    serde_json::json!({"token_pos": 3, "query": "q", "passage_ids": ["p"], "hit_supporting": null}),
+                )
+                .unwrap(),
+            );
+        }
+        let none = run("none", None, &[0.0, 0.5, 0.0, 1.0], 0.0);
+        let single = run("single", None, &[1.0, 1.0, 0.75], 1.0); // q0..q2 only
+        let rind = run("rind", Some(2.0), &[0.0, 0.0, 0.0, 0.0], 0.0);
+        let runs = [mlp, none, single, rind];
+        let s = silence(&runs).unwrap();
+        assert_eq!(s.references, vec!["none", "single"]);
+        let (name, budget, quiet, loud) = &s.rows[0];
+        assert_eq!((name.as_str(), *budget), ("mlp", 1.0));
+        assert_eq!(*quiet, Side { questions: 1, score: 0.0, references: vec![0.0, 0.75] });
+        assert_eq!(*loud, Side { questions: 2, score: 0.75, references: vec![0.25, 1.0] });
+        assert_eq!(s.rows[1].2.questions, 3, "rind never retrieved: every paired question is silent");
+        let md = s.markdown();
+        assert!(
+            md.contains("| controller | budget | silent: n | F1 | none | single | retrieved: n | F1 | none | single |"),
+            "{md}"
+        );
+        assert!(md.contains("| mlp | 1 | 1 | 0.000 | 0.000 | 0.750 | 2 | 0.750 | 0.250 | 1.000 |"), "{md}");
+        assert!(silence(&runs[..1]).is_none() && silence(&runs[1..3]).is_none(), "needs both kinds of run");
     }
 
     /// Runs over different question sets are paired on the questions both answered.
