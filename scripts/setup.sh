@@ -24,7 +24,7 @@ while [[ $# -gt 0 ]]; do
     --model) MODELS="$2"; shift 2 ;;
     --glove) GLOVE=1; shift ;;
     --minilm) MINILM=1; shift ;;
-    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
     *) echo "setup.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
