@@ -53,17 +53,12 @@ impl ModelArgs {
     /// Flag combinations that cannot work, refused before any work: `--dtype` other than f32 needs the batched
     /// engine.
     pub fn check(&self) -> Result<()> {
-        let batched = self.engine == EngineKind::Batched
-            || (self.engine == EngineKind::Auto && matches!(self.device, DeviceKind::Cuda(_)));
-        if self.dtype != Precision::F32 && !batched {
+        let engine = self.engine.resolve(self.device);
+        if !engine.computes_in(self.dtype) {
             ragtime::usage_bail!(
                 "--dtype {}: only the batched engine computes in bf16 or f16 (--device cuda, or --engine batched); \
-                 the {} engine on {} computes in f32",
+                 the {engine} engine on {} computes in f32",
                 self.dtype,
-                match self.engine {
-                    EngineKind::Reference => "reference",
-                    _ => "cpu",
-                },
                 self.device
             );
         }

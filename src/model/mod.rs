@@ -31,7 +31,7 @@ use crate::device::DeviceKind;
 use crate::step::TokenStep;
 pub use config::{Arch, ModelConfig};
 use engine::{Cache, ChunkOut, Engine, SeqIn, Want};
-pub use engine::{ContextOverflow, EngineKind, Precision};
+pub use engine::{ContextOverflow, EngineKind, Precision, Resolved};
 use llama::{Attention, Block, Linear, Llama, Mlp, RmsNorm, Rope};
 pub use sampling::Sampler;
 pub use tokenizer::{Message, Tokenizer};
@@ -140,9 +140,9 @@ pub fn export_llama<B: Backend>(m: &Llama<B>) -> Vec<(String, HostTensor)> {
     out
 }
 
-/// A burn decoder's engine: the reference engine, or the batched one (`auto` off the CPU).
+/// A burn decoder's engine: the reference engine, or the batched one.
 fn burn_engine<B: Backend>(
-    kind: EngineKind,
+    reference: bool,
     model: Llama<B>,
     rope: Rope<B>,
     cfg: ModelConfig,
@@ -154,11 +154,10 @@ where
     Tensor<B, 4>: Send,
     llama::KvCache<B>: Send,
 {
-    match kind {
-        EngineKind::Reference => Box::new(engine::reference::ReferenceEngine { model, rope, cfg, device }),
-        EngineKind::Auto | EngineKind::Batched => {
-            Box::new(engine::batched::BatchedEngine::new(model, rope, cfg, device))
-        }
+    if reference {
+        Box::new(engine::reference::ReferenceEngine { model, rope, cfg, device })
+    } else {
+        Box::new(engine::batched::BatchedEngine::new(model, rope, cfg, device))
     }
 }
 
@@ -253,24 +252,24 @@ impl Lm {
         Self::from_source_on(src, cfg, tokenizer, name, device, EngineKind::Auto)
     }
 
-    /// Builds from any weight source onto the engine `engine` picks for `device`.
+    /// Builds from any weight source onto the engine `kind` names on `device` ([`EngineKind::resolve`]).
     pub fn from_source_on(
         src: &dyn WeightSource,
         cfg: ModelConfig,
         tokenizer: Tokenizer,
         name: String,
         device: DeviceKind,
-        engine: EngineKind,
+        kind: EngineKind,
     ) -> Result<Lm> {
         let max_pos = cfg.max_position_embeddings.min(MAX_POSITIONS);
-        let engine: Box<dyn Engine> = match (device, engine) {
+        let engine: Box<dyn Engine> = match (device, kind.resolve(device)) {
             // the CPU engine: ragtime's kernels, decoding on the file's 4- or 8-bit integer blocks
-            (DeviceKind::Cpu, EngineKind::Auto) => Box::new(engine::cpu::CpuEngine::load(src, &cfg, max_pos)?),
+            (_, engine::Resolved::Cpu) => Box::new(engine::cpu::CpuEngine::load(src, &cfg, max_pos)?),
             (DeviceKind::Cpu, kind) => {
                 let dev = burn::backend::flex::FlexDevice;
                 let model = build_llama::<burn::backend::Flex>(src, &cfg, &dev)?;
                 let rope = Rope::new(&cfg, max_pos, &dev);
-                burn_engine(kind, model, rope, cfg.clone(), dev)
+                burn_engine(kind == engine::Resolved::Reference, model, rope, cfg.clone(), dev)
             }
             (DeviceKind::Cuda(n), kind) => {
                 crate::device::check_cuda(n)?;
@@ -279,7 +278,7 @@ impl Lm {
                     let dev = burn::backend::cuda::CudaDevice::new(n);
                     let model = build_llama::<burn::backend::Cuda>(src, &cfg, &dev)?;
                     let rope = crate::device::guard("CUDA initialisation failed", || Rope::new(&cfg, max_pos, &dev))?;
-                    burn_engine(kind, model, rope, cfg.clone(), dev)
+                    burn_engine(kind == engine::Resolved::Reference, model, rope, cfg.clone(), dev)
                 }
                 #[cfg(not(feature = "cuda"))]
                 unreachable!()

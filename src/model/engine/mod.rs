@@ -58,6 +58,48 @@ impl std::fmt::Display for EngineKind {
     }
 }
 
+/// The engine a run gets: [`EngineKind`] resolved on a device ([`EngineKind::resolve`]), the one place that
+/// decides what `auto` means.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Resolved {
+    /// [`cpu::CpuEngine`]: ragtime's CPU kernels, decoding on a GGUF's integer blocks.
+    Cpu,
+    /// [`reference::ReferenceEngine`]: the burn decoder, one sequence at a time.
+    Reference,
+    /// [`batched::BatchedEngine`]: the burn decoder over fixed-shape lane buffers.
+    Batched,
+}
+
+impl EngineKind {
+    /// The engine this kind names on `device`: `auto` is the CPU engine on `cpu` and the batched engine on
+    /// `cuda[:N]`.
+    pub fn resolve(self, device: crate::device::DeviceKind) -> Resolved {
+        match (self, device) {
+            (EngineKind::Auto, crate::device::DeviceKind::Cpu) => Resolved::Cpu,
+            (EngineKind::Auto, _) | (EngineKind::Batched, _) => Resolved::Batched,
+            (EngineKind::Reference, _) => Resolved::Reference,
+        }
+    }
+}
+
+impl Resolved {
+    /// Whether this engine computes in `precision`: only the batched engine casts to bf16 or f16
+    /// ([`Engine::set_precision`]).
+    pub fn computes_in(self, precision: Precision) -> bool {
+        precision == Precision::F32 || self == Resolved::Batched
+    }
+}
+
+impl std::fmt::Display for Resolved {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Resolved::Cpu => "cpu",
+            Resolved::Reference => "reference",
+            Resolved::Batched => "batched",
+        })
+    }
+}
+
 /// The floating-point type of an engine's weights and activations (`--dtype`). Reductions (RMS norms, the
 /// attention softmax, the mean over layers) and the logits handed back are f32 whatever it is, as transformers
 /// computes a bf16 model's norms and softmax.
@@ -200,4 +242,29 @@ pub(crate) fn check_positions(seqs: &[SeqIn<'_>], max_pos: usize) -> Result<()> 
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::DeviceKind;
+
+    #[test]
+    fn auto_is_the_cpu_engine_on_cpu_and_the_batched_engine_on_cuda() {
+        assert_eq!(EngineKind::Auto.resolve(DeviceKind::Cpu), Resolved::Cpu);
+        assert_eq!(EngineKind::Auto.resolve(DeviceKind::Cuda(1)), Resolved::Batched);
+        for device in [DeviceKind::Cpu, DeviceKind::Cuda(0)] {
+            assert_eq!(EngineKind::Reference.resolve(device), Resolved::Reference);
+            assert_eq!(EngineKind::Batched.resolve(device), Resolved::Batched);
+        }
+    }
+
+    #[test]
+    fn only_the_batched_engine_computes_below_f32() {
+        for engine in [Resolved::Cpu, Resolved::Reference, Resolved::Batched] {
+            assert!(engine.computes_in(Precision::F32));
+            assert_eq!(engine.computes_in(Precision::Bf16), engine == Resolved::Batched);
+            assert_eq!(engine.computes_in(Precision::F16), engine == Resolved::Batched);
+        }
+    }
 }
