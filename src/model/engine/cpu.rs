@@ -279,39 +279,10 @@ fn add_into(a: &mut [f32], b: &[f32]) {
     }
 }
 
-impl Engine for CpuEngine {
-    fn new_cache(&self, capacity: usize) -> Box<dyn Cache> {
-        Box::new(CpuCache::new(&self.cfg, capacity.max(1)))
-    }
-
-    fn max_positions(&self) -> usize {
-        self.max_pos
-    }
-
-    fn describe(&self) -> String {
-        if self.int_decode_bytes() > 0 {
-            "cpu (integer decode)".into()
-        } else {
-            "cpu".into()
-        }
-    }
-
-    fn int_decode_bytes(&self) -> usize {
-        let lin: usize =
-            self.layers.iter().flat_map(|b| b.lin.iter()).filter_map(|l| l.q.as_ref()).map(|q| q.bytes()).sum();
-        lin + self.lm_head_q.as_ref().map_or(0, |q| q.bytes())
-    }
-
-    fn drop_int_weights(&mut self) {
-        for b in &mut self.layers {
-            for l in &mut b.lin {
-                l.q = None;
-            }
-        }
-        self.lm_head_q = None;
-    }
-
-    fn forward(&self, seqs: &mut [SeqIn<'_>]) -> Result<Vec<ChunkOut>> {
+impl CpuEngine {
+    /// [`Engine::forward`], run on a thread of the rayon pool, so the matrix products it splits over the pool
+    /// hand half their rows to the other workers without waking the pool from outside each time.
+    fn forward_in_pool(&self, seqs: &mut [SeqIn<'_>]) -> Result<Vec<ChunkOut>> {
         check_positions(seqs, self.max_pos)?;
         let cfg = &self.cfg;
         let (d, h, kvh, hd, eps) =
@@ -449,5 +420,42 @@ impl Engine for CpuEngine {
             res.push(r);
         }
         Ok(res)
+    }
+}
+
+impl Engine for CpuEngine {
+    fn new_cache(&self, capacity: usize) -> Box<dyn Cache> {
+        Box::new(CpuCache::new(&self.cfg, capacity.max(1)))
+    }
+
+    fn max_positions(&self) -> usize {
+        self.max_pos
+    }
+
+    fn describe(&self) -> String {
+        if self.int_decode_bytes() > 0 {
+            "cpu (integer decode)".into()
+        } else {
+            "cpu".into()
+        }
+    }
+
+    fn int_decode_bytes(&self) -> usize {
+        let lin: usize =
+            self.layers.iter().flat_map(|b| b.lin.iter()).filter_map(|l| l.q.as_ref()).map(|q| q.bytes()).sum();
+        lin + self.lm_head_q.as_ref().map_or(0, |q| q.bytes())
+    }
+
+    fn drop_int_weights(&mut self) {
+        for b in &mut self.layers {
+            for l in &mut b.lin {
+                l.q = None;
+            }
+        }
+        self.lm_head_q = None;
+    }
+
+    fn forward(&self, seqs: &mut [SeqIn<'_>]) -> Result<Vec<ChunkOut>> {
+        rayon::scope(|_| self.forward_in_pool(seqs))
     }
 }

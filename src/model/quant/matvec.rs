@@ -132,9 +132,11 @@ impl QMatrix {
     }
 }
 
-/// Weights at or above which a matrix-vector product is split over threads (the tied lm_head; the per-layer
-/// matrices stay on one thread: waking the pool 200 times per token costs more than it gains).
-const PARALLEL_MIN: usize = 4 << 20;
+/// Weights at or above which a matrix-vector product is split over threads: every matrix of a real model (the
+/// CPU engine runs its forward pass on a thread of the pool, so a split hands rows to a worker that is already
+/// awake; from outside the pool, waking it 200 times per token cost more than it gained). Smaller ones, as in
+/// the tests' tiny models, stay on one thread.
+const PARALLEL_MIN: usize = 1 << 16;
 
 /// Portable kernel (and the reference for the SIMD ones): `w = q * scale + offset`, then `sum w x`.
 fn rows_scalar(m: &QMatrix, row0: usize, x: &[f32], out: &mut [f32]) {
