@@ -11,6 +11,8 @@
 //!   written in place, doubled when a sequence outgrows it; a rewind only moves its length.
 //! - Only what a sequence asked for is computed past the last layer: the final norm and output projection for
 //!   the rows whose logits it wants, the attention rows and hidden states for the rows it captures.
+//! - The whole pass runs on a thread of the rayon pool (`rayon::scope`), so the products it splits over the
+//!   pool find the other workers awake rather than waking them about 200 times per token.
 
 use std::sync::Arc;
 
