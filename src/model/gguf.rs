@@ -252,7 +252,8 @@ fn unpermuted_sources(rows: usize, n_head: usize) -> Vec<usize> {
 /// Undo llama.cpp's Q/K row permutation (see [`unpermuted_sources`]).
 pub fn unpermute_rows(t: &HostTensor, n_head: usize) -> HostTensor {
     let rows = t.shape[0];
-    let cols: usize = t.shape[1..].iter().product::<usize>().max(1);
+    // (a bias has no dimension past the rows: the empty product, 1; a zero-width tensor has no columns to move)
+    let cols: usize = t.shape[1..].iter().product();
     let mut out = vec![0f32; t.data.len()];
     for (dst, &src) in unpermuted_sources(rows, n_head).iter().enumerate() {
         out[dst * cols..(dst + 1) * cols].copy_from_slice(&t.data[src * cols..(src + 1) * cols]);
@@ -333,6 +334,13 @@ mod tests {
             unpermute_rows(&stored, 2).data,
             vec![0., 0., 1., 1., 2., 2., 3., 3., 4., 4., 5., 5., 6., 6., 7., 7.]
         );
+    }
+
+    /// A zero-width Q/K tensor (a mutated file's shape) has nothing to move: no panic, no data.
+    #[test]
+    fn unpermute_of_a_zero_width_tensor_is_empty() {
+        let stored = HostTensor { data: vec![], shape: vec![4, 0] };
+        assert_eq!(unpermute_rows(&stored, 2).data, Vec::<f32>::new());
     }
 
     /// Bad GGUF metadata is named by its GGUF key.
