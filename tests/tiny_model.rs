@@ -111,12 +111,19 @@ fn quantized_gguf_decode_matches_f32_decode() {
         let int8 = Lm::load(&path, DeviceKind::Cpu, Some(&tokenizer_path())).unwrap();
         let mut f32m = Lm::load(&path, DeviceKind::Cpu, Some(&tokenizer_path())).unwrap();
         // every linear weight and the tied output projection have an integer copy: 0.75 bytes per weight for
-        // the 4-bit formats (q: Q4_1, k: Q4_0, gate: Q4_1), 1.5 for the others (v, o, up, down, embedding)
+        // the 4-bit formats (q: Q4_1, k: Q4_0, gate: Q4_1); int8 with one scale per 32 weights and no offsets,
+        // 1.125, for the symmetric ones (v: Q8_0, o: Q5_0, down: Q8_0, embedding: Q8_0); with an offset per 32,
+        // 1.25, for Q5_1 (up)
         let cfg = &int8.config;
         let (d, f, kv) = (cfg.hidden_size, cfg.intermediate_size, cfg.num_kv_heads * cfg.head_dim);
         let u4 = cfg.num_layers * (d * d + kv * d + f * d);
-        let i8w = cfg.num_layers * (kv * d + d * d + 2 * f * d) + cfg.vocab_size * d;
-        assert_eq!(int8.int8_decode_bytes, u4 * 3 / 4 + i8w * 3 / 2, "{arch:?}: integer copies attached");
+        let sym = cfg.num_layers * (kv * d + d * d + f * d) + cfg.vocab_size * d;
+        let with_offset = cfg.num_layers * f * d;
+        assert_eq!(
+            int8.int8_decode_bytes,
+            u4 * 3 / 4 + sym * 9 / 8 + with_offset * 5 / 4,
+            "{arch:?}: integer copies attached"
+        );
         f32m.f32_decode();
         assert_eq!(f32m.int8_decode_bytes, 0);
         let prompt = [10u32, 200, 3000, 4000, 50, 60, 70];

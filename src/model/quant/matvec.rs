@@ -148,7 +148,7 @@ fn rows_scalar(m: &QMatrix, row0: usize, x: &[f32], out: &mut [f32]) {
         let mut acc = [0f32; 32];
         for g in 0..groups {
             m.group_ints(row, g, &mut ints);
-            let (s, off) = (m.scale[row * groups + g], m.offset[row * groups + g]);
+            let (s, off) = (m.scale_at(row, g), m.offset_at(row, g));
             for i in 0..n {
                 acc[i] += (ints[i] * s + off) * x[g * n + i];
             }
@@ -170,7 +170,8 @@ mod tests {
         let (rows, cols) = (37, 256);
         let t = Tensor::from_vec(random(rows * cols, 2), (rows, cols), &Device::Cpu).unwrap();
         let x = random(2 * cols, 3);
-        for dtype in [GgmlDType::Q4_1, GgmlDType::Q8_0, GgmlDType::Q6K, GgmlDType::Q4K] {
+        for dtype in [GgmlDType::Q4_1, GgmlDType::Q8_0, GgmlDType::Q5_1, GgmlDType::Q5K, GgmlDType::Q6K, GgmlDType::Q4K]
+        {
             let qt = QTensor::quantize(&t, dtype).unwrap();
             let m = QMatrix::from_ggml(dtype, &qt.data().unwrap(), rows, cols).unwrap();
             let w = m.dequantize();
@@ -188,6 +189,48 @@ mod tests {
             rows_scalar(&m, 0, &x[..cols], &mut y0);
             for r in 0..rows {
                 assert!((y0[r] - y[r]).abs() < 1e-4 * (1.0 + y[r].abs()));
+            }
+        }
+    }
+
+    /// The AVX2 kernels, which an AVX-512 CPU never picks, against the portable one: each layout, with and without
+    /// offsets and with one scale per 16 or per 32 weights; the two-vector pass bit for bit the one-vector one.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn avx2_kernels_equal_the_portable_one() {
+        if !(std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")) {
+            return;
+        }
+        let (rows, cols) = (37, 256);
+        let t = Tensor::from_vec(random(rows * cols, 10), (rows, cols), &Device::Cpu).unwrap();
+        let x = random(2 * cols, 11);
+        for dtype in [GgmlDType::Q4_1, GgmlDType::Q8_0, GgmlDType::Q5_1, GgmlDType::Q5K, GgmlDType::Q6K, GgmlDType::Q4K]
+        {
+            let qt = QTensor::quantize(&t, dtype).unwrap();
+            let m = QMatrix::from_ggml(dtype, &qt.data().unwrap(), rows, cols).unwrap();
+            let (mut one, mut two) = (vec![0f32; 2 * rows], vec![0f32; 2 * rows]);
+            // SAFETY: the CPU has AVX2 and FMA; x holds 2 vectors of `cols`, the outputs `rows` (x 2).
+            unsafe {
+                for j in 0..2 {
+                    let (xj, oj) = (&x[j * cols..(j + 1) * cols], &mut one[j * rows..(j + 1) * rows]);
+                    match m.layout {
+                        Layout::I8 => x86::rows_avx2::<1>(&m, 0, xj, oj),
+                        Layout::U4 => x86::rows_u4_avx2::<1>(&m, 0, xj, oj),
+                    }
+                }
+                match m.layout {
+                    Layout::I8 => x86::rows_avx2::<2>(&m, 0, &x, &mut two),
+                    Layout::U4 => x86::rows_u4_avx2::<2>(&m, 0, &x, &mut two),
+                }
+            }
+            for j in 0..2 {
+                let mut want = vec![0f32; rows];
+                rows_scalar(&m, 0, &x[j * cols..(j + 1) * cols], &mut want);
+                for r in 0..rows {
+                    let (got, w) = (one[j * rows + r], want[r]);
+                    assert!((got - w).abs() < 1e-4 * (1.0 + w.abs()), "{dtype:?} row {r}: {got} vs {w}");
+                    assert_eq!(two[2 * r + j].to_bits(), got.to_bits(), "{dtype:?} row {r}, vector {j}");
+                }
             }
         }
     }

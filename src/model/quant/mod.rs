@@ -7,7 +7,9 @@
 //! - [`Layout::U4`] for the 4-bit formats (Q4_0, Q4_1, Q4_K): groups of 32 as 16 bytes of nibble pairs, ggml's
 //!   own order (byte `i` holds weight `i` in its low nibble and weight `i + 16` in its high one): 0.75 bytes per
 //!   weight;
-//! - [`Layout::I8`] for the others: one signed byte per weight, groups of 16: 1.5 bytes per weight.
+//! - [`Layout::I8`] for the others: one signed byte per weight, groups of 16; one scale per 32 where the format
+//!   has one (Q5_0, Q5_1, Q8_0, Q5_K) and no offsets where they are all zero (Q5_0, Q8_0, Q6_K): 1.125 bytes per
+//!   weight for Q8_0 and Q5_0, 1.25 for Q5_1, Q5_K and Q6_K (1.5 with a scale and offset per 16).
 //!
 //! The copy is lossless: every ggml block format we accept (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K)
 //! stores a weight as `scale * q + offset` with an integer `q` in -32..=31 (or 0..=31) and one scale/offset per
@@ -71,10 +73,15 @@ pub struct QMatrix {
     pub layout: Layout,
     /// `[rows, row_bytes]`
     q: Vec<u8>,
-    /// `[rows, cols / group]`
+    /// `[rows, cols / group >> scale_shift]`
     scale: Vec<f32>,
-    /// `[rows, cols / group]` (zeros for the symmetric formats)
+    /// `[rows, cols / group >> scale_shift]`, or empty when every offset is +0 (the symmetric formats: Q8_0,
+    /// Q5_0, Q6_K)
     offset: Vec<f32>,
+    /// 1 when each scale and offset serve two consecutive groups (an [`Layout::I8`] copy of a format with one
+    /// scale per 32 weights: Q5_0, Q5_1, Q8_0, Q5_K), else 0. With the empty offsets, a Q8_0 or Q5_0 copy takes
+    /// 1.125 bytes per weight instead of 1.5: decoding a model is bound by the bytes it reads.
+    scale_shift: u32,
 }
 
 impl std::fmt::Debug for QMatrix {
@@ -108,7 +115,40 @@ impl QMatrix {
             decode_block(dtype, blk, &mut d);
         }
         debug_assert_eq!((d.q.len(), d.scale.len()), (rows * layout.row_bytes(cols), groups));
-        Ok(QMatrix { rows, cols, layout, q: d.q, scale: d.scale, offset: d.offset })
+        let mut m = QMatrix { rows, cols, layout, q: d.q, scale: d.scale, offset: d.offset, scale_shift: 0 };
+        if layout == Layout::I8 {
+            m.compact_scales();
+        }
+        Ok(m)
+    }
+
+    /// Drops what the copy need not store: offsets that are all +0 (the kernels then add a +0 of their own, the
+    /// same FMA), and every second scale and offset where each pair of groups shares them (a pair never straddles
+    /// rows: the formats' blocks are 32 or 256 weights, and rows hold whole blocks).
+    fn compact_scales(&mut self) {
+        if self.offset.iter().all(|o| o.to_bits() == 0) {
+            self.offset = Vec::new();
+        }
+        let paired = |v: &[f32]| v.chunks_exact(2).all(|p| p[0].to_bits() == p[1].to_bits());
+        if paired(&self.scale) && paired(&self.offset) {
+            self.scale = self.scale.iter().step_by(2).copied().collect();
+            self.offset = self.offset.iter().step_by(2).copied().collect();
+            self.scale_shift = 1;
+        }
+    }
+
+    /// The scale of group `g` of `row`.
+    fn scale_at(&self, row: usize, g: usize) -> f32 {
+        self.scale[(row * (self.cols / self.layout.group()) + g) >> self.scale_shift]
+    }
+
+    /// The offset of group `g` of `row`.
+    fn offset_at(&self, row: usize, g: usize) -> f32 {
+        if self.offset.is_empty() {
+            0.0
+        } else {
+            self.offset[(row * (self.cols / self.layout.group()) + g) >> self.scale_shift]
+        }
     }
 
     /// The integer weights of group `g` of `row` (16 or 32 of them, in column order).
@@ -139,8 +179,8 @@ impl QMatrix {
         for row in 0..self.rows {
             for g in 0..groups {
                 self.group_ints(row, g, &mut ints);
-                let gi = row * groups + g;
-                out.extend(ints[..n].iter().map(|&q| q * self.scale[gi] + self.offset[gi]));
+                let (s, o) = (self.scale_at(row, g), self.offset_at(row, g));
+                out.extend(ints[..n].iter().map(|&q| q * s + o));
             }
         }
         out
@@ -148,17 +188,18 @@ impl QMatrix {
 
     /// Row `dst` of the result is row `src_of[dst]` of `self` (for undoing llama.cpp's Q/K permutation).
     pub fn permute_rows(&self, src_of: &[usize]) -> QMatrix {
-        let g = self.cols / self.layout.group();
         let rb = self.layout.row_bytes(self.cols);
+        // scales and offsets per row (offsets: none when the copy keeps none)
+        let (sg, og) = (self.scale.len() / self.rows, self.offset.len() / self.rows);
         let mut q = Vec::with_capacity(self.q.len());
         let mut scale = Vec::with_capacity(self.scale.len());
         let mut offset = Vec::with_capacity(self.offset.len());
         for &s in src_of {
             q.extend_from_slice(&self.q[s * rb..(s + 1) * rb]);
-            scale.extend_from_slice(&self.scale[s * g..(s + 1) * g]);
-            offset.extend_from_slice(&self.offset[s * g..(s + 1) * g]);
+            scale.extend_from_slice(&self.scale[s * sg..(s + 1) * sg]);
+            offset.extend_from_slice(&self.offset[s * og..(s + 1) * og]);
         }
-        QMatrix { rows: self.rows, cols: self.cols, layout: self.layout, q, scale, offset }
+        QMatrix { q, scale, offset, ..*self }
     }
 
     /// Bytes held.
@@ -229,6 +270,30 @@ mod tests {
         let (a, b) = (m.dequantize(), p.dequantize());
         assert_eq!(&b[0..cols], &a[2 * cols..3 * cols]);
         assert_eq!(&b[3 * cols..4 * cols], &a[cols..2 * cols]);
+    }
+
+    /// The int8 copies keep one scale per block of 32 where the format has one, and no offsets where all are +0:
+    /// bytes per weight as worked out by hand (int8 weight + 4-byte scale per 16 or 32 + 4-byte offset per 16 or
+    /// 32 or none), still de-quantizing bit for bit (above) and moving scales with their rows.
+    #[test]
+    fn int8_copies_keep_only_the_scales_and_offsets_the_format_has() {
+        let (rows, cols) = (4, 512);
+        let t = Tensor::from_vec(random(rows * cols, 9), (rows, cols), &Device::Cpu).unwrap();
+        for (dtype, bytes_per_weight) in [
+            (GgmlDType::Q8_0, 1.0 + 4.0 / 32.0),
+            (GgmlDType::Q5_0, 1.0 + 4.0 / 32.0),
+            (GgmlDType::Q5_1, 1.0 + 8.0 / 32.0),
+            (GgmlDType::Q5K, 1.0 + 8.0 / 32.0),
+            (GgmlDType::Q6K, 1.0 + 4.0 / 16.0),
+            (GgmlDType::Q4_1, 0.5 + 8.0 / 32.0),
+        ] {
+            let qt = QTensor::quantize(&t, dtype).unwrap();
+            let m = QMatrix::from_ggml(dtype, &qt.data().unwrap(), rows, cols).unwrap();
+            assert_eq!(m.bytes() as f64 / (rows * cols) as f64, bytes_per_weight, "{dtype:?}");
+            let (a, p) = (m.dequantize(), m.permute_rows(&[2, 0, 3, 1]).dequantize());
+            assert_eq!(&p[0..cols], &a[2 * cols..3 * cols], "{dtype:?}");
+            assert_eq!(&p[3 * cols..4 * cols], &a[cols..2 * cols], "{dtype:?}");
+        }
     }
 
     #[test]

@@ -13,6 +13,8 @@ const GROUP: usize = 16;
 pub(super) unsafe fn rows_avx512(m: &QMatrix, row0: usize, x: &[f32], out: &mut [f32]) {
     let (cols, groups) = (m.cols, m.cols / GROUP);
     let (qp, sp, op, xp) = (m.q.as_ptr(), m.scale.as_ptr(), m.offset.as_ptr(), x.as_ptr());
+    // scale and offset of group i (= row * groups + g): sp[i >> sh], op[i >> sh] (0 when the copy keeps none)
+    let (sh, has_off) = (m.scale_shift, !m.offset.is_empty());
     // acc + w x for group g of `row`
     macro_rules! step {
         ($acc:expr, $row:expr, $g:expr, $xv:expr) => {{
@@ -21,8 +23,8 @@ pub(super) unsafe fn rows_avx512(m: &QMatrix, row0: usize, x: &[f32], out: &mut 
             let qf = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q));
             let w = _mm512_fmadd_ps(
                 qf,
-                _mm512_set1_ps(*sp.add(row * groups + g)),
-                _mm512_set1_ps(*op.add(row * groups + g)),
+                _mm512_set1_ps(*sp.add((row * groups + g) >> sh)),
+                _mm512_set1_ps(if has_off { *op.add((row * groups + g) >> sh) } else { 0.0 }),
             );
             _mm512_fmadd_ps(w, $xv, $acc)
         }};
@@ -130,13 +132,15 @@ unsafe fn hsum(v: __m256) -> f32 {
 pub(super) unsafe fn rows_avx2<const N: usize>(m: &QMatrix, row0: usize, x: &[f32], out: &mut [f32]) {
     let (cols, groups) = (m.cols, m.cols / GROUP);
     let (qp, sp, op, xp) = (m.q.as_ptr(), m.scale.as_ptr(), m.offset.as_ptr(), x.as_ptr());
+    // scale and offset of group i (= row * groups + g): sp[i >> sh], op[i >> sh] (0 when the copy keeps none)
+    let (sh, has_off) = (m.scale_shift, !m.offset.is_empty());
     for r in 0..out.len() / N {
         let row = row0 + r;
         let mut a = [[_mm256_setzero_ps(); 2]; N];
         for g in 0..groups {
             let base = qp.add(row * cols + g * GROUP);
-            let s = _mm256_set1_ps(*sp.add(row * groups + g));
-            let o = _mm256_set1_ps(*op.add(row * groups + g));
+            let s = _mm256_set1_ps(*sp.add((row * groups + g) >> sh));
+            let o = _mm256_set1_ps(if has_off { *op.add((row * groups + g) >> sh) } else { 0.0 });
             let w0 = _mm256_fmadd_ps(
                 _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(base as *const __m128i))),
                 s,
@@ -200,6 +204,8 @@ pub(super) unsafe fn rows_u4_avx2<const N: usize>(m: &QMatrix, row0: usize, x: &
 pub(super) unsafe fn rows_avx512_n<const N: usize>(m: &QMatrix, row0: usize, x: &[f32], out: &mut [f32]) {
     let (cols, groups) = (m.cols, m.cols / GROUP);
     let (qp, sp, op, xp) = (m.q.as_ptr(), m.scale.as_ptr(), m.offset.as_ptr(), x.as_ptr());
+    // scale and offset of group i (= row * groups + g): sp[i >> sh], op[i >> sh] (0 when the copy keeps none)
+    let (sh, has_off) = (m.scale_shift, !m.offset.is_empty());
     // the de-quantized weights of group g of `row`
     macro_rules! w {
         ($row:expr, $g:expr) => {{
@@ -207,8 +213,8 @@ pub(super) unsafe fn rows_avx512_n<const N: usize>(m: &QMatrix, row0: usize, x: 
             let q = _mm_loadu_si128(qp.add(row * cols + g * GROUP) as *const __m128i);
             _mm512_fmadd_ps(
                 _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)),
-                _mm512_set1_ps(*sp.add(row * groups + g)),
-                _mm512_set1_ps(*op.add(row * groups + g)),
+                _mm512_set1_ps(*sp.add((row * groups + g) >> sh)),
+                _mm512_set1_ps(if has_off { *op.add((row * groups + g) >> sh) } else { 0.0 }),
             )
         }};
     }
