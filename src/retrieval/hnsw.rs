@@ -188,10 +188,17 @@ mod tests {
         let queries: Vec<Vec<f32>> = qs.chunks(dim).map(|c| c.to_vec()).collect();
         let r = recall_at_k(&hnsw, &flat, &queries, 10).unwrap();
         assert!(r >= 0.95, "recall@10 {r}");
-        // Scores are inner products: the best hit of a stored vector is itself, at 1.
-        let top = hnsw.search(&flat.vectors.row_f32(42), 1).unwrap();
-        assert_eq!(top[0].0, 42);
-        assert!((top[0].1 - 1.0).abs() < 1e-4, "{top:?}");
+        // Scores are inner products: the best hit of a stored vector is itself, at 1. The graph is approximate
+        // (and built by several threads, so not the same graph every run): nearly every one, not each one.
+        let mut found = 0;
+        for id in (0..n).step_by(50) {
+            let top = hnsw.search(&flat.vectors.row_f32(id), 1).unwrap();
+            if top[0].0 == id as u64 {
+                assert!((top[0].1 - 1.0).abs() < 1e-4, "{top:?}");
+                found += 1;
+            }
+        }
+        assert!(found >= 95, "{found} of 100 stored vectors found themselves first");
         // Save and load keep the graph.
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("h.usearch");
