@@ -148,7 +148,7 @@ fn rows_scalar(m: &QMatrix, row0: usize, x: &[f32], out: &mut [f32]) {
         let mut acc = [0f32; 32];
         for g in 0..groups {
             m.group_ints(row, g, &mut ints);
-            let (s, off) = (m.scale_at(row, g), m.offset_at(row, g));
+            let (s, off) = m.scale_offset(row, g);
             for i in 0..n {
                 acc[i] += (ints[i] * s + off) * x[g * n + i];
             }

@@ -137,18 +137,10 @@ impl QMatrix {
         }
     }
 
-    /// The scale of group `g` of `row`.
-    fn scale_at(&self, row: usize, g: usize) -> f32 {
-        self.scale[(row * (self.cols / self.layout.group()) + g) >> self.scale_shift]
-    }
-
-    /// The offset of group `g` of `row`.
-    fn offset_at(&self, row: usize, g: usize) -> f32 {
-        if self.offset.is_empty() {
-            0.0
-        } else {
-            self.offset[(row * (self.cols / self.layout.group()) + g) >> self.scale_shift]
-        }
+    /// The scale and offset of group `g` of `row` (offset +0 when the copy keeps none).
+    fn scale_offset(&self, row: usize, g: usize) -> (f32, f32) {
+        let i = (row * (self.cols / self.layout.group()) + g) >> self.scale_shift;
+        (self.scale[i], if self.offset.is_empty() { 0.0 } else { self.offset[i] })
     }
 
     /// The integer weights of group `g` of `row` (16 or 32 of them, in column order).
@@ -179,7 +171,7 @@ impl QMatrix {
         for row in 0..self.rows {
             for g in 0..groups {
                 self.group_ints(row, g, &mut ints);
-                let (s, o) = (self.scale_at(row, g), self.offset_at(row, g));
+                let (s, o) = self.scale_offset(row, g);
                 out.extend(ints[..n].iter().map(|&q| q * s + o));
             }
         }
