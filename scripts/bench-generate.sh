@@ -17,10 +17,14 @@
 # - DEVICE=cuda: ragtime's batched engine (the default on cuda), beside its reference engine at B = 1 (burn's
 #   tensor ops one sequence at a time), and transformers on the same GPU in float32 and bfloat16, with internals
 #   (eager) and without (sdpa), the model loaded once (`bench_generate_peers.py hf-cuda`, with PEER_PY, default
-#   python3, which needs `gguf`). An untimed ragtime run first compiles the GPU kernels (its time is printed).
+#   python3, which needs `gguf`). An untimed ragtime run first compiles the GPU kernels (its time is printed), and
+#   an untimed run of each row's own shapes precedes it (CubeCL compiles a kernel per shape; `cubecl.toml` with
+#   `[compilation] cache = "target"` keeps them on disk between runs).
 #   DTYPES="f32 bf16 f16" gives a batched-engine row per `--dtype` (default f32).
 # - SYNTH="B1 B2 ...": a second table, `synth hallucination` over the first SYNTH_ARTICLES (default 64) articles
 #   of wiki/dump_train at each B: labelled examples/s (the run's own progress rate) and wall time with loading.
+# STATS_LOG=FILE appends each ragtime row's whole `--stats` line (where the time went: the engine's phases,
+# scoring, the decode loop) to FILE.
 # Threads: all of the machine's (RAYON_NUM_THREADS / torch / llama.cpp defaults); rows say which.
 # Env: MODELS="smollm2 qwen", BATCHES="1 8 32", NEW=32, DEVICE=cpu, BIN=target/release/ragtime.
 set -euo pipefail
@@ -67,13 +71,19 @@ for m in $MODELS; do
   for b in $BATCHES; do
     head -n "$b" "$WORK/all.jsonl" >"$WORK/p.jsonl"
     for dt in $([[ $DEVICE == cpu ]] && echo f32 || echo "$DTYPES"); do
+      # on a GPU, B lanes make kernels of their own shapes: compile them in an untimed run first
+      [[ $DEVICE == cpu ]] || $BIN generate --model "$g" --device "$DEVICE" --dtype "$dt" --prompts "$WORK/p.jsonl" \
+        --batch "$b" --max-new-tokens 4 --ignore-eos >/dev/null 2>&1
       line=$($BIN generate --model "$g" --device "$DEVICE" --dtype "$dt" --prompts "$WORK/p.jsonl" --batch "$b" \
         --max-new-tokens "$NEW" --ignore-eos --stats 2>&1 >/dev/null | tail -1)
       rate=$(sed -E 's/.*: ([0-9.]+) generated tok\/s.*/\1/' <<<"$line")
       rss=$(sed -E 's/.*peak rss ([0-9]+) MiB.*/\1/' <<<"$line")
       echo "| ragtime $([[ $DEVICE == cpu ]] && echo cpu || echo "batched $dt") (internals) | $b | $b | $rate | $rss |"
+      [[ -z ${STATS_LOG:-} ]] || echo "$m $DEVICE $dt B=$b: $line" >>"$STATS_LOG"
     done
     if [[ $DEVICE != cpu && $b == 1 ]]; then
+      $BIN generate --model "$g" --device "$DEVICE" --engine reference --prompts "$WORK/p.jsonl" --batch 1 \
+        --max-new-tokens "$NEW" --ignore-eos >/dev/null 2>&1 # untimed: the reference engine's shapes grow by step
       line=$($BIN generate --model "$g" --device "$DEVICE" --engine reference --prompts "$WORK/p.jsonl" --batch 1 \
         --max-new-tokens "$NEW" --ignore-eos --stats 2>&1 >/dev/null | tail -1)
       rate=$(sed -E 's/.*: ([0-9.]+) generated tok\/s.*/\1/' <<<"$line")

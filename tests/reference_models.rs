@@ -197,7 +197,8 @@ fn qwen25_coder_in_bf16_and_f16_stays_near_transformers_f32() {
 }
 
 /// The SmolLM2 comparison on a GPU (`cargo test --release --test reference_models -- --ignored`): CUDA's
-/// kernels in each precision, held to the CPU's bounds (f32 to CUDA's looser f32 products).
+/// kernels in each precision, held to the CPU's bounds, f32 to CUDA's looser f32 products (measured on an H200:
+/// top-5 logits 3.2e-2, entropy 7.8e-3, attention 2.0e-3, hidden states 2.1e-3; bounds about 1.5x those).
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn smollm2_on_cuda_in_f32_bf16_and_f16_stays_near_transformers_f32() {
@@ -207,7 +208,7 @@ fn smollm2_on_cuda_in_f32_bf16_and_f16_stays_near_transformers_f32() {
         "smollm2_135m_q4_1.json",
         DeviceKind::Cuda(0),
         &[
-            (Precision::F32, [3e-2, 1e-2, 1e-3, 1e-2]),
+            (Precision::F32, [5e-2, 1.2e-2, 3e-3, 1e-2]),
             (Precision::Bf16, [0.8, 0.35, 0.08, 0.06]),
             (Precision::F16, [0.16, 0.05, 0.01, 0.007]),
         ],

@@ -255,6 +255,7 @@ fn run_many(args: &Args, file: &std::path::Path) -> Result<()> {
         ignore_eos: args.ignore_eos,
     };
     let mut out = std::io::stdout().lock();
+    let spent_before = lm.time_spent();
     let t0 = std::time::Instant::now();
     let c = decode_lanes(&lm, &encoded, args.model.lanes(args.batch), &d, &mut |index, text, tokens| {
         writeln!(out, "{}", serde_json::json!({"index": index, "text": text, "tokens": tokens}))?;
@@ -265,17 +266,32 @@ fn run_many(args: &Args, file: &std::path::Path) -> Result<()> {
         let peak = peak_rss_mib().map(|m| format!("; peak rss {m:.0} MiB")).unwrap_or_default();
         eprintln!(
             "{} prompts ({} prompt tokens), {} generated tokens in {dt:.3}s over {} passes: {:.1} generated tok/s, \
-             {:.1} tok/s in all, {} lanes{peak}",
+             {:.1} tok/s in all, {} lanes{peak}; {}",
             prompts.len(),
             c.prompt_tokens,
             c.generated,
             c.passes,
             c.generated as f64 / dt,
             (c.generated + c.prompt_tokens) as f64 / dt,
-            args.model.lanes(args.batch)
+            args.model.lanes(args.batch),
+            time_split(&spent_before, &lm.time_spent(), dt)
         );
     }
     Ok(())
+}
+
+/// `time: forward 1.234 s (inputs 0.010, launch 0.300, ...), scoring 0.200 s, rest 0.100 s`: where a timed run's
+/// wall time `dt` went, from [`ragtime::model::Lm::time_spent`] before and after it (`rest`: the decode loop
+/// itself, picking tokens and writing lines).
+fn time_split(before: &[(String, std::time::Duration)], after: &[(String, std::time::Duration)], dt: f64) -> String {
+    let secs: Vec<(&str, f64)> =
+        after.iter().zip(before).map(|((n, a), (_, b))| (n.as_str(), (*a - *b).as_secs_f64())).collect();
+    let get = |name: &str| secs.iter().find(|(n, _)| *n == name).map_or(0.0, |&(_, s)| s);
+    let inner: Vec<String> =
+        secs.iter().filter_map(|(n, s)| n.strip_prefix("forward/").map(|p| format!("{p} {s:.3}"))).collect();
+    let inner = if inner.is_empty() { String::new() } else { format!(" ({})", inner.join(", ")) };
+    let (fwd, score) = (get("forward"), get("scoring"));
+    format!("time: forward {fwd:.3} s{inner}, scoring {score:.3} s, rest {:.3} s", dt - fwd - score)
 }
 
 /// Peak resident memory of this process (Linux `VmHWM`), in MiB.
@@ -291,6 +307,20 @@ mod tests {
     use super::*;
     use ragtime::device::DeviceKind;
     use ragtime::model::{random_weights, Arch, Lm, MemoryWeights, ModelConfig, Tokenizer};
+
+    #[test]
+    fn time_split_reports_what_the_timed_run_added_to_each_phase() {
+        let d = |ms: u64| std::time::Duration::from_millis(ms);
+        let names = ["forward", "forward/launch", "forward/read-back", "scoring"];
+        let before: Vec<_> = names.iter().zip([100, 40, 50, 10]).map(|(n, ms)| (n.to_string(), d(ms))).collect();
+        let after: Vec<_> = names.iter().zip([1100, 440, 550, 210]).map(|(n, ms)| (n.to_string(), d(ms))).collect();
+        assert_eq!(
+            time_split(&before, &after, 1.5),
+            "time: forward 1.000 s (launch 0.400, read-back 0.500), scoring 0.200 s, rest 0.300 s"
+        );
+        let (before, after) = (&before[..1], &after[..1]); // an engine that tells no phases apart, no scoring
+        assert_eq!(time_split(before, after, 1.0), "time: forward 1.000 s, scoring 0.000 s, rest 0.000 s");
+    }
 
     /// Five prompts of different lengths over 1, 2 and 8 lanes, greedy and sampled: the same outputs in the same
     /// order, and lanes did share passes (fewer passes than tokens).

@@ -171,6 +171,8 @@ pub struct Lm {
     pub device: DeviceKind,
     /// Bytes of integer weight copies (4- or 8-bit, see [`quant`]) used for CPU decoding (0: decoding multiplies the f32 weights).
     pub int8_decode_bytes: usize,
+    /// Wall time of [`Lm::feed_many`]'s engine passes and of the sessions' scoring of their rows.
+    phases: engine::Phases,
 }
 
 /// The model layer's error: a model file or folder that cannot be used, naming the file and, for a bad value
@@ -285,7 +287,8 @@ impl Lm {
             }
         };
         let int8_decode_bytes = engine.int_decode_bytes();
-        Ok(Lm { engine, tokenizer, config: cfg, name, device, int8_decode_bytes })
+        let phases = engine::Phases::new(&["forward", "scoring"]);
+        Ok(Lm { engine, tokenizer, config: cfg, name, device, int8_decode_bytes, phases })
     }
 
     /// Decodes with the f32 weights only, dropping the integer copies of a quantized GGUF (`--f32-decode`).
@@ -304,6 +307,16 @@ impl Lm {
     /// The engine running this model, in words (`cpu (integer decode)`, `reference (Flex)`, ...).
     pub fn engine(&self) -> String {
         self.engine.describe()
+    }
+
+    /// [`Lm::feed_many`]'s wall time so far: its engine passes (`forward`), each phase of them the engine tells
+    /// apart (`forward/launch`, ...), and the sessions' scoring of their rows (`scoring`).
+    pub fn time_spent(&self) -> Vec<(String, std::time::Duration)> {
+        let t = self.phases.totals();
+        let mut out = vec![(t[0].0.to_string(), t[0].1)];
+        out.extend(self.engine.phases().into_iter().map(|(n, d)| (format!("{}/{n}", t[0].0), d)));
+        out.push((t[1].0.to_string(), t[1].1));
+        out
     }
 
     /// A fresh decoding session (empty KV cache).
@@ -345,12 +358,14 @@ impl Lm {
             .zip(&wants)
             .filter_map(|((s, ids), w)| w.map(|want| SeqIn { cache: s.cache.as_mut(), ids, want }))
             .collect();
+        let mut since = std::time::Instant::now();
         let outs = if seqs.is_empty() {
             vec![]
         } else {
             crate::device::guard("model forward failed", || self.engine.forward(&mut seqs))??
         };
         drop(seqs);
+        self.phases.lap(0, &mut since);
         // each session scores its rows (entropy over the whole vocabulary per token): on their own threads, as
         // many lanes of a GPU pass would otherwise wait on one core; each session's arithmetic is unchanged
         let mut outs = outs.into_iter();
@@ -361,13 +376,15 @@ impl Lm {
             .map(|((s, ids), (&from, w))| (s, *ids, from, w.map(|_| outs.next().expect("one output per fed session"))))
             .collect();
         use rayon::prelude::*;
-        Ok(jobs
+        let steps = jobs
             .into_par_iter()
             .map(|(s, ids, from, out)| match out {
                 Some(out) => s.absorb(ids, from, out),
                 None => vec![],
             })
-            .collect())
+            .collect();
+        self.phases.lap(1, &mut since);
+        Ok(steps)
     }
 }
 

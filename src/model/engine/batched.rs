@@ -30,7 +30,7 @@ use burn::prelude::Backend;
 use burn::tensor::activation::softmax;
 use burn::tensor::{Bool, DType, IndexingUpdateOp, Int, Tensor, TensorData};
 
-use super::{check_positions, host_rows, Cache, ChunkOut, Engine, Precision, SeqIn};
+use super::{check_positions, host_rows, Cache, ChunkOut, Engine, Phases, Precision, SeqIn};
 use crate::model::config::ModelConfig;
 use crate::model::llama::{Llama, Rope};
 
@@ -99,7 +99,18 @@ pub struct BatchedEngine<B: Backend> {
     precision: Precision,
     book: Arc<Mutex<SlotBook>>,
     lanes: Mutex<Lanes<B>>,
+    /// Where a pass's wall time goes: see [`PHASES`].
+    phases: Phases,
 }
+
+/// The phases of a pass, timed on the host. On a GPU the backend queues kernels and returns, so `launch` is the
+/// host's cost of issuing the pass (burn's op dispatch) and `read-back` includes waiting for the GPU to finish
+/// it; on the CPU `launch` is the computation itself.
+/// - `inputs`: token ids, positions, the mask and the cache destinations built and sent to the device;
+/// - `launch`: the layers, the logits and the captured tensors issued;
+/// - `read-back`: the asked rows copied to the host as f32;
+/// - `unpack`: the rows handed to each sequence.
+const PHASES: &[&str] = &["inputs", "launch", "read-back", "unpack"];
 
 /// Casts every float parameter of a module to one dtype.
 struct CastParams(DType);
@@ -125,7 +136,8 @@ impl<B: Backend> BatchedEngine<B> {
     pub fn new(model: Llama<B>, rope: Rope<B>, cfg: ModelConfig, device: B::Device) -> Self {
         let lanes = Lanes { k: vec![], v: vec![], slots: 0, capacity: 0 };
         let precision = Precision::F32;
-        BatchedEngine { model, rope, cfg, device, precision, book: Arc::default(), lanes: Mutex::new(lanes) }
+        let phases = Phases::new(PHASES);
+        BatchedEngine { model, rope, cfg, device, precision, book: Arc::default(), lanes: Mutex::new(lanes), phases }
     }
 
     /// Grows the buffers to hold `slots` lanes of `capacity` positions (both rounded up to powers of two);
@@ -162,6 +174,7 @@ impl<B: Backend> BatchedEngine<B> {
     /// sequence it carries (`None`: a row computed and thrown away). `whole` says the grid is the whole buffer
     /// (row `i` is slot `i`: no gather). Writes each sequence's keys and values and fills `outs`.
     fn pass(&self, lanes: &mut Lanes<B>, grid: &[Option<&Row<'_>>], t: usize, whole: bool, outs: &mut [ChunkOut]) {
+        let mut since = std::time::Instant::now();
         let cfg = &self.cfg;
         let (r, d, nh, kvh, hd) = (grid.len(), cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim);
         let rep = nh / kvh;
@@ -210,6 +223,7 @@ impl<B: Backend> BatchedEngine<B> {
 
         let captures = grid.iter().flatten().any(|w| w.want.capture_from.is_some_and(|f| f < w.ids.len()));
         let ids = self.ints(ids, [r * t]);
+        self.phases.lap(0, &mut since);
         // the grid's cells as one row block, so that every weight product is one [r*t, in] x [in, out] product
         let mut x = self.model.embed_tokens.val().select(0, ids).reshape([1, r * t, d]); // [1, r*t, d]
         let mut layer_sum: Option<Tensor<B, 3>> = None;
@@ -278,22 +292,28 @@ impl<B: Backend> BatchedEngine<B> {
             let h = hidden.clone().select(0, flat(&logit_cells));
             let logits = self.model.logits(h.unsqueeze::<3>()); // [1, cells, vocab]
             let [_, n, vocab] = logits.dims();
-            for ((i, _), row) in logit_cells.iter().zip(host_rows(logits.reshape([n, vocab]))) {
+            self.phases.lap(1, &mut since);
+            let rows = host_rows(logits.reshape([n, vocab]));
+            self.phases.lap(2, &mut since);
+            for ((i, _), row) in logit_cells.iter().zip(rows) {
                 outs[grid[*i].unwrap().seq].logits.push(row);
             }
+            self.phases.lap(3, &mut since);
         }
         if !capture_cells.is_empty() {
             let idx = flat(&capture_cells);
-            let finals = host_rows(hidden.clone().select(0, idx.clone()));
+            let finals = hidden.clone().select(0, idx.clone());
             let hidden = hidden.cast(DType::F32);
             let sum = match layer_sum {
                 Some(acc) => acc.reshape([r * t, d]) + hidden,
                 None => hidden,
             };
-            let means = host_rows(sum.select(0, idx.clone()).div_scalar(n_layers as f64));
+            let means = sum.select(0, idx.clone()).div_scalar(n_layers as f64);
             let probs = probs_last.expect("attention kept when capturing");
             let probs = probs.swap_dims(1, 2).reshape([r * t, nh * keys]).select(0, idx); // [cells, nh*keys]
-            let attn = host_rows(probs);
+            self.phases.lap(1, &mut since);
+            let (finals, means, attn) = (host_rows(finals), host_rows(means), host_rows(probs));
+            self.phases.lap(2, &mut since);
             for (c, &(i, j)) in capture_cells.iter().enumerate() {
                 let w = grid[i].unwrap();
                 let p = w.start + j;
@@ -302,7 +322,9 @@ impl<B: Backend> BatchedEngine<B> {
                 o.hidden_mean.push(means[c].clone());
                 o.attn.push((0..nh).map(|hh| attn[c][hh * keys..hh * keys + p + 1].to_vec()).collect());
             }
+            self.phases.lap(3, &mut since);
         }
+        self.phases.lap(1, &mut since); // a pass that asked for nothing back
     }
 }
 
@@ -331,6 +353,10 @@ where
             Precision::F32 => format!("batched ({backend})"),
             p => format!("batched ({backend}, {p})"),
         }
+    }
+
+    fn phases(&self) -> Vec<(&'static str, std::time::Duration)> {
+        self.phases.totals()
     }
 
     fn set_precision(&mut self, precision: Precision) -> Result<()> {

@@ -215,6 +215,36 @@ pub trait Engine: Send + Sync {
     }
     /// Short description for logs (`cpu`, `reference (flex)`, ...).
     fn describe(&self) -> String;
+    /// Wall time spent so far in the phases of [`Engine::forward`] that the engine tells apart (`--stats`);
+    /// empty where it does not.
+    fn phases(&self) -> Vec<(&'static str, std::time::Duration)> {
+        vec![]
+    }
+}
+
+/// Wall time summed over calls, per named phase: `Phases::new(&["a", "b"])`, `add(0, dt)`.
+#[derive(Debug)]
+pub struct Phases {
+    names: &'static [&'static str],
+    ns: Vec<std::sync::atomic::AtomicU64>,
+}
+
+impl Phases {
+    pub fn new(names: &'static [&'static str]) -> Self {
+        Phases { names, ns: names.iter().map(|_| Default::default()).collect() }
+    }
+
+    /// Adds the time since `*since` to phase `i` and moves `*since` to now.
+    pub fn lap(&self, i: usize, since: &mut std::time::Instant) {
+        let now = std::time::Instant::now();
+        self.ns[i].fetch_add((now - *since).as_nanos() as u64, std::sync::atomic::Ordering::Relaxed);
+        *since = now;
+    }
+
+    pub fn totals(&self) -> Vec<(&'static str, std::time::Duration)> {
+        let ns = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
+        self.names.iter().zip(&self.ns).map(|(&n, a)| (n, std::time::Duration::from_nanos(ns(a)))).collect()
+    }
 }
 
 /// A sequence would outgrow the positions the model can encode. Callers that can go on without it (an eval run
@@ -257,6 +287,22 @@ mod tests {
             assert_eq!(EngineKind::Reference.resolve(device), Resolved::Reference);
             assert_eq!(EngineKind::Batched.resolve(device), Resolved::Batched);
         }
+    }
+
+    #[test]
+    fn phases_sum_the_laps_of_each_phase() {
+        let p = Phases::new(&["a", "b"]);
+        let t0 = std::time::Instant::now();
+        let mut since = t0;
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        p.lap(0, &mut since);
+        p.lap(1, &mut since);
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        p.lap(0, &mut since);
+        let t = p.totals();
+        assert_eq!((t[0].0, t[1].0), ("a", "b"));
+        assert!(t[0].1 >= std::time::Duration::from_millis(4));
+        assert!(t[0].1 + t[1].1 <= t0.elapsed()); // laps never overlap
     }
 
     #[test]
