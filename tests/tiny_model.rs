@@ -231,6 +231,36 @@ fn batched_engine_matches_reference_engine() {
     batched_against_reference(DeviceKind::Cpu, 1e-4);
 }
 
+/// A greedy decode on the batched engine reads back each row's scores, not its logits: entropies, probabilities
+/// and tokens equal the reference engine's, and no step copied a logits row to the host until one is asked for.
+#[test]
+fn batched_engine_decodes_greedily_without_reading_logits_back() {
+    use ragtime::model::{EngineKind, Sampler};
+    ragtime::require_data!("models/smollm2-135m-instruct/tokenizer.json");
+    let dir = tempfile::tempdir().unwrap();
+    let _ = tiny(Arch::Qwen2, dir.path());
+    let batched = Lm::load_on(dir.path(), DeviceKind::Cpu, EngineKind::Batched, None).unwrap();
+    let reference = Lm::load_on(dir.path(), DeviceKind::Cpu, EngineKind::Reference, None).unwrap();
+    let (mut a, mut b) = (batched.session(), reference.session());
+    let prompt: Vec<u32> = (0..9).map(|j| (j * 53 % 4000 + 5) as u32).collect();
+    // a capturing prefill: its steps' probabilities are those of the chunk's next tokens
+    close_steps(&a.feed(&prompt, 2).unwrap(), &b.feed(&prompt, 2).unwrap(), 1e-4, "prefill");
+    for k in 0..6 {
+        let (ia, ib) = (a.pick(&mut Sampler::greedy()).unwrap(), b.pick(&mut Sampler::greedy()).unwrap());
+        assert!(!a.next_dist().unwrap().fetched(), "step {k}: the greedy pick fetched a logits row");
+        // (that feeding the greedy token scores it without the row: dist.rs's unit test)
+        close_steps(&a.feed(&[ia], 0).unwrap(), &b.feed(&[ib], 0).unwrap(), 1e-4, &format!("greedy step {k}"));
+    }
+    // asked for, the row comes back: the reference engine's logits
+    let (la, lb) = (a.logits().unwrap().to_vec(), b.logits().unwrap());
+    assert!(a.next_dist().unwrap().fetched());
+    assert!(max_diff(&la, lb) < 1e-4, "fetched logits differ by {}", max_diff(&la, lb));
+    // a sampler that is not greedy reads the row too, and picks as from the reference's
+    let mut s1 = Sampler::new(0.8, 0.9, 7);
+    let mut s2 = Sampler::new(0.8, 0.9, 7);
+    assert_eq!(a.pick(&mut s1).unwrap(), b.pick(&mut s2).unwrap());
+}
+
 /// The same with the batched engine on a GPU (`cargo test --release --test tiny_model -- --ignored`), against the
 /// reference engine on the CPU: within 3e-2, as CUDA's f32 products are less exact than the CPU's.
 #[test]

@@ -325,7 +325,7 @@ impl Lm {
             lm: self,
             cache: self.engine.new_cache(512),
             ids: Vec::new(),
-            last_logits: None,
+            last: None,
             stream: tokenizer::TextStream::default(),
             forward_tokens: 0,
         }
@@ -393,7 +393,8 @@ pub struct Session<'a> {
     pub lm: &'a Lm,
     cache: Box<dyn Cache>,
     ids: Vec<u32>,
-    last_logits: Option<Vec<f32>>,
+    /// The distribution for the next position (after the last fed token).
+    last: Option<engine::dist::NextDist>,
     stream: tokenizer::TextStream,
     /// Tokens pushed through the model so far (prefill + decode), for efficiency accounting.
     pub forward_tokens: usize,
@@ -415,7 +416,13 @@ impl<'a> Session<'a> {
 
     /// Logits for the next position (after the last fed token).
     pub fn logits(&self) -> Option<&[f32]> {
-        self.last_logits.as_deref()
+        self.last.as_ref().map(|d| d.logits())
+    }
+
+    /// The distribution for the next position: its logits, or (from the batched engine) its scores with the
+    /// logits left on the device until asked for.
+    pub fn next_dist(&self) -> Option<&engine::dist::NextDist> {
+        self.last.as_ref()
     }
 
     /// Feeds tokens without capturing internals (prompt prefill); only the last position's logits are kept.
@@ -455,12 +462,8 @@ impl<'a> Session<'a> {
                 continue;
             }
             // distribution this token was drawn from: logits at the previous position
-            let prev: Option<&[f32]> =
-                if i == 0 { self.last_logits.as_deref() } else { Some(&out.logits[i - 1 - logits_from]) };
-            let (entropy, prob) = match prev {
-                Some(l) => sampling::entropy_and_prob(l, id),
-                None => (f32::NAN, f32::NAN),
-            };
+            let prev = if i == 0 { self.last.as_ref() } else { Some(&out.logits[i - 1 - logits_from]) };
+            let (entropy, prob) = prev.map_or((f32::NAN, f32::NAN), |d| d.entropy_and_prob(id));
             let r = i - steps_from;
             steps.push(TokenStep {
                 pos: start + i,
@@ -474,14 +477,17 @@ impl<'a> Session<'a> {
             });
         }
         self.ids.extend_from_slice(ids);
-        self.last_logits = out.logits.into_iter().last();
+        self.last = out.logits.into_iter().last();
         steps
     }
 
     /// Chooses the next token from the current distribution (without feeding it).
     pub fn pick(&self, sampler: &mut Sampler) -> Result<u32> {
-        let logits = self.last_logits.as_deref().context("nothing fed yet: prefill a prompt first")?;
-        Ok(sampler.pick(logits))
+        let next = self.last.as_ref().context("nothing fed yet: prefill a prompt first")?;
+        Ok(match sampler {
+            Sampler::Greedy => next.greedy(), // a scored row answers without its logits
+            sampler => sampler.pick(next.logits()),
+        })
     }
 
     /// Chooses the next token from the current distribution, feeds it, and returns its step.
@@ -510,7 +516,7 @@ impl<'a> Session<'a> {
         if len < self.len() {
             self.cache.truncate(len);
             self.ids.truncate(len);
-            self.last_logits = None;
+            self.last = None;
             self.stream.clear();
         }
     }

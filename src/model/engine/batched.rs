@@ -30,6 +30,7 @@ use burn::prelude::Backend;
 use burn::tensor::activation::softmax;
 use burn::tensor::{Bool, DType, IndexingUpdateOp, Int, Tensor, TensorData};
 
+use super::dist::{NextDist, RowSource, Scored};
 use super::{check_positions, host_rows, Cache, ChunkOut, Engine, Phases, Precision, SeqIn};
 use crate::model::config::ModelConfig;
 use crate::model::llama::{Llama, Rope};
@@ -111,6 +112,21 @@ pub struct BatchedEngine<B: Backend> {
 /// - `read-back`: the asked rows copied to the host as f32;
 /// - `unpack`: the rows handed to each sequence.
 const PHASES: &[&str] = &["inputs", "launch", "read-back", "unpack"];
+
+/// A pass's `[cells, vocab]` f32 logits, left on the device; a row is copied to the host when someone asks for
+/// it ([`NextDist::logits`]).
+struct DeviceRows<B: Backend>(Mutex<Tensor<B, 2>>);
+
+impl<B: Backend> RowSource for DeviceRows<B>
+where
+    Tensor<B, 2>: Send,
+{
+    fn row(&self, i: usize) -> Vec<f32> {
+        let t = lock(&self.0).clone();
+        let [_, vocab] = t.dims();
+        host_rows(t.slice([i..i + 1, 0..vocab])).pop().expect("one row")
+    }
+}
 
 /// Casts every float parameter of a module to one dtype.
 struct CastParams(DType);
@@ -292,11 +308,55 @@ impl<B: Backend> BatchedEngine<B> {
             let h = hidden.clone().select(0, flat(&logit_cells));
             let logits = self.model.logits(h.unsqueeze::<3>()); // [1, cells, vocab]
             let [_, n, vocab] = logits.dims();
+            let logits = logits.reshape([n, vocab]).cast(DType::F32); // [n, vocab]
+                                                                      // each cell's distribution scored here; only [n, 4] floats and [n] ids go to the host
+            let next: Vec<Option<u32>> =
+                logit_cells.iter().map(|&(i, j)| grid[i].unwrap().ids.get(j + 1).copied()).collect();
+            let next_ids = self.ints(next.iter().map(|x| x.map_or(0, |x| x as i32)).collect(), [n, 1]);
+            let max = logits.clone().max_dim(1); // [n, 1]
+            let z = logits.clone() - max.clone(); // [n, vocab]
+            let e = z.clone().exp();
+            let sum = e.clone().sum_dim(1); // [n, 1]
+                                            // H = log Z - E[l - m], with Z = sum exp(l - m), as sampling::entropy_and_prob (in f32 here)
+            let entropy = sum.clone().log() - (e * z).sum_dim(1).div(sum.clone());
+            let lse = max.clone() + sum.log();
+            let next_logit = logits.clone().gather(1, next_ids); // [n, 1]
+            let argmax = logits.clone().argmax(1); // [n, 1]
+            let stats = Tensor::cat(vec![entropy, lse, max, next_logit], 1); // [n, 4]
             self.phases.lap(1, &mut since);
-            let rows = host_rows(logits.reshape([n, vocab]));
+            let stats = host_rows(stats);
+            let argmax: Vec<i64> = argmax.into_data().iter::<i64>().collect();
             self.phases.lap(2, &mut since);
-            for ((i, _), row) in logit_cells.iter().zip(rows) {
-                outs[grid[*i].unwrap().seq].logits.push(row);
+            // a session keeps its chunk's last row as its next-token distribution (and the row with it); the
+            // rows inside a chunk are read only through their scores. So where a chunk has rows before its last,
+            // the last rows get a tensor of their own, and the whole [n, vocab] one is freed with the chunk.
+            let is_last = |&(i, j): &(usize, usize)| j + 1 == grid[i].unwrap().ids.len();
+            let (source, last_source, last_row) = if logit_cells.iter().all(is_last) {
+                let s: Arc<dyn RowSource> = Arc::new(DeviceRows(Mutex::new(logits)));
+                (s.clone(), s, (0..n).collect::<Vec<_>>())
+            } else {
+                let lasts: Vec<usize> = (0..n).filter(|&c| is_last(&logit_cells[c])).collect();
+                let mut row = vec![0; n];
+                for (k, &c) in lasts.iter().enumerate() {
+                    row[c] = k;
+                }
+                let idx = self.ints(lasts.iter().map(|&c| c as i32).collect(), [lasts.len()]);
+                let last: Arc<dyn RowSource> = Arc::new(DeviceRows(Mutex::new(logits.clone().select(0, idx))));
+                (Arc::new(DeviceRows(Mutex::new(logits))) as Arc<dyn RowSource>, last, row)
+            };
+            for (c, &(i, j)) in logit_cells.iter().enumerate() {
+                let (source, row) =
+                    if is_last(&(i, j)) { (last_source.clone(), last_row[c]) } else { (source.clone(), c) };
+                let [entropy, lse, max, next_logit] = stats[c][..] else { unreachable!("four scores per cell") };
+                outs[grid[i].unwrap().seq].logits.push(NextDist::scored(Scored {
+                    entropy,
+                    lse,
+                    argmax: argmax[c] as u32,
+                    max,
+                    next: next[c].map(|id| (id, next_logit)),
+                    source,
+                    row,
+                }));
             }
             self.phases.lap(3, &mut since);
         }

@@ -18,6 +18,7 @@ use std::sync::Arc;
 
 use anyhow::{bail, Result};
 
+use super::dist::NextDist;
 use super::kernels::{self, Strided};
 use super::{check_positions, Cache, ChunkOut, Engine, SeqIn};
 use crate::model::config::ModelConfig;
@@ -393,8 +394,10 @@ impl CpuEngine {
         let n = n_layers as f32;
         let mut res = Vec::with_capacity(ns);
         for i in 0..ns {
-            let mut r =
-                ChunkOut { logits: logits[i].chunks(vocab).map(<[f32]>::to_vec).collect(), ..Default::default() };
+            let mut r = ChunkOut {
+                logits: logits[i].chunks(vocab).map(|r| NextDist::host(r.to_vec())).collect(),
+                ..Default::default()
+            };
             let (t, from) = (ts[i], cap_from[i]);
             if from < t {
                 let hid = &hidden[i][(from - first[i]) * d..];

@@ -19,6 +19,7 @@
 
 pub mod batched;
 pub mod cpu;
+pub mod dist;
 pub mod kernels;
 pub mod reference;
 
@@ -153,10 +154,11 @@ pub struct Want {
 }
 
 /// What one forward call hands back for one sequence: only the rows its [`Want`] asked for.
-#[derive(Debug, Default, Clone, PartialEq)]
+#[derive(Debug, Default, Clone)]
 pub struct ChunkOut {
-    /// `[rows >= logits_from][vocab]`: next-token logits after each asked row.
-    pub logits: Vec<Vec<f32>>,
+    /// `[rows >= logits_from]`: the next-token distribution after each asked row (its logits, or its scores with
+    /// the logits fetched on demand: [`dist`]).
+    pub logits: Vec<dist::NextDist>,
     /// `[rows >= capture_from][heads][pos + 1]`: the last layer's attention probabilities of each captured row
     /// over the positions it sees (`pos` is the row's absolute position).
     pub attn: Vec<Vec<Vec<f32>>>,

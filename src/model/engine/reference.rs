@@ -74,7 +74,8 @@ where
         for (out, (start, t, want)) in outs.into_iter().zip(meta) {
             let mut r = ChunkOut::default();
             if want.logits_from < t {
-                r.logits = rows(self.model.logits(out.hidden.clone().slice([0..1, want.logits_from..t, 0..d])));
+                let logits = self.model.logits(out.hidden.clone().slice([0..1, want.logits_from..t, 0..d]));
+                r.logits = rows(logits).into_iter().map(super::dist::NextDist::host).collect();
             }
             if let Some(from) = want.capture_from.filter(|&f| f < t) {
                 r.hidden_final = rows(out.hidden.slice([0..1, from..t, 0..d]));
