@@ -308,16 +308,16 @@ impl<B: Backend> BatchedEngine<B> {
             let h = hidden.clone().select(0, flat(&logit_cells));
             let logits = self.model.logits(h.unsqueeze::<3>()); // [1, cells, vocab]
             let [_, n, vocab] = logits.dims();
-            let logits = logits.reshape([n, vocab]).cast(DType::F32); // [n, vocab]
-                                                                      // each cell's distribution scored here; only [n, 4] floats and [n] ids go to the host
+            // each cell's distribution is scored here: only [n, 4] floats and [n] ids go to the host
+            let logits = logits.reshape([n, vocab]).cast(DType::F32);
             let next: Vec<Option<u32>> =
                 logit_cells.iter().map(|&(i, j)| grid[i].unwrap().ids.get(j + 1).copied()).collect();
             let next_ids = self.ints(next.iter().map(|x| x.map_or(0, |x| x as i32)).collect(), [n, 1]);
             let max = logits.clone().max_dim(1); // [n, 1]
             let z = logits.clone() - max.clone(); // [n, vocab]
             let e = z.clone().exp();
+            // H = log Z - E[l - m], with Z = sum exp(l - m), as sampling::entropy_and_prob (in f32 here)
             let sum = e.clone().sum_dim(1); // [n, 1]
-                                            // H = log Z - E[l - m], with Z = sum exp(l - m), as sampling::entropy_and_prob (in f32 here)
             let entropy = sum.clone().log() - (e * z).sum_dim(1).div(sum.clone());
             let lse = max.clone() + sum.log();
             let next_logit = logits.clone().gather(1, next_ids); // [n, 1]
