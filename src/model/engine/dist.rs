@@ -24,7 +24,8 @@ pub struct Scored {
     pub entropy: f32,
     /// `log sum exp(logits)`: `p(id) = exp(logit[id] - lse)`.
     pub lse: f32,
-    /// The greedy token (the first largest logit) and its logit.
+    /// The greedy token (the largest logit; between exactly equal logits, the backend's argmax chooses, where
+    /// [`sampling::argmax`] takes the first) and its logit.
     pub argmax: u32,
     pub max: f32,
     /// The token that follows this row inside its chunk, and its logit (`None` for a chunk's last row).
@@ -81,7 +82,7 @@ impl NextDist {
         self.logits.get().is_some()
     }
 
-    /// The greedy token: the first largest logit.
+    /// The greedy token: the largest logit (see [`Scored::argmax`] for ties).
     pub fn greedy(&self) -> u32 {
         match &self.scored {
             Some(s) => s.argmax,
