@@ -6,6 +6,10 @@
 //! someone asks for it (a sampler that is not greedy, `Session::logits`, the probability of a token that is
 //! neither the greedy one nor the chunk's next). A greedy decode with its entropies and probabilities then never
 //! moves a `[vocab]` row per lane and step.
+//!
+//! The price is device memory: a session keeps the `[rows, vocab]` tensor its last row came from (shared with
+//! the other sessions of that pass) until its next feed or rewind frees it, so sessions that stop being fed
+//! without a rewind hold one pass's logits each.
 
 use std::sync::{Arc, OnceLock};
 
