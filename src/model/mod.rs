@@ -366,8 +366,9 @@ impl Lm {
         };
         drop(seqs);
         self.phases.lap(0, &mut since);
-        // each session scores its rows (entropy over the whole vocabulary per token): on their own threads, as
-        // many lanes of a GPU pass would otherwise wait on one core; each session's arithmetic is unchanged
+        // each session scores its rows (a host row: entropy over the whole vocabulary per token; a row the engine
+        // scored: its numbers) on its own thread, as many lanes of a pass would otherwise wait on one core; each
+        // session's arithmetic is unchanged
         let mut outs = outs.into_iter();
         let jobs: Vec<_> = sessions
             .iter_mut()

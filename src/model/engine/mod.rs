@@ -224,7 +224,7 @@ pub trait Engine: Send + Sync {
     }
 }
 
-/// Wall time summed over calls, per named phase: `Phases::new(&["a", "b"])`, `add(0, dt)`.
+/// Wall time summed over calls, per named phase: `Phases::new(&["a", "b"])`, then `lap(0, &mut since)`.
 #[derive(Debug)]
 pub struct Phases {
     names: &'static [&'static str],
