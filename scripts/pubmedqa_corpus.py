@@ -10,6 +10,11 @@ The title is the id only, so that no question text enters the index beyond its a
 import json
 import sys
 
-data = json.load(open(sys.argv[1]))
+if len(sys.argv) != 2:
+    sys.exit("usage: pubmedqa_corpus.py PQAL_JSON > corpus.jsonl (e.g. ../shared/data/qa/pubmedqa/pqal_dev_500.json)")
+try:
+    data = json.load(open(sys.argv[1]))
+except (OSError, json.JSONDecodeError) as e:
+    sys.exit(f"pubmedqa_corpus.py: {sys.argv[1]}: {e}")
 for pmid, q in data.items():
     print(json.dumps({"id": pmid, "title": f"PMID {pmid}", "text": " ".join(q["CONTEXTS"])}))
