@@ -152,3 +152,41 @@ fn shipped_configs_are_found_from_another_directory() {
     assert_eq!(code, 2, "{err}");
     assert!(first_error(&err).contains("rind: unknown key 'thetta' (valid: theta,"), "{err}");
 }
+
+/// `data corpus` writes each passage the questions ship with once (a snippet two questions share is one passage;
+/// list questions, which the loader skips, add none), in file order, and refuses to write over a file that exists,
+/// which it leaves as it was.
+#[test]
+fn data_corpus_writes_each_passage_once_and_never_overwrites() {
+    let dir = tempfile::tempdir().unwrap();
+    let golden = dir.path().join("golden.json");
+    let shared = r#"{"document": "http://www.ncbi.nlm.nih.gov/pubmed/1", "text": "Aspirin  inhibits COX-1."}"#;
+    let other = r#"{"document": "http://www.ncbi.nlm.nih.gov/pubmed/2", "text": "COX-2 is inducible."}"#;
+    let listed = r#"{"document": "http://www.ncbi.nlm.nih.gov/pubmed/3", "text": "Only a list question cites this."}"#;
+    let shared_again = shared.replace("Aspirin  inhibits", "Aspirin inhibits");
+    std::fs::write(
+        &golden,
+        format!(
+            r#"{{"questions": [
+  {{"id": "a", "body": "Does aspirin inhibit COX-1?", "type": "yesno", "exact_answer": "yes", "snippets": [{shared}, {other}]}},
+  {{"id": "b", "body": "Which enzyme does aspirin inhibit?", "type": "factoid", "exact_answer": [["COX-1"]], "snippets": [{shared_again}]}},
+  {{"id": "c", "body": "List COX enzymes.", "type": "list", "exact_answer": [["COX-1"], ["COX-2"]], "snippets": [{listed}]}}
+]}}"#
+        ),
+    )
+    .unwrap();
+    let out = dir.path().join("corpus").join("bioasq.jsonl");
+    let (code, err) = run(&["data", "corpus", golden.to_str().unwrap(), "--out", out.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let rows: Vec<serde_json::Value> =
+        std::fs::read_to_string(&out).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let texts: Vec<&str> = rows.iter().map(|r| r["text"].as_str().unwrap()).collect();
+    assert_eq!(texts, ["Aspirin  inhibits COX-1.", "COX-2 is inducible."]);
+    assert_eq!(rows[0]["title"], "http://www.ncbi.nlm.nih.gov/pubmed/1");
+    assert_ne!(rows[0]["id"], rows[1]["id"]);
+    let before = std::fs::read(&out).unwrap();
+    let (code, err) = run(&["data", "corpus", golden.to_str().unwrap(), "--out", out.to_str().unwrap()]);
+    assert_eq!(code, 2, "{err}");
+    assert!(first_error(&err).contains("bioasq.jsonl: the file exists"), "{err}");
+    assert_eq!(std::fs::read(&out).unwrap(), before);
+}

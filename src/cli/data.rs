@@ -1,6 +1,7 @@
 //! `ragtime data fetch NAME...` downloads datasets into `datasets/data/` (checksum-verified; falls back to a
 //! verified shared copy where the source cannot be reached); `ragtime data list` shows where each dataset is
-//! found and its splits.
+//! found and its splits; `ragtime data corpus NAME --out FILE` writes the passages its questions ship with as a
+//! corpus for `ragtime index`.
 
 use anyhow::{bail, Context, Result};
 use clap::{Args as ClapArgs, Subcommand};
@@ -20,6 +21,18 @@ pub enum DataCommand {
     Fetch(FetchArgs),
     /// Each dataset, where its data is found (fetched / shared / missing) and its splits.
     List,
+    /// The passages a dataset's questions ship with (their contexts and supporting paragraphs: BioASQ's snippets,
+    /// IIRC's contexts, ...), de-duplicated, as a JSON-lines corpus {id, title, text} for `ragtime index`.
+    Corpus(CorpusArgs),
+}
+
+#[derive(ClapArgs, Debug)]
+pub struct CorpusArgs {
+    /// Dataset name (datasets/NAME.toml), spec file or data file.
+    pub name: String,
+    /// The corpus file to write (JSON lines); it must not exist yet.
+    #[arg(long)]
+    pub out: std::path::PathBuf,
 }
 
 #[derive(ClapArgs, Debug)]
@@ -43,7 +56,59 @@ pub fn run(args: DataArgs) -> Result<()> {
     match args.command {
         DataCommand::Fetch(a) => fetch(a),
         DataCommand::List => list(),
+        DataCommand::Corpus(a) => corpus(a),
     }
+}
+
+/// One passage of `data corpus`.
+#[derive(serde::Serialize)]
+struct Passage<'a> {
+    id: String,
+    title: &'a str,
+    text: &'a str,
+}
+
+/// Every question of the file (whatever the spec's `kinds` keep: a corpus serves all of them), its contexts and
+/// supporting paragraphs in file order; a passage whose title and whitespace-collapsed text came before is skipped.
+fn corpus(args: CorpusArgs) -> Result<()> {
+    if ragtime::io::exists(&args.out)? {
+        ragtime::usage_bail!(
+            "--out {}: the file exists; `data corpus` writes a new file only (remove it or name another)",
+            args.out.display()
+        );
+    }
+    let spec = DatasetSpec::load(&args.name)?;
+    let kept = DatasetSpec { kinds: None, ..spec };
+    let examples = kept.load_examples()?;
+    let mut seen = std::collections::HashSet::new();
+    let (mut rows, mut repeats) = (Vec::new(), 0);
+    for doc in examples.iter().flat_map(|e| e.contexts.iter().chain(&e.supporting)) {
+        if doc.text.trim().is_empty() {
+            continue;
+        }
+        if seen.insert((ragtime::qa::collapse_ws(&doc.title), ragtime::qa::collapse_ws(&doc.text))) {
+            rows.push(Passage { id: format!("{}-{}", kept.name, rows.len()), title: &doc.title, text: &doc.text });
+        } else {
+            repeats += 1;
+        }
+    }
+    if rows.is_empty() {
+        bail!("{}: its {} questions ship no passages to make a corpus of", kept.file.display(), examples.len());
+    }
+    if let Some(dir) = args.out.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("--out {}: cannot create its folder", args.out.display()))?;
+    }
+    ragtime::io::write_atomic(&args.out, &ragtime::io::jsonl_bytes(&rows)?)
+        .with_context(|| format!("--out {}: cannot write", args.out.display()))?;
+    println!(
+        "{}: {} passages from {} questions ({repeats} repeats skipped) -> {}",
+        kept.name,
+        rows.len(),
+        examples.len(),
+        args.out.display()
+    );
+    Ok(())
 }
 
 fn fetch(args: FetchArgs) -> Result<()> {
