@@ -26,7 +26,9 @@
 # STATS_LOG=FILE appends each ragtime row's whole `--stats` line (where the time went: the engine's phases,
 # scoring, the decode loop) to FILE.
 # Threads: all of the machine's (RAYON_NUM_THREADS / torch / llama.cpp defaults); rows say which.
-# Env: MODELS="smollm2 qwen", BATCHES="1 8 32", NEW=32, DEVICE=cpu, BIN=target/release/ragtime.
+# - CPU: ragtime's exact products and, beside them, `--int8-dot` (inputs quantized to int8, integer products, as
+#   llama.cpp computes; CPU_INT8=0 leaves that row out).
+# Env: MODELS="smollm2 qwen" (also: qwen1.5b), BATCHES="1 8 32", NEW=32, DEVICE=cpu, BIN=target/release/ragtime.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BATCHES="${BATCHES:-1 8 32}"
@@ -39,7 +41,8 @@ ST_PY="$CACHE/st-venv/bin/python"
 LC_PY="$CACHE/llamacpp-venv/bin/python"
 BIN="${BIN:-target/release/ragtime}"
 [[ -x $BIN ]] || cargo build --release -q
-declare -A GGUF=([smollm2]=checkpoints/smollm2-135m-instruct-q4_1.gguf [qwen]=checkpoints/qwen2.5-coder-0.5b-instruct.gguf)
+declare -A GGUF=([smollm2]=checkpoints/smollm2-135m-instruct-q4_1.gguf [qwen]=checkpoints/qwen2.5-coder-0.5b-instruct.gguf
+  [qwen1.5b]=checkpoints/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf)
 MODELS="${MODELS:-smollm2 qwen}"
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
@@ -70,15 +73,22 @@ for m in $MODELS; do
   fi
   for b in $BATCHES; do
     head -n "$b" "$WORK/all.jsonl" >"$WORK/p.jsonl"
-    for dt in $([[ $DEVICE == cpu ]] && echo f32 || echo "$DTYPES"); do
+    # one row per --dtype on a GPU; on the CPU the exact products and, with CPU_INT8=1 (default), --int8-dot
+    if [[ $DEVICE == cpu ]]; then variants="exact$([[ ${CPU_INT8:-1} == 1 ]] && echo ' int8')"; else variants="$DTYPES"; fi
+    for dt in $variants; do
+      case $dt in
+        exact) flags=(--dtype f32); label="cpu" ;;
+        int8) flags=(--dtype f32 --int8-dot); label="cpu --int8-dot" ;;
+        *) flags=(--dtype "$dt"); label="batched $dt" ;;
+      esac
       # on a GPU, B lanes make kernels of their own shapes: compile them in an untimed run first
-      [[ $DEVICE == cpu ]] || $BIN generate --model "$g" --device "$DEVICE" --dtype "$dt" --prompts "$WORK/p.jsonl" \
+      [[ $DEVICE == cpu ]] || $BIN generate --model "$g" --device "$DEVICE" "${flags[@]}" --prompts "$WORK/p.jsonl" \
         --batch "$b" --max-new-tokens 4 --ignore-eos >/dev/null 2>&1
-      line=$($BIN generate --model "$g" --device "$DEVICE" --dtype "$dt" --prompts "$WORK/p.jsonl" --batch "$b" \
+      line=$($BIN generate --model "$g" --device "$DEVICE" "${flags[@]}" --prompts "$WORK/p.jsonl" --batch "$b" \
         --max-new-tokens "$NEW" --ignore-eos --stats 2>&1 >/dev/null | tail -1)
       rate=$(sed -E 's/.*: ([0-9.]+) generated tok\/s.*/\1/' <<<"$line")
       rss=$(sed -E 's/.*peak rss ([0-9]+) MiB.*/\1/' <<<"$line")
-      echo "| ragtime $([[ $DEVICE == cpu ]] && echo cpu || echo "batched $dt") (internals) | $b | $b | $rate | $rss |"
+      echo "| ragtime $label (internals) | $b | $b | $rate | $rss |"
       [[ -z ${STATS_LOG:-} ]] || echo "$m $DEVICE $dt B=$b: $line" >>"$STATS_LOG"
     done
     if [[ $DEVICE != cpu && $b == 1 ]]; then

@@ -166,6 +166,9 @@ fn run_header(args: &Args, dataset: &str, index: String) -> (PathBuf, toml::map:
     if args.model.f32_decode {
         c.insert("f32_decode".into(), toml::Value::Boolean(true));
     }
+    if args.model.int8_dot {
+        c.insert("int8_dot".into(), toml::Value::Boolean(true));
+    }
     (out_dir, c)
 }
 

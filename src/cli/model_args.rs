@@ -30,6 +30,11 @@ pub struct ModelArgs {
     /// Decode on the f32 weights, not on a quantized GGUF's integer blocks (CPU engine; for comparisons).
     #[arg(long)]
     pub f32_decode: bool,
+    /// Decode in integer arithmetic as llama.cpp does: each decoded row quantized to int8 per 32 values and
+    /// multiplied with the GGUF's 8-bit, 5-bit and 6-bit blocks in integers (CPU engine; faster, numbers no longer
+    /// those of the f32 weights: docs/engine.md gives the error).
+    #[arg(long, conflicts_with = "f32_decode")]
+    pub int8_dot: bool,
     /// Weights and activations in f32, bf16 or f16 (the batched engine: `--device cuda` or `--engine batched`;
     /// norms, softmax and the returned logits stay f32).
     #[arg(long, default_value = "f32")]
@@ -70,6 +75,9 @@ impl ModelArgs {
         let mut lm = Lm::load_on(&self.model, self.device, self.engine, self.tokenizer.as_deref())?;
         if self.f32_decode {
             lm.f32_decode();
+        }
+        if self.int8_dot {
+            lm.int8_dot()?;
         }
         lm.set_precision(self.dtype)?;
         Ok(lm)

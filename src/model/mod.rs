@@ -298,6 +298,19 @@ impl Lm {
         self.int8_decode_bytes = self.engine.int_decode_bytes();
     }
 
+    /// Decodes with integer dot products on inputs quantized to int8 (`--int8-dot`, the CPU engine; llama.cpp's
+    /// arithmetic: faster, numbers no longer those of the f32 weights up to rounding). Fails on an engine or model
+    /// with no integer copies to multiply.
+    pub fn int8_dot(&mut self) -> Result<()> {
+        anyhow::ensure!(
+            self.engine.int8_dot(),
+            "--int8-dot: the {} engine has no integer weight copies to multiply (the CPU engine on a quantized GGUF \
+             has them; not with --f32-decode)",
+            self.engine.describe()
+        );
+        Ok(())
+    }
+
     /// Computes in `precision` (`--dtype`): the batched engine casts its weights; the others accept only f32.
     /// Call before the first session.
     pub fn set_precision(&mut self, precision: Precision) -> Result<()> {

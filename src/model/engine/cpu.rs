@@ -72,6 +72,9 @@ pub struct CpuEngine {
     cos: Vec<f32>,
     sin: Vec<f32>,
     max_pos: usize,
+    /// Decoding products in integer arithmetic on inputs quantized to int8 ([`QMatrix::matvec_int8`],
+    /// `--int8-dot`).
+    int8_dot: bool,
 }
 
 /// `[out, in]` (Hugging Face) -> `[in, out]`.
@@ -142,15 +145,16 @@ impl CpuEngine {
             cos,
             sin,
             max_pos,
+            int8_dot: false,
         })
     }
 
     /// Each segment's `x [t_i, in]` times `lin`: the decoding segments' rows in one integer product (when `lin`
     /// has integer blocks), each other segment in a gemm of its own.
-    fn dense_many(lin: &Dense, xs: &[Vec<f32>]) -> Vec<Vec<f32>> {
+    fn dense_many(&self, lin: &Dense, xs: &[Vec<f32>]) -> Vec<Vec<f32>> {
         let mut out: Vec<Vec<f32>> = vec![Vec::new(); xs.len()];
         if let Some(q) = &lin.q {
-            int_products(q, lin.bias.as_deref(), xs, &mut out);
+            int_products(q, lin.bias.as_deref(), xs, &mut out, self.int8_dot);
         }
         for (o, x) in out.iter_mut().zip(xs) {
             if o.is_empty() && !x.is_empty() {
@@ -166,7 +170,7 @@ impl CpuEngine {
         let (d, vocab) = (self.cfg.hidden_size, self.cfg.vocab_size);
         let mut out: Vec<Vec<f32>> = vec![Vec::new(); hs.len()];
         if let Some(q) = &self.lm_head_q {
-            int_products(q, None, hs, &mut out);
+            int_products(q, None, hs, &mut out, self.int8_dot);
         }
         for (o, h) in out.iter_mut().zip(hs) {
             if o.is_empty() && !h.is_empty() {
@@ -182,9 +186,9 @@ impl CpuEngine {
 }
 
 /// `x W^T (+ bias)` from the integer blocks for every segment of 1 to [`DECODE_ROWS`] rows, all their rows in
-/// one [`QMatrix::matvec`] (each row bit for bit what it is alone), written to `out[i]`; other segments are
-/// left empty.
-fn int_products(q: &QMatrix, bias: Option<&[f32]>, xs: &[Vec<f32>], out: &mut [Vec<f32>]) {
+/// one [`QMatrix::matvec`] (or [`QMatrix::matvec_int8`] with `int8`; either way each row bit for bit what it is
+/// alone), written to `out[i]`; other segments are left empty.
+fn int_products(q: &QMatrix, bias: Option<&[f32]>, xs: &[Vec<f32>], out: &mut [Vec<f32>], int8: bool) {
     let rows = |x: &Vec<f32>| x.len() / q.cols;
     let small: Vec<usize> = (0..xs.len()).filter(|&i| (1..=DECODE_ROWS).contains(&rows(&xs[i]))).collect();
     if small.is_empty() {
@@ -192,7 +196,11 @@ fn int_products(q: &QMatrix, bias: Option<&[f32]>, xs: &[Vec<f32>], out: &mut [V
     }
     let host: Vec<f32> = small.iter().flat_map(|&i| xs[i].iter().copied()).collect();
     let mut y = vec![0f32; host.len() / q.cols * q.rows];
-    q.matvec(&host, &mut y);
+    if int8 {
+        q.matvec_int8(&host, &mut y);
+    } else {
+        q.matvec(&host, &mut y);
+    }
     let mut at = 0;
     for &i in &small {
         let n = rows(&xs[i]) * q.rows;
@@ -319,9 +327,9 @@ impl CpuEngine {
             let last = l + 1 == n_layers;
             // attention: h = x + o_proj(attn(rope(q), rope(k), v))
             let normed: Vec<Vec<f32>> = xs.iter().map(|x| kernels::rms_norm(x, d, &block.input_norm, eps)).collect();
-            let mut q = Self::dense_many(&block.lin[Q], &normed); // [t_i, h * hd]
-            let mut k = Self::dense_many(&block.lin[K], &normed); // [t_i, kvh * hd]
-            let v = Self::dense_many(&block.lin[V], &normed); // [t_i, kvh * hd]
+            let mut q = self.dense_many(&block.lin[Q], &normed); // [t_i, h * hd]
+            let mut k = self.dense_many(&block.lin[K], &normed); // [t_i, kvh * hd]
+            let v = self.dense_many(&block.lin[V], &normed); // [t_i, kvh * hd]
             let mut att = Vec::with_capacity(ns);
             for i in 0..ns {
                 let (start, t) = (starts[i], ts[i]);
@@ -340,18 +348,18 @@ impl CpuEngine {
                 }
                 att.push(o); // [t, h * hd]
             }
-            let a = Self::dense_many(&block.lin[O], &att);
+            let a = self.dense_many(&block.lin[O], &att);
             for (x, a) in xs.iter_mut().zip(&a) {
                 add_into(x, a);
             }
             // MLP: x = h + down(silu(gate(norm(h))) * up(norm(h)))
             let normed: Vec<Vec<f32>> = xs.iter().map(|x| kernels::rms_norm(x, d, &block.post_norm, eps)).collect();
-            let mut g = Self::dense_many(&block.lin[GATE], &normed); // [t_i, ff]
-            let u = Self::dense_many(&block.lin[UP], &normed);
+            let mut g = self.dense_many(&block.lin[GATE], &normed); // [t_i, ff]
+            let u = self.dense_many(&block.lin[UP], &normed);
             for (g, u) in g.iter_mut().zip(&u) {
                 kernels::silu_mul(g, u);
             }
-            let m = Self::dense_many(&block.lin[DOWN], &g);
+            let m = self.dense_many(&block.lin[DOWN], &g);
             for (x, m) in xs.iter_mut().zip(&m) {
                 add_into(x, m);
             }
@@ -438,7 +446,9 @@ impl Engine for CpuEngine {
     }
 
     fn describe(&self) -> String {
-        if self.int_decode_bytes() > 0 {
+        if self.int_decode_bytes() > 0 && self.int8_dot {
+            "cpu (integer decode, int8 dot products)".into()
+        } else if self.int_decode_bytes() > 0 {
             "cpu (integer decode)".into()
         } else {
             "cpu".into()
@@ -449,6 +459,11 @@ impl Engine for CpuEngine {
         let lin: usize =
             self.layers.iter().flat_map(|b| b.lin.iter()).filter_map(|l| l.q.as_ref()).map(|q| q.bytes()).sum();
         lin + self.lm_head_q.as_ref().map_or(0, |q| q.bytes())
+    }
+
+    fn int8_dot(&mut self) -> bool {
+        self.int8_dot = true;
+        self.int_decode_bytes() > 0
     }
 
     fn drop_int_weights(&mut self) {

@@ -204,6 +204,11 @@ pub trait Engine: Send + Sync {
     }
     /// Drops the integer decode weights: every product then uses the f32 weights.
     fn drop_int_weights(&mut self) {}
+    /// Decodes with integer dot products on inputs quantized to int8, as llama.cpp does (the CPU engine's
+    /// symmetric integer copies, [`crate::model::quant::QMatrix::matvec_int8`]); whether any product now does.
+    fn int8_dot(&mut self) -> bool {
+        false
+    }
     /// Computes in `precision` from now on (casting the weights). Only the batched engine computes in other than
     /// f32; the others refuse.
     fn set_precision(&mut self, precision: Precision) -> Result<()> {

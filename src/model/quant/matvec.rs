@@ -17,9 +17,6 @@ impl QMatrix {
         assert_eq!(x.len() % self.cols, 0, "matvec: input length {} is not a multiple of {}", x.len(), self.cols);
         let n = x.len() / self.cols;
         assert_eq!(y.len(), n * self.rows, "matvec: output length");
-        let threads = rayon::current_num_threads();
-        let parallel = threads > 1 && self.rows * self.cols >= PARALLEL_MIN;
-        let chunk = self.rows.div_ceil(threads * 2).next_multiple_of(ROWS);
         let width = self.vectors_per_pass();
         let mut done = 0;
         while done < n {
@@ -28,31 +25,27 @@ impl QMatrix {
             let xs = &x[done * self.cols..(done + k) * self.cols];
             let ys = &mut y[done * self.rows..(done + k) * self.rows];
             if k == 1 {
-                if parallel {
-                    use rayon::prelude::*;
-                    ys.par_chunks_mut(chunk).enumerate().for_each(|(c, out)| self.rows_into(c * chunk, xs, out));
-                } else {
-                    self.rows_into(0, xs, ys);
-                }
+                self.split_rows(1, ys, |row0, out| self.rows_into(row0, xs, out));
             } else {
                 // k vectors, results interleaved [rows][k]
                 let mut inter = vec![0f32; k * self.rows];
-                if parallel {
-                    use rayon::prelude::*;
-                    inter
-                        .par_chunks_mut(k * chunk)
-                        .enumerate()
-                        .for_each(|(c, out)| self.rows_into_n(k, c * chunk, xs, out));
-                } else {
-                    self.rows_into_n(k, 0, xs, &mut inter);
-                }
-                for (r, v) in inter.chunks_exact(k).enumerate() {
-                    for (j, &val) in v.iter().enumerate() {
-                        ys[j * self.rows + r] = val;
-                    }
-                }
+                self.split_rows(k, &mut inter, |row0, out| self.rows_into_n(k, row0, xs, out));
+                deinterleave(&inter, k, ys);
             }
             done += k;
+        }
+    }
+
+    /// Runs `rows(row0, out)` over `out` (`[rows][k]`, `k` results per row) in pieces of whole rows, split over
+    /// the rayon pool when the matrix is large.
+    pub(super) fn split_rows(&self, k: usize, out: &mut [f32], rows: impl Fn(usize, &mut [f32]) + Sync) {
+        let threads = rayon::current_num_threads();
+        if threads > 1 && self.rows * self.cols >= PARALLEL_MIN {
+            use rayon::prelude::*;
+            let chunk = self.rows.div_ceil(threads * 2).next_multiple_of(ROWS);
+            out.par_chunks_mut(k * chunk).enumerate().for_each(|(c, o)| rows(c * chunk, o));
+        } else {
+            rows(0, out);
         }
     }
 
@@ -129,6 +122,16 @@ impl QMatrix {
             }
         }
         rows_scalar(self, row0, x, out)
+    }
+}
+
+/// `inter` (`[rows][k]`) into `y` (`[k][rows]`).
+pub(super) fn deinterleave(inter: &[f32], k: usize, y: &mut [f32]) {
+    let rows = inter.len() / k;
+    for (r, v) in inter.chunks_exact(k).enumerate() {
+        for (j, &val) in v.iter().enumerate() {
+            y[j * rows + r] = val;
+        }
     }
 }
 

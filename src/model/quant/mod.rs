@@ -21,9 +21,11 @@
 //! for the few-row products of decoding on the CPU.
 //!
 //! Files: `blocks` reads the ggml block formats into the integer copy; `matvec` computes products from it,
-//! with the SIMD kernels in `x86` (AVX-512, AVX2).
+//! with the SIMD kernels in `x86` (AVX-512, AVX2); `int8` computes them in integer arithmetic from inputs
+//! quantized to 8 bits, as llama.cpp does (`--int8-dot`: faster, no longer exact).
 
 mod blocks;
+mod int8;
 mod matvec;
 #[cfg(target_arch = "x86_64")]
 mod x86;

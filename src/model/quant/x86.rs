@@ -286,3 +286,242 @@ pub(super) unsafe fn rows_u4_avx512_n<const N: usize>(m: &QMatrix, row0: usize, 
         }
     }
 }
+
+/// Integer products (`super::int8`) with AVX-512 VNNI, for `N` quantized rows at once, `out` `[rows][N]`. Per 64
+/// columns: the weights' magnitudes (unsigned) times the inputs with the weights' signs, 4 products summed per
+/// 32-bit lane by one `vpdpbusd` (lanes 0..4 are weights 0..16 of the chunk, and so on); the 16 sums converted to
+/// f32 and multiplied by their weight group's scale times their input block's scale, in two accumulators (even and
+/// odd chunks). A last chunk of 32 columns loads under a mask. Each vector's sum is formed in the same order
+/// whatever `N` is.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+pub(super) unsafe fn rows_int8_avx512<const N: usize>(
+    m: &QMatrix,
+    row0: usize,
+    x: &super::int8::Int8Rows,
+    out: &mut [f32],
+) {
+    let (cols, groups, sh) = (m.cols, m.cols / GROUP, m.scale_shift);
+    let chunks = cols.div_ceil(64);
+    let (qp, sp, xq, xl) = (m.q.as_ptr(), m.scale.as_ptr(), x.q.as_ptr(), x.lanes.as_ptr());
+    // lane -> which of the chunk's weight scales: one per 32 weights (sh = 1) or per 16
+    let (idx, scales) = if sh == 1 {
+        (_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1), 2)
+    } else {
+        (_mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3), 4)
+    };
+    let zero = _mm512_setzero_si512();
+    // acc[j] += the products of chunk c for every vector j
+    macro_rules! chunk {
+        ($acc:expr, $row:expr, $c:expr) => {{
+            let (row, c) = ($row, $c);
+            let col = c * 64;
+            let (bytes, nscales): (__mmask64, u32) =
+                if col + 64 <= cols { (!0, scales) } else { ((1u64 << (cols - col)) - 1, scales / 2) };
+            let w = _mm512_maskz_loadu_epi8(bytes, qp.add(row * cols + col) as *const i8);
+            let (mag, neg) = (_mm512_abs_epi8(w), _mm512_movepi8_mask(w));
+            let first = (row * groups + col / GROUP) >> sh;
+            let ws =
+                _mm512_permutexvar_ps(idx, _mm512_maskz_loadu_ps(((1u32 << nscales) - 1) as __mmask16, sp.add(first)));
+            for (j, a) in $acc.iter_mut().enumerate() {
+                let v = _mm512_maskz_loadu_epi8(bytes, xq.add(j * cols + col));
+                let signed = _mm512_mask_sub_epi8(v, neg, zero, v);
+                let dot = _mm512_dpbusd_epi32(zero, mag, signed);
+                let s = _mm512_mul_ps(ws, _mm512_loadu_ps(xl.add((j * chunks + c) * 16)));
+                *a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), s, *a);
+            }
+        }};
+    }
+    for r in 0..out.len() / N {
+        let row = row0 + r;
+        // even and odd chunks
+        let (mut even, mut odd) = ([_mm512_setzero_ps(); N], [_mm512_setzero_ps(); N]);
+        let mut c = 0;
+        while c + 2 <= chunks {
+            chunk!(even, row, c);
+            chunk!(odd, row, c + 1);
+            c += 2;
+        }
+        if c < chunks {
+            chunk!(even, row, c);
+        }
+        for j in 0..N {
+            out[N * r + j] = _mm512_reduce_add_ps(_mm512_add_ps(even[j], odd[j]));
+        }
+    }
+}
+
+/// [`rows_int8_avx512`] with AVX2, per 32 columns: `vpmaddubsw` (magnitudes times signed inputs, pairs summed in
+/// 16 bits: at most 2 x 128 x 127, no saturation) and `vpmaddwd` by ones (4 products per 32-bit lane: lanes 0..4
+/// are the chunk's first 16 weights); the scale of each half times the input block's, two accumulators.
+#[target_feature(enable = "avx2,fma")]
+pub(super) unsafe fn rows_int8_avx2<const N: usize>(
+    m: &QMatrix,
+    row0: usize,
+    x: &super::int8::Int8Rows,
+    out: &mut [f32],
+) {
+    let (cols, groups, sh) = (m.cols, m.cols / GROUP, m.scale_shift);
+    let blocks = cols / 32;
+    let (qp, sp, xq, xs) = (m.q.as_ptr(), m.scale.as_ptr(), x.q.as_ptr(), x.scale.as_ptr());
+    let ones = _mm256_set1_epi16(1);
+    // acc[j] += the products of block b for every vector j
+    macro_rules! block {
+        ($acc:expr, $row:expr, $b:expr) => {{
+            let (row, b) = ($row, $b);
+            let col = b * 32;
+            let w = _mm256_loadu_si256(qp.add(row * cols + col) as *const __m256i);
+            let mag = _mm256_abs_epi8(w);
+            let g = row * groups + col / GROUP;
+            let ws = if sh == 1 {
+                _mm256_set1_ps(*sp.add(g >> 1))
+            } else {
+                _mm256_setr_m128(_mm_set1_ps(*sp.add(g)), _mm_set1_ps(*sp.add(g + 1)))
+            };
+            for (j, a) in $acc.iter_mut().enumerate() {
+                let v = _mm256_loadu_si256(xq.add(j * cols + col) as *const __m256i);
+                let dot = _mm256_madd_epi16(_mm256_maddubs_epi16(mag, _mm256_sign_epi8(v, w)), ones);
+                let s = _mm256_mul_ps(ws, _mm256_set1_ps(*xs.add(j * blocks + b)));
+                *a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), s, *a);
+            }
+        }};
+    }
+    for r in 0..out.len() / N {
+        let row = row0 + r;
+        let (mut even, mut odd) = ([_mm256_setzero_ps(); N], [_mm256_setzero_ps(); N]);
+        let mut b = 0;
+        while b + 2 <= blocks {
+            block!(even, row, b);
+            block!(odd, row, b + 1);
+            b += 2;
+        }
+        if b < blocks {
+            block!(even, row, b);
+        }
+        for j in 0..N {
+            out[N * r + j] = hsum(_mm256_add_ps(even[j], odd[j]));
+        }
+    }
+}
+
+/// [`rows_int8_avx512`] for nibble copies (U4): per 64 columns (two groups of 32) the 32 bytes are split into low
+/// and high nibbles and put in column order (weights are unsigned: they multiply the signed inputs directly); each
+/// group's offset times its input block's `scale * sum q` is added once per row (16 groups per step).
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+pub(super) unsafe fn rows_int8_u4_avx512<const N: usize>(
+    m: &QMatrix,
+    row0: usize,
+    x: &super::int8::Int8Rows,
+    out: &mut [f32],
+) {
+    let (cols, groups) = (m.cols, m.cols / 32);
+    let (rb, chunks) = (cols / 2, cols.div_ceil(64));
+    let (qp, sp, op) = (m.q.as_ptr(), m.scale.as_ptr(), m.offset.as_ptr());
+    let (xq, xl, xs) = (x.q.as_ptr(), x.lanes.as_ptr(), x.sum.as_ptr());
+    let idx = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+    let nib = _mm256_set1_epi8(0x0F);
+    let zero = _mm512_setzero_si512();
+    macro_rules! chunk {
+        ($acc:expr, $row:expr, $c:expr) => {{
+            let (row, c) = ($row, $c);
+            let col = c * 64;
+            let full = col + 64 <= cols;
+            let at = qp.add(row * rb + col / 2);
+            let b = if full {
+                _mm256_loadu_si256(at as *const __m256i)
+            } else {
+                _mm256_zextsi128_si256(_mm_loadu_si128(at as *const __m128i))
+            };
+            let (lo, hi) = (_mm256_and_si256(b, nib), _mm256_and_si256(_mm256_srli_epi16(b, 4), nib));
+            // [A lo, B lo, A hi, B hi] -> [A lo, A hi, B lo, B hi]: weights in column order
+            let both = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+            let w = _mm512_shuffle_i64x2(both, both, 0b11_01_10_00);
+            let bytes: __mmask64 = if full { !0 } else { (1u64 << 32) - 1 };
+            let ws = _mm512_permutexvar_ps(
+                idx,
+                _mm512_maskz_loadu_ps(if full { 0b11 } else { 0b1 }, sp.add(row * groups + col / 32)),
+            );
+            for (j, a) in $acc.iter_mut().enumerate() {
+                let v = _mm512_maskz_loadu_epi8(bytes, xq.add(j * cols + col));
+                let dot = _mm512_dpbusd_epi32(zero, w, v);
+                let s = _mm512_mul_ps(ws, _mm512_loadu_ps(xl.add((j * chunks + c) * 16)));
+                *a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), s, *a);
+            }
+        }};
+    }
+    for r in 0..out.len() / N {
+        let row = row0 + r;
+        let (mut even, mut odd) = ([_mm512_setzero_ps(); N], [_mm512_setzero_ps(); N]);
+        let mut c = 0;
+        while c + 2 <= chunks {
+            chunk!(even, row, c);
+            chunk!(odd, row, c + 1);
+            c += 2;
+        }
+        if c < chunks {
+            chunk!(even, row, c);
+        }
+        for j in 0..N {
+            let mut off = _mm512_setzero_ps();
+            let mut g = 0;
+            while g < groups {
+                let k: __mmask16 = if g + 16 <= groups { !0 } else { (1u16 << (groups - g)) - 1 };
+                let o = _mm512_maskz_loadu_ps(k, op.add(row * groups + g));
+                off = _mm512_fmadd_ps(o, _mm512_maskz_loadu_ps(k, xs.add(j * groups + g)), off);
+                g += 16;
+            }
+            out[N * r + j] = _mm512_reduce_add_ps(_mm512_add_ps(even[j], odd[j])) + _mm512_reduce_add_ps(off);
+        }
+    }
+}
+
+/// [`rows_int8_u4_avx512`] with AVX2, per group of 32: the nibbles in column order in one register,
+/// `vpmaddubsw` (unsigned weights times signed inputs: at most 2 x 15 x 127 per pair) and `vpmaddwd` by ones; the
+/// offsets' term added per row, group by group.
+#[target_feature(enable = "avx2,fma")]
+pub(super) unsafe fn rows_int8_u4_avx2<const N: usize>(
+    m: &QMatrix,
+    row0: usize,
+    x: &super::int8::Int8Rows,
+    out: &mut [f32],
+) {
+    let (cols, groups) = (m.cols, m.cols / 32);
+    let rb = cols / 2;
+    let (qp, sp, op) = (m.q.as_ptr(), m.scale.as_ptr(), m.offset.as_ptr());
+    let (xq, xs, xsum) = (x.q.as_ptr(), x.scale.as_ptr(), x.sum.as_ptr());
+    let nib = _mm_set1_epi8(0x0F);
+    let ones = _mm256_set1_epi16(1);
+    macro_rules! group {
+        ($acc:expr, $row:expr, $g:expr) => {{
+            let (row, g) = ($row, $g);
+            let b = _mm_loadu_si128(qp.add(row * rb + g * 16) as *const __m128i);
+            let w = _mm256_setr_m128i(_mm_and_si128(b, nib), _mm_and_si128(_mm_srli_epi16(b, 4), nib));
+            let ws = _mm256_set1_ps(*sp.add(row * groups + g));
+            for (j, a) in $acc.iter_mut().enumerate() {
+                let v = _mm256_loadu_si256(xq.add(j * cols + g * 32) as *const __m256i);
+                let dot = _mm256_madd_epi16(_mm256_maddubs_epi16(w, v), ones);
+                let s = _mm256_mul_ps(ws, _mm256_set1_ps(*xs.add(j * groups + g)));
+                *a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), s, *a);
+            }
+        }};
+    }
+    for r in 0..out.len() / N {
+        let row = row0 + r;
+        let (mut even, mut odd) = ([_mm256_setzero_ps(); N], [_mm256_setzero_ps(); N]);
+        let mut g = 0;
+        while g + 2 <= groups {
+            group!(even, row, g);
+            group!(odd, row, g + 1);
+            g += 2;
+        }
+        if g < groups {
+            group!(even, row, g);
+        }
+        for j in 0..N {
+            let mut off = 0f32;
+            for g in 0..groups {
+                off = (*op.add(row * groups + g)).mul_add(*xsum.add(j * groups + g), off);
+            }
+            out[N * r + j] = hsum(_mm256_add_ps(even[j], odd[j])) + off;
+        }
+    }
+}

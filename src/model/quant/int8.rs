@@ -1,0 +1,338 @@
+//! `y = W x` in integer arithmetic, as llama.cpp decodes (`--int8-dot`): each input row is quantized to int8 in
+//! blocks of 32 values (ggml's Q8_0: scale `max |x| / 127`, values rounded to -127..=127), each group of integer
+//! weights is multiplied with it in 32-bit integers, and only the group's sum is scaled:
+//! `y = sum_g s_w[g] s_x[b(g)] (sum_{i in g} q_w[i] q_x[i])`.
+//!
+//! That is one integer multiply-add per weight (AVX-512 VNNI: 64 per instruction) where the exact path
+//! de-quantizes each weight to f32 with one FMA and multiplies it with another. The price is the rounding of `x`
+//! to 8 bits: products differ from the exact ones by about `max |x| / 254` per block of 32 inputs, times the
+//! weights; the logits, entropies and hidden states that come out differ accordingly (measured in
+//! `docs/engine.md`). The nibble copies ([`Layout::U4`]: Q4_0, Q4_1, Q4_K) add each group's offset times the
+//! sum of its quantized inputs (`o_g s_x sum q_x`, ggml's Q8_1 sums). The symmetric [`Layout::I8`] copies (Q8_0,
+//! Q5_0, Q6_K) take this path; I8 copies with offsets (Q5_1, Q5_K), and CPUs without AVX2, use the exact kernels.
+
+#[cfg(target_arch = "x86_64")]
+use super::x86;
+use super::{matvec::deinterleave, Layout, QMatrix};
+
+/// Input values per scale of the quantized rows (ggml's Q8_0 block).
+pub(super) const BLOCK: usize = 32;
+
+/// `n` rows of `cols` values quantized to int8 in blocks of [`BLOCK`].
+pub(super) struct Int8Rows {
+    pub(super) cols: usize,
+    /// `[n, cols]`, each in -127..=127
+    pub(super) q: Vec<i8>,
+    /// `[n, cols / BLOCK]`: value = `q * scale`
+    pub(super) scale: Vec<f32>,
+    /// `[n, cols / BLOCK]`: each block's `scale * sum q` (what an offset is multiplied by)
+    pub(super) sum: Vec<f32>,
+    /// `[n, cols.div_ceil(64) * 16]`: per 64 columns, the scale of the first block in lanes 0..8 and of the second
+    /// in lanes 8..16 (0 past the end), the layout of the 16 sums of 4 products one AVX-512 multiply-add gives.
+    pub(super) lanes: Vec<f32>,
+}
+
+impl Int8Rows {
+    /// Quantizes each row of `x` (`[n, cols]`, `cols` a multiple of [`BLOCK`]).
+    pub(super) fn new(x: &[f32], cols: usize) -> Int8Rows {
+        assert!(cols.is_multiple_of(BLOCK) && x.len().is_multiple_of(cols));
+        let mut q = Vec::with_capacity(x.len());
+        let mut scale = Vec::with_capacity(x.len() / BLOCK);
+        let mut sum = Vec::with_capacity(x.len() / BLOCK);
+        for block in x.chunks_exact(BLOCK) {
+            let amax = block.iter().fold(0f32, |m, v| m.max(v.abs()));
+            let d = amax / 127.0;
+            let inv = if d > 0.0 { 1.0 / d } else { 0.0 };
+            let at = q.len();
+            q.extend(block.iter().map(|v| (v * inv).round().clamp(-127.0, 127.0) as i8));
+            scale.push(d);
+            sum.push(d * q[at..].iter().map(|&v| v as i32).sum::<i32>() as f32);
+        }
+        let (per_row, chunks) = (cols / BLOCK, cols.div_ceil(64));
+        let mut lanes = vec![0f32; x.len() / cols * chunks * 16];
+        for (r, row_lanes) in lanes.chunks_exact_mut(chunks * 16).enumerate() {
+            for (b, &d) in scale[r * per_row..(r + 1) * per_row].iter().enumerate() {
+                let at = (b / 2) * 16 + (b % 2) * 8;
+                row_lanes[at..at + 8].fill(d);
+            }
+        }
+        Int8Rows { cols, q, scale, sum, lanes }
+    }
+
+    /// Rows `j..j + k` of this.
+    pub(super) fn rows(&self, j: usize, k: usize) -> Int8Rows {
+        let (per_row, lanes_per_row) = (self.cols / BLOCK, self.cols.div_ceil(64) * 16);
+        Int8Rows {
+            cols: self.cols,
+            q: self.q[j * self.cols..(j + k) * self.cols].to_vec(),
+            scale: self.scale[j * per_row..(j + k) * per_row].to_vec(),
+            sum: self.sum[j * per_row..(j + k) * per_row].to_vec(),
+            lanes: self.lanes[j * lanes_per_row..(j + k) * lanes_per_row].to_vec(),
+        }
+    }
+}
+
+impl QMatrix {
+    /// Whether [`QMatrix::matvec_int8`] multiplies in integers here: a nibble copy or a symmetric int8 copy on a
+    /// CPU with AVX2 (x86-64) — else it gives the exact [`QMatrix::matvec`].
+    pub fn int8_dot(&self) -> bool {
+        (self.layout == Layout::U4 || self.offset.is_empty()) && int8_width() > 0
+    }
+
+    /// [`QMatrix::matvec`] with the inputs quantized to int8 and integer products (module doc); the exact
+    /// `matvec` where [`QMatrix::int8_dot`] is false. As there, several vectors share each pass over the weights
+    /// and each result is bit for bit the one-vector result.
+    pub fn matvec_int8(&self, x: &[f32], y: &mut [f32]) {
+        if !self.int8_dot() {
+            return self.matvec(x, y);
+        }
+        assert_eq!(x.len() % self.cols, 0, "matvec_int8: input length {} is not a multiple of {}", x.len(), self.cols);
+        let n = x.len() / self.cols;
+        assert_eq!(y.len(), n * self.rows, "matvec_int8: output length");
+        let xq = Int8Rows::new(x, self.cols);
+        let mut done = 0;
+        while done < n {
+            let k = [8, 4, 2, 1].into_iter().find(|&k| k <= int8_width() && k <= n - done).unwrap_or(1);
+            let part = xq.rows(done, k);
+            let mut inter = vec![0f32; k * self.rows];
+            self.split_rows(k, &mut inter, |row0, out| self.int8_rows_into(k, row0, &part, out));
+            deinterleave(&inter, k, &mut y[done * self.rows..(done + k) * self.rows]);
+            done += k;
+        }
+    }
+
+    /// Rows `row0..row0 + out.len() / k` of `W x_j` for the `k` quantized rows of `x`, interleaved in `out`
+    /// (`[rows][k]`).
+    fn int8_rows_into(&self, k: usize, row0: usize, x: &Int8Rows, out: &mut [f32]) {
+        assert!(row0 + out.len() / k <= self.rows && x.q.len() == k * self.cols && out.len().is_multiple_of(k));
+        #[cfg(target_arch = "x86_64")]
+        {
+            // SAFETY: int8_width() saw the features each kernel needs; the bounds were checked above.
+            unsafe {
+                return match (int8_width(), self.layout, k) {
+                    (8, Layout::I8, 1) => x86::rows_int8_avx512::<1>(self, row0, x, out),
+                    (8, Layout::I8, 2) => x86::rows_int8_avx512::<2>(self, row0, x, out),
+                    (8, Layout::I8, 4) => x86::rows_int8_avx512::<4>(self, row0, x, out),
+                    (8, Layout::I8, 8) => x86::rows_int8_avx512::<8>(self, row0, x, out),
+                    (8, Layout::U4, 1) => x86::rows_int8_u4_avx512::<1>(self, row0, x, out),
+                    (8, Layout::U4, 2) => x86::rows_int8_u4_avx512::<2>(self, row0, x, out),
+                    (8, Layout::U4, 4) => x86::rows_int8_u4_avx512::<4>(self, row0, x, out),
+                    (8, Layout::U4, 8) => x86::rows_int8_u4_avx512::<8>(self, row0, x, out),
+                    (2, Layout::I8, 1) => x86::rows_int8_avx2::<1>(self, row0, x, out),
+                    (2, Layout::I8, 2) => x86::rows_int8_avx2::<2>(self, row0, x, out),
+                    (2, Layout::U4, 1) => x86::rows_int8_u4_avx2::<1>(self, row0, x, out),
+                    (2, Layout::U4, 2) => x86::rows_int8_u4_avx2::<2>(self, row0, x, out),
+                    _ => unreachable!("no {k}-vector kernel for {:?}", self.layout),
+                };
+            }
+        }
+        #[allow(unreachable_code)]
+        {
+            unreachable!("int8_rows_into without a kernel")
+        }
+    }
+}
+
+/// Vectors per pass of the integer kernels on this CPU: 8 with AVX-512 (F, BW, VNNI), 2 with AVX2, 0 without
+/// (no integer path).
+fn int8_width() -> usize {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::is_x86_feature_detected as has;
+        if has!("avx512f") && has!("avx512bw") && has!("avx512vnni") {
+            return 8;
+        }
+        if has!("avx2") && has!("fma") {
+            return 2;
+        }
+    }
+    0
+}
+
+/// The integer products worked out one at a time, in f64: `sum_g s_w[g] s_x[b] sum q_w q_x + o_g s_x sum q_x`
+/// (the reference the kernels are tested against).
+#[cfg(test)]
+pub(super) fn int8_reference(m: &QMatrix, x: &Int8Rows, row: usize, j: usize) -> f64 {
+    let group = m.layout.group();
+    let mut ints = [0f32; 32];
+    let mut sum = 0f64;
+    for g in 0..m.cols / group {
+        m.group_ints(row, g, &mut ints);
+        let (s, o) = m.scale_offset(row, g);
+        let b = j * m.cols / BLOCK + g * group / BLOCK;
+        let xq = &x.q[j * m.cols + g * group..j * m.cols + (g + 1) * group];
+        let dot: i32 = ints[..group].iter().zip(xq).map(|(&w, &v)| w as i32 * v as i32).sum();
+        let xsum: i32 = xq.iter().map(|&v| v as i32).sum();
+        sum += s as f64 * x.scale[b] as f64 * dot as f64 + o as f64 * x.scale[b] as f64 * xsum as f64;
+    }
+    sum
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::fixtures::random;
+    use super::*;
+    use candle_core::quantized::{GgmlDType, QTensor};
+    use candle_core::{Device, Tensor};
+
+    fn matrix(dtype: GgmlDType, rows: usize, cols: usize, seed: u64) -> QMatrix {
+        let t = Tensor::from_vec(random(rows * cols, seed), (rows, cols), &Device::Cpu).unwrap();
+        let qt = QTensor::quantize(&t, dtype).unwrap();
+        QMatrix::from_ggml(dtype, &qt.data().unwrap(), rows, cols).unwrap()
+    }
+
+    /// Quantization by hand: a block of 32 whose largest magnitude is 2.54 gets scale 0.02; 1.0 -> 50, -2.54 ->
+    /// -127, 0.011 -> 1 (0.55 rounds up), 0.009 -> 0; an all-zero block gets scale 0 and zeros; the lanes hold the
+    /// first block's scale in 0..8, the second's in 8..16.
+    #[test]
+    fn rows_quantize_as_ggml_q8_0() {
+        let mut x = vec![0f32; 64];
+        x[0] = 1.0;
+        x[1] = -2.54;
+        x[2] = 0.011;
+        x[3] = 0.009;
+        let r = Int8Rows::new(&x, 64);
+        assert!((r.scale[0] - 0.02).abs() < 1e-7, "{}", r.scale[0]);
+        assert_eq!(&r.q[0..4], &[50, -127, 1, 0]);
+        assert!((r.sum[0] - 0.02 * -76.0).abs() < 1e-6, "{}", r.sum[0]);
+        assert_eq!(r.scale[1], 0.0);
+        assert!(r.q[32..].iter().all(|&v| v == 0));
+        assert_eq!(r.lanes.len(), 16);
+        assert!(r.lanes[..8].iter().all(|&v| v == r.scale[0]) && r.lanes[8..].iter().all(|&v| v == 0.0));
+    }
+
+    /// Inputs that int8 holds exactly (multiples of a block's scale, the largest 127 of them) give the exact
+    /// product up to f32 rounding: only the order of the additions differs.
+    #[test]
+    fn exactly_representable_inputs_give_the_exact_product() {
+        let (rows, cols) = (37, 256);
+        for dtype in [GgmlDType::Q8_0, GgmlDType::Q5_0, GgmlDType::Q6K, GgmlDType::Q4_1, GgmlDType::Q4K] {
+            let m = matrix(dtype, rows, cols, 21);
+            // steps of 0.125 with 127 steps at the start of each block: the scale is 0.125 exactly
+            let x: Vec<f32> = (0..cols)
+                .map(|c| if c % BLOCK == 0 { 127.0 * 0.125 } else { ((c * 37 % 255) as f32 - 127.0) * 0.125 })
+                .collect();
+            let (mut exact, mut int) = (vec![0f32; rows], vec![0f32; rows]);
+            m.matvec(&x, &mut exact);
+            m.matvec_int8(&x, &mut int);
+            assert!(m.int8_dot() || int8_width() == 0);
+            assert!(Int8Rows::new(&x, cols).scale.iter().all(|&d| d == 0.125));
+            for r in 0..rows {
+                assert!(
+                    (exact[r] - int[r]).abs() < 1e-4 * (1.0 + exact[r].abs()),
+                    "{dtype:?} row {r}: {} vs {}",
+                    int[r],
+                    exact[r]
+                );
+            }
+        }
+    }
+
+    /// On random inputs: each kernel against the integer products worked out one by one (tight), and against the
+    /// exact f32 product within the rounding of `x` to 8 bits (at most half a step per input: `sum |w| s_x / 2`);
+    /// 15 vectors (8 + 4 + 2 + 1 per pass) give bit for bit what each gives alone; a 96-column matrix (a last
+    /// half-chunk of 32) and a split over a pool too.
+    #[test]
+    fn kernels_equal_the_integer_products() {
+        for (dtype, rows, cols) in [
+            (GgmlDType::Q8_0, 37, 256),
+            (GgmlDType::Q6K, 37, 256),
+            (GgmlDType::Q5_0, 21, 96),
+            (GgmlDType::Q4_0, 21, 96),
+            (GgmlDType::Q4_1, 37, 256),
+            (GgmlDType::Q4K, 37, 256),
+            (GgmlDType::Q8_0, 1030, 4096),
+            (GgmlDType::Q4K, 1030, 4096),
+        ] {
+            let m = matrix(dtype, rows, cols, 22);
+            let nv = 15;
+            let x = random(nv * cols, 23);
+            let xq = Int8Rows::new(&x, cols);
+            let w = m.dequantize();
+            let mut one = vec![0f32; nv * rows];
+            for j in 0..nv {
+                m.matvec_int8(&x[j * cols..(j + 1) * cols], &mut one[j * rows..(j + 1) * rows]);
+            }
+            for j in 0..nv {
+                for r in 0..rows {
+                    let got = one[j * rows + r] as f64;
+                    let want = int8_reference(&m, &xq, r, j);
+                    assert!(
+                        (got - want).abs() < 1e-4 * (1.0 + want.abs()),
+                        "{dtype:?} row {r} vector {j}: {got} vs {want}"
+                    );
+                    let exact: f64 = (0..cols).map(|c| w[r * cols + c] as f64 * x[j * cols + c] as f64).sum();
+                    let step: f64 = (0..cols)
+                        .map(|c| (w[r * cols + c] as f64).abs() * xq.scale[j * cols / BLOCK + c / BLOCK] as f64 / 2.0)
+                        .sum();
+                    assert!(
+                        (got - exact).abs() <= step + 1e-4,
+                        "{dtype:?} row {r}: {got} vs exact {exact} (bound {step})"
+                    );
+                }
+            }
+            for threads in [1, 3] {
+                let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+                let mut all = vec![0f32; nv * rows];
+                pool.install(|| m.matvec_int8(&x, &mut all));
+                assert_eq!(all, one, "{dtype:?} {rows}x{cols}, {threads} threads");
+            }
+        }
+    }
+
+    /// The AVX2 kernels, which an AVX-512 CPU never picks, against the integer products.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn avx2_kernels_equal_the_integer_products() {
+        if !(std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")) {
+            return;
+        }
+        for (dtype, rows, cols) in [
+            (GgmlDType::Q8_0, 37, 256),
+            (GgmlDType::Q6K, 37, 256),
+            (GgmlDType::Q5_0, 21, 96),
+            (GgmlDType::Q4_1, 21, 96),
+            (GgmlDType::Q4K, 37, 256),
+        ] {
+            let m = matrix(dtype, rows, cols, 24);
+            let x = random(2 * cols, 25);
+            let xq = Int8Rows::new(&x, cols);
+            let (mut one, mut two) = (vec![0f32; 2 * rows], vec![0f32; 2 * rows]);
+            // SAFETY: the CPU has AVX2 and FMA; x holds 2 rows of `cols`, the outputs `rows` (x 2).
+            unsafe {
+                for j in 0..2 {
+                    let (xj, oj) = (&xq.rows(j, 1), &mut one[j * rows..(j + 1) * rows]);
+                    match m.layout {
+                        Layout::U4 => x86::rows_int8_u4_avx2::<1>(&m, 0, xj, oj),
+                        _ => x86::rows_int8_avx2::<1>(&m, 0, xj, oj),
+                    }
+                }
+                match m.layout {
+                    Layout::U4 => x86::rows_int8_u4_avx2::<2>(&m, 0, &xq, &mut two),
+                    _ => x86::rows_int8_avx2::<2>(&m, 0, &xq, &mut two),
+                }
+            }
+            for j in 0..2 {
+                for r in 0..rows {
+                    let (got, want) = (one[j * rows + r] as f64, int8_reference(&m, &xq, r, j));
+                    assert!((got - want).abs() < 1e-4 * (1.0 + want.abs()), "{dtype:?} row {r}: {got} vs {want}");
+                    assert_eq!(two[2 * r + j].to_bits(), one[j * rows + r].to_bits(), "{dtype:?} row {r}, vector {j}");
+                }
+            }
+        }
+    }
+
+    /// Int8 copies with offsets (Q5_1, Q5_K) are not multiplied in integers: the exact product.
+    #[test]
+    fn other_layouts_give_the_exact_product() {
+        for dtype in [GgmlDType::Q5_1, GgmlDType::Q5K] {
+            let m = matrix(dtype, 8, 256, 26);
+            assert!(!m.int8_dot(), "{dtype:?}");
+            let x = random(256, 27);
+            let (mut a, mut b) = (vec![0f32; 8], vec![0f32; 8]);
+            m.matvec(&x, &mut a);
+            m.matvec_int8(&x, &mut b);
+            assert_eq!(a, b, "{dtype:?}");
+        }
+    }
+}
