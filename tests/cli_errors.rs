@@ -56,6 +56,7 @@ fn usage_errors_exit_2() {
         (&["--budget", "1", "--set", "trigger.theta=0.3"], "error: --budget and --set trigger.theta=... both set"),
         (&["--dtype", "bf16"], "error: --dtype bf16: only the batched engine computes in bf16 or f16"),
         (&["--dtype", "f16", "--engine", "reference"], "error: --dtype f16: only the batched engine computes"),
+        (&["--int8-dot", "--engine", "batched"], "error: --int8-dot: only the CPU engine multiplies in integers"),
     ];
     for (extra, want) in cases {
         let (code, err) = eval(extra);

@@ -31,8 +31,8 @@ pub struct ModelArgs {
     #[arg(long)]
     pub f32_decode: bool,
     /// Decode in integer arithmetic as llama.cpp does: each decoded row quantized to int8 per 32 values and
-    /// multiplied with the GGUF's 8-bit, 5-bit and 6-bit blocks in integers (CPU engine; faster, numbers no longer
-    /// those of the f32 weights: docs/engine.md gives the error).
+    /// multiplied with the GGUF's quantized blocks in integers (CPU engine; faster, numbers no longer those of the
+    /// f32 weights: docs/engine.md gives the error).
     #[arg(long, conflicts_with = "f32_decode")]
     pub int8_dot: bool,
     /// Weights and activations in f32, bf16 or f16 (the batched engine: `--device cuda` or `--engine batched`;
@@ -56,9 +56,16 @@ impl ModelArgs {
     }
 
     /// Flag combinations that cannot work, refused before any work: `--dtype` other than f32 needs the batched
-    /// engine.
+    /// engine, `--int8-dot` the CPU engine.
     pub fn check(&self) -> Result<()> {
         let engine = self.engine.resolve(self.device);
+        if self.int8_dot && engine != ragtime::model::Resolved::Cpu {
+            ragtime::usage_bail!(
+                "--int8-dot: only the CPU engine multiplies in integers (--device cpu, --engine auto); the {engine} \
+                 engine on {} multiplies f32 weights",
+                self.device
+            );
+        }
         if !engine.computes_in(self.dtype) {
             ragtime::usage_bail!(
                 "--dtype {}: only the batched engine computes in bf16 or f16 (--device cuda, or --engine batched); \
