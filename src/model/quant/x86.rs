@@ -287,6 +287,24 @@ pub(super) unsafe fn rows_u4_avx512_n<const N: usize>(m: &QMatrix, row0: usize, 
     }
 }
 
+/// The per-row loop of the integer kernels: `$step!(acc, $row, c)` for `c` in `0..$n`, even `c` into one set of
+/// `N` accumulators and odd `c` into another (two dependency chains per vector); gives `(even, odd)`.
+macro_rules! even_odd {
+    ($n:expr, $zero:expr, $step:ident, $row:expr) => {{
+        let (mut even, mut odd) = ([$zero; N], [$zero; N]);
+        let mut c = 0;
+        while c + 2 <= $n {
+            $step!(even, $row, c);
+            $step!(odd, $row, c + 1);
+            c += 2;
+        }
+        if c < $n {
+            $step!(even, $row, c);
+        }
+        (even, odd)
+    }};
+}
+
 /// Integer products (`super::int8`) with AVX-512 VNNI, for `N` quantized rows at once, `out` `[rows][N]`. Per 64
 /// columns: the weights' magnitudes (unsigned) times the inputs with the weights' signs, 4 products summed per
 /// 32-bit lane by one `vpdpbusd` (lanes 0..4 are weights 0..16 of the chunk, and so on); the 16 sums converted to
@@ -332,18 +350,7 @@ pub(super) unsafe fn rows_int8_avx512<const N: usize>(
         }};
     }
     for r in 0..out.len() / N {
-        let row = row0 + r;
-        // even and odd chunks
-        let (mut even, mut odd) = ([_mm512_setzero_ps(); N], [_mm512_setzero_ps(); N]);
-        let mut c = 0;
-        while c + 2 <= chunks {
-            chunk!(even, row, c);
-            chunk!(odd, row, c + 1);
-            c += 2;
-        }
-        if c < chunks {
-            chunk!(even, row, c);
-        }
+        let (even, odd) = even_odd!(chunks, _mm512_setzero_ps(), chunk, row0 + r);
         for j in 0..N {
             out[N * r + j] = _mm512_reduce_add_ps(_mm512_add_ps(even[j], odd[j]));
         }
@@ -386,17 +393,7 @@ pub(super) unsafe fn rows_int8_avx2<const N: usize>(
         }};
     }
     for r in 0..out.len() / N {
-        let row = row0 + r;
-        let (mut even, mut odd) = ([_mm256_setzero_ps(); N], [_mm256_setzero_ps(); N]);
-        let mut b = 0;
-        while b + 2 <= blocks {
-            block!(even, row, b);
-            block!(odd, row, b + 1);
-            b += 2;
-        }
-        if b < blocks {
-            block!(even, row, b);
-        }
+        let (even, odd) = even_odd!(blocks, _mm256_setzero_ps(), block, row0 + r);
         for j in 0..N {
             out[N * r + j] = hsum(_mm256_add_ps(even[j], odd[j]));
         }
@@ -450,16 +447,7 @@ pub(super) unsafe fn rows_int8_u4_avx512<const N: usize>(
     }
     for r in 0..out.len() / N {
         let row = row0 + r;
-        let (mut even, mut odd) = ([_mm512_setzero_ps(); N], [_mm512_setzero_ps(); N]);
-        let mut c = 0;
-        while c + 2 <= chunks {
-            chunk!(even, row, c);
-            chunk!(odd, row, c + 1);
-            c += 2;
-        }
-        if c < chunks {
-            chunk!(even, row, c);
-        }
+        let (even, odd) = even_odd!(chunks, _mm512_setzero_ps(), chunk, row);
         for j in 0..N {
             let mut off = _mm512_setzero_ps();
             let mut g = 0;
@@ -506,16 +494,7 @@ pub(super) unsafe fn rows_int8_u4_avx2<const N: usize>(
     }
     for r in 0..out.len() / N {
         let row = row0 + r;
-        let (mut even, mut odd) = ([_mm256_setzero_ps(); N], [_mm256_setzero_ps(); N]);
-        let mut g = 0;
-        while g + 2 <= groups {
-            group!(even, row, g);
-            group!(odd, row, g + 1);
-            g += 2;
-        }
-        if g < groups {
-            group!(even, row, g);
-        }
+        let (even, odd) = even_odd!(groups, _mm256_setzero_ps(), group, row);
         for j in 0..N {
             let mut off = 0f32;
             for g in 0..groups {
