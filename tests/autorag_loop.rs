@@ -313,7 +313,8 @@ fn algorithm1_filters_candidates_and_records_attempts() {
     assert_eq!(a.sub_answers[0], Some(SubAnswer::Answer));
     // every passage was shown at t = 1, so a second iteration would find nothing new
     assert!(
-        ["kept", "wrong_answer", "no_answer", "repeated_query", "empty_reasoning"].contains(&a.reason.as_str()),
+        ["kept", "wrong_answer", "no_answer", "malformed_query", "repeated_query", "empty_reasoning"]
+            .contains(&a.reason.as_str()),
         "{}",
         a.reason
     );

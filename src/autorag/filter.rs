@@ -9,6 +9,11 @@
 //! "Contains" is [`contains_answer`]: the SQuAD-normalised alias occurs in the normalised `title text` as a
 //! whole-word sequence. Yes/no/maybe answers never count as contained (any passage has the word "no"); for such
 //! questions only a supporting paragraph is a sub-answer.
+//!
+//! [`malformed_query`] is a quality filter of the dialogues (not in the paper, `drop_malformed_queries`): a query
+//! that is a reply rather than a search, or that is about nothing the dialogue has seen.
+
+use std::collections::HashSet;
 
 use crate::eval::metrics::{contains_answer, normalize_answer};
 use crate::qa::Example;
@@ -62,8 +67,83 @@ pub fn answer_matches(answer: &str, golds: &[String], max_words: usize) -> bool 
     words <= max_words && contains_answer(answer, golds) > 0.0
 }
 
+/// Words too common to tie a query to a question.
+const STOPWORDS: &[&str] = &[
+    "the", "and", "for", "are", "was", "were", "what", "which", "who", "whom", "whose", "when", "where", "why", "how",
+    "does", "did", "has", "have", "had", "with", "from", "that", "this", "these", "those", "into", "about", "than",
+    "then", "there", "their", "its", "not", "any", "all", "can", "may", "also", "been", "being", "other",
+];
+
+/// The content words of `text`: lowercase alphanumeric runs of 3 characters or more, not [`STOPWORDS`], a final
+/// "s" dropped (so "genes" meets "gene").
+fn content_words(text: &str) -> HashSet<String> {
+    text.to_lowercase()
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|w| w.chars().count() >= 3 && !STOPWORDS.contains(w))
+        .map(|w| w.strip_suffix('s').filter(|s| s.chars().count() >= 3).unwrap_or(w).to_string())
+        .collect()
+}
+
+/// Whether a chosen query is not a search: empty of content words; opening as a reply does ("Based on the
+/// information provided...", "I'm sorry, ...", "To answer ..."); or sharing no content word with the question nor
+/// with any passage shown so far (`seen`: their titles and texts) — a query copied from the exemplars' questions,
+/// for one. A later hop's query may name what a passage brought up: that counts as seen.
+pub fn malformed_query(query: &str, question: &str, seen: &[String]) -> bool {
+    let lower = query.trim().to_lowercase();
+    const REPLIES: &[&str] = &[
+        "based on",
+        "according to the",
+        "i'm sorry",
+        "i am sorry",
+        "i apologi",
+        "i cannot",
+        "i can't",
+        "i don't",
+        "i do not",
+        "unfortunately",
+        "as an ai",
+        "to answer",
+        "to determine",
+        "the retrieved",
+        "the provided",
+        "there is no",
+        "sorry",
+    ];
+    if REPLIES.iter().any(|r| lower.starts_with(r)) {
+        return true;
+    }
+    let words = content_words(query);
+    if words.is_empty() {
+        return true;
+    }
+    let mut known = content_words(question);
+    for text in seen {
+        known.extend(content_words(text));
+    }
+    words.is_disjoint(&known)
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn malformed_queries_by_hand() {
+        let q = "Which gene controls the consistency of cerumen (ear wax)?";
+        // queries about the question, in its words or a passage's
+        assert!(!malformed_query("Gene controlling the consistency of cerumen", q, &[]));
+        assert!(!malformed_query("ear-wax genes", q, &[]));
+        assert!(!malformed_query("ABCC11 function", q, &["ABCC11 determines wet or dry earwax.".to_string()]));
+        // a reply, not a search
+        assert!(malformed_query("Based on the information provided, there is no answer.", q, &[]));
+        assert!(malformed_query("I'm sorry, but I can't assist with that.", q, &[]));
+        assert!(malformed_query("  To determine the gene, search for cerumen", q, &[]));
+        // copied from an exemplar: nothing the dialogue has seen
+        assert!(malformed_query("Who is the director of film The Sensational Trial?", q, &[]));
+        assert!(malformed_query("ABCC11 function", q, &[]));
+        // no content words at all
+        assert!(malformed_query("What is it?", q, &[]));
+        assert!(malformed_query("", q, &[]));
+    }
+
     use super::*;
     use crate::qa::{AnswerKind, Doc};
 

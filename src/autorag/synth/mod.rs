@@ -19,6 +19,7 @@
 //!    teacher); at t = T the answer is forced as well.
 //! 4. Kept only when: the final answer matches the gold ([`super::filter::answer_matches`]), no query repeats
 //!    an earlier one of the dialogue (SQuAD-normalised; the paper's quality filter, `drop_repeated_queries`),
+//!    every query is a search ([`super::filter::malformed_query`], not in the paper, `drop_malformed_queries`),
 //!    no reasoning is empty, and every prompt fit the model. Otherwise the attempt is recorded with the reason.
 //!
 //! Choices where the paper is unclear: the teacher's own query is one of the candidates (the paper samples
@@ -66,6 +67,9 @@ pub struct SynthConfig {
     pub include_model_query: bool,
     /// Drop dialogues whose queries repeat.
     pub drop_repeated_queries: bool,
+    /// Drop dialogues with a query that is not a search ([`super::filter::malformed_query`]: a reply, or about
+    /// nothing the question or the passages shown so far mention).
+    pub drop_malformed_queries: bool,
     /// An answer containing the gold matches when it has at most this many words.
     pub max_answer_words: usize,
     /// Token limits: one reasoning turn, one query, one forced answer.
@@ -106,6 +110,7 @@ impl Default for SynthConfig {
             rewrite: "fewshot".into(),
             include_model_query: true,
             drop_repeated_queries: true,
+            drop_malformed_queries: true,
             max_answer_words: 10,
             max_new_tokens: 200,
             query_tokens: 32,
@@ -123,7 +128,7 @@ pub struct Attempt {
     pub id: String,
     pub kept: bool,
     /// `kept`, or why not (the first that applies): `context_full`, `no_answer`, `wrong_answer`,
-    /// `empty_reasoning`, `repeated_query`.
+    /// `empty_reasoning`, `malformed_query`, `repeated_query`.
     pub reason: String,
     /// Queries issued (the chosen candidate of each iteration).
     pub iterations: usize,

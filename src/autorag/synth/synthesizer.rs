@@ -170,6 +170,9 @@ impl<'a> Synthesizer<'a> {
         let mut queries: Vec<String> = Vec::new();
         let mut subs: Vec<Option<SubAnswer>> = Vec::new();
         let mut shown: HashSet<String> = HashSet::new();
+        // titles and texts of the passages shown so far, and whether a chosen query was not a search
+        let mut seen: Vec<String> = Vec::new();
+        let mut malformed = false;
         let mut context_full = false;
         let mut empty = false;
         let mut forced = false;
@@ -235,8 +238,10 @@ impl<'a> Synthesizer<'a> {
                     None => (rng.random_range(0..cands.len()), None),
                 };
                 let q = cands[pick].clone();
+                malformed |= filter::malformed_query(&q, &ex.question, &seen);
                 turns.last_mut().unwrap().output = prompts::model_output(t, &r, Next::Query(&q));
                 shown.extend(docs[pick].iter().map(|p| p.id.clone()));
+                seen.extend(docs[pick].iter().map(|p| format!("{} {}", p.title, p.text)));
                 queries.push(q);
                 subs.push(sub);
                 t += 1;
@@ -267,6 +272,8 @@ impl<'a> Synthesizer<'a> {
             "wrong_answer"
         } else if empty {
             "empty_reasoning"
+        } else if cfg.drop_malformed_queries && malformed {
+            "malformed_query"
         } else if cfg.drop_repeated_queries && repeated {
             "repeated_query"
         } else {
