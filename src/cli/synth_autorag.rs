@@ -174,6 +174,10 @@ pub fn run(args: Args) -> Result<()> {
     if args.retr.retriever != ragtime::retrieval::RetrieverKind::Bm25 {
         config["retriever"] = serde_json::Value::String(args.retr.describe());
     }
+    // Likewise integer products (their numbers differ from the exact ones; a resumed run must match).
+    if args.model.int8_dot {
+        config["int8_dot"] = serde_json::Value::Bool(true);
+    }
     // the output before the models load: a wrong --out fails at once
     use ragtime::autorag::synth::store as dstore;
     let (out, part) = match ragtime::shard::Shard::resolve(args.shard)? {

@@ -65,10 +65,14 @@ pub fn run(a: Args) -> Result<()> {
         spec.load_split(Some(&a.split))?.into_iter().take(a.limit.unwrap_or(usize::MAX)).collect();
     let prompt = spec.prompt_builder()?;
     let method = Method::load("none", None, &spec, &[], None, None, a.max_new_tokens)?;
-    let settings = serde_json::json!({
+    let mut settings = serde_json::json!({
         "source": TEMPLATE, "dataset": spec.name, "split": a.split, "model": a.model.model,
         "max_new_tokens": method.max_new,
     });
+    // recorded only when set, so label stores made before `--int8-dot` existed still resume
+    if a.model.int8_dot {
+        settings["int8_dot"] = serde_json::Value::Bool(true);
+    }
     let (out, part) = match ragtime::shard::Shard::resolve(a.shard)? {
         None => (a.out.clone(), None),
         Some(s) => {
