@@ -22,11 +22,12 @@
 //!
 //! Files: `blocks` reads the ggml block formats into the integer copy; `matvec` computes products from it,
 //! with the SIMD kernels in `x86` (AVX-512, AVX2); `int8` computes them in integer arithmetic from inputs
-//! quantized to 8 bits, as llama.cpp does (`--int8-dot`: faster, no longer exact).
+//! quantized to 8 bits (`q8`), as llama.cpp does (`--int8-dot`: faster, no longer exact).
 
 mod blocks;
 mod int8;
 mod matvec;
+mod q8;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 

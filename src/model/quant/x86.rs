@@ -315,7 +315,7 @@ macro_rules! even_odd {
 pub(super) unsafe fn rows_int8_avx512<const N: usize>(
     m: &QMatrix,
     row0: usize,
-    x: &super::int8::Int8Rows,
+    x: &super::q8::Int8Rows,
     out: &mut [f32],
 ) {
     let (cols, groups, sh) = (m.cols, m.cols / GROUP, m.scale_shift);
@@ -364,7 +364,7 @@ pub(super) unsafe fn rows_int8_avx512<const N: usize>(
 pub(super) unsafe fn rows_int8_avx2<const N: usize>(
     m: &QMatrix,
     row0: usize,
-    x: &super::int8::Int8Rows,
+    x: &super::q8::Int8Rows,
     out: &mut [f32],
 ) {
     let (cols, groups, sh) = (m.cols, m.cols / GROUP, m.scale_shift);
@@ -407,7 +407,7 @@ pub(super) unsafe fn rows_int8_avx2<const N: usize>(
 pub(super) unsafe fn rows_int8_u4_avx512<const N: usize>(
     m: &QMatrix,
     row0: usize,
-    x: &super::int8::Int8Rows,
+    x: &super::q8::Int8Rows,
     out: &mut [f32],
 ) {
     let (cols, groups) = (m.cols, m.cols / 32);
@@ -469,7 +469,7 @@ pub(super) unsafe fn rows_int8_u4_avx512<const N: usize>(
 pub(super) unsafe fn rows_int8_u4_avx2<const N: usize>(
     m: &QMatrix,
     row0: usize,
-    x: &super::int8::Int8Rows,
+    x: &super::q8::Int8Rows,
     out: &mut [f32],
 ) {
     let (cols, groups) = (m.cols, m.cols / 32);
