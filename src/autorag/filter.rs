@@ -49,7 +49,27 @@ pub fn sub_answer(ex: &Example, docs: &[Passage]) -> Option<SubAnswer> {
 
 /// Index of the first candidate whose documents hold a sub-answer.
 pub fn first_with_sub_answer(ex: &Example, candidates: &[Vec<Passage>]) -> Option<(usize, SubAnswer)> {
-    candidates.iter().enumerate().find_map(|(i, docs)| sub_answer(ex, docs).map(|s| (i, s)))
+    first_with_sub_answer_among(ex, candidates, &(0..candidates.len()).collect::<Vec<_>>())
+}
+
+/// [`first_with_sub_answer`] over the candidates `allowed` only (indices into `candidates`, in order).
+pub fn first_with_sub_answer_among(
+    ex: &Example,
+    candidates: &[Vec<Passage>],
+    allowed: &[usize],
+) -> Option<(usize, SubAnswer)> {
+    allowed.iter().find_map(|&i| sub_answer(ex, &candidates[i]).map(|s| (i, s)))
+}
+
+/// The candidate queries a dialogue may take: those that are searches (not [`malformed_query`]), in order, or all
+/// of them when none is.
+pub fn well_formed(queries: &[String], question: &str, seen: &[String]) -> Vec<usize> {
+    let ok: Vec<usize> = (0..queries.len()).filter(|&i| !malformed_query(&queries[i], question, seen)).collect();
+    if ok.is_empty() {
+        (0..queries.len()).collect()
+    } else {
+        ok
+    }
 }
 
 /// Whether a final answer matches the gold: exact match after SQuAD normalisation, or the answer has at most
@@ -142,6 +162,24 @@ mod tests {
         // no content words at all
         assert!(malformed_query("What is it?", q, &[]));
         assert!(malformed_query("", q, &[]));
+    }
+
+    /// A malformed candidate is passed over while a search exists, even when its retrieval holds the answer.
+    #[test]
+    fn malformed_candidates_are_passed_over() {
+        let e = Example { question: "Which gene controls cerumen?".into(), ..ex(&["ABCC11"], &[]) };
+        let queries: Vec<String> =
+            ["I'm sorry, I cannot help", "director of film Hypocrite", "cerumen gene", "gene for cerumen type"]
+                .map(String::from)
+                .to_vec();
+        let allowed = well_formed(&queries, &e.question, &[]);
+        assert_eq!(allowed, vec![2, 3]);
+        let cands =
+            vec![vec![p("A", "ABCC11")], vec![p("B", "ABCC11")], vec![p("C", "nothing")], vec![p("D", "ABCC11 SNP")]];
+        assert_eq!(first_with_sub_answer(&e, &cands), Some((0, SubAnswer::Answer)));
+        assert_eq!(first_with_sub_answer_among(&e, &cands, &allowed), Some((3, SubAnswer::Answer)));
+        // none is a search: all may be taken
+        assert_eq!(well_formed(&queries[..2], &e.question, &[]), vec![0, 1]);
     }
 
     use super::*;

@@ -233,9 +233,11 @@ impl<'a> Synthesizer<'a> {
                     .iter()
                     .map(|q| self.retriever.search_excluding(q, cfg.top_k, &shown))
                     .collect::<Result<_>>()?;
-                let (pick, sub) = match filter::first_with_sub_answer(ex, &docs) {
+                // a malformed candidate is taken only when every candidate is
+                let allowed = filter::well_formed(&cands, &ex.question, &seen);
+                let (pick, sub) = match filter::first_with_sub_answer_among(ex, &docs, &allowed) {
                     Some((i, s)) => (i, Some(s)),
-                    None => (rng.random_range(0..cands.len()), None),
+                    None => (allowed[rng.random_range(0..allowed.len())], None),
                 };
                 let q = cands[pick].clone();
                 malformed |= filter::malformed_query(&q, &ex.question, &seen);
