@@ -133,6 +133,32 @@ fn drift(
     drift_of(&lm, reference)
 }
 
+impl Drift {
+    /// One row of the printed table.
+    fn print(&self, name: &str) {
+        eprintln!(
+            "| {name} | {}/{} | {:.2e} | {:.2e} | {:.2e} | {:.2e} | {:.2e} |",
+            self.agree, self.steps, self.dlogit, self.dentropy, self.dattn, self.dfinal, self.dmean
+        );
+    }
+
+    /// Holds it to bounds on top-5 logits, entropy, attention (absolute) and hidden states (relative L2), and to
+    /// the reference's greedy token at 95% of the steps or more.
+    fn hold(&self, name: &str, [max_logit, max_entropy, max_attn, max_hidden]: [f32; 4]) {
+        let d = self;
+        assert!(
+            d.agree as f64 >= 0.95 * d.steps as f64,
+            "{name}: greedy token agrees at {}/{} steps",
+            d.agree,
+            d.steps
+        );
+        assert!(d.dlogit < max_logit, "{name}: top-5 logits differ by {}", d.dlogit);
+        assert!(d.dentropy < max_entropy, "{name}: entropy differs by {}", d.dentropy);
+        assert!(d.dattn < max_attn, "{name}: attention differs by {}", d.dattn);
+        assert!(d.dfinal.max(d.dmean) < max_hidden, "{name}: hidden states rel L2 {} / {}", d.dfinal, d.dmean);
+    }
+}
+
 /// [`Drift`] of a loaded model.
 fn drift_of(lm: &Lm, reference: &Value) -> Drift {
     let mut d = Drift { agree: 0, steps: 0, dlogit: 0.0, dentropy: 0.0, dattn: 0.0, dfinal: 0.0, dmean: 0.0 };
@@ -223,7 +249,7 @@ fn smollm2_on_cuda_in_f32_bf16_and_f16_stays_near_transformers_f32() {
 /// `--int8-dot`: the CPU engine with llama.cpp's arithmetic (inputs quantized to int8, integer products) against
 /// transformers' f32 outputs, beside the exact products (printed with `--nocapture`; docs/engine.md keeps the
 /// table): within about 1.5x what it measures, the reference's greedy token at 95% of the steps or more.
-fn check_int8_dot(model_file: &str, reference: &str, [max_logit, max_entropy, max_attn, max_hidden]: [f32; 4]) {
+fn check_int8_dot(model_file: &str, reference: &str, bounds: [f32; 4]) {
     let Some(reference) = load_reference(reference) else { return };
     let model = ragtime::require_checkpoint!(model_file);
     let mut lm = Lm::load(&model, DeviceKind::Cpu, None).unwrap();
@@ -232,18 +258,10 @@ fn check_int8_dot(model_file: &str, reference: &str, [max_logit, max_entropy, ma
     assert!(lm.engine().contains("int8"), "{}", lm.engine());
     let d = drift_of(&lm, &reference);
     eprintln!("| {model_file} | greedy agrees | top-5 logit | entropy | attention | hidden final | hidden mean |");
-    for (name, d) in [("exact", &exact), ("--int8-dot", &d)] {
-        eprintln!(
-            "| {name} | {}/{} | {:.2e} | {:.2e} | {:.2e} | {:.2e} | {:.2e} |",
-            d.agree, d.steps, d.dlogit, d.dentropy, d.dattn, d.dfinal, d.dmean
-        );
-    }
+    exact.print("exact");
+    d.print("--int8-dot");
     assert!(d.dlogit > exact.dlogit, "--int8-dot changed nothing: the products are not the integer ones");
-    assert!(d.agree as f64 >= 0.95 * d.steps as f64, "greedy token agrees at {}/{} steps", d.agree, d.steps);
-    assert!(d.dlogit < max_logit, "top-5 logits differ by {}", d.dlogit);
-    assert!(d.dentropy < max_entropy, "entropy differs by {}", d.dentropy);
-    assert!(d.dattn < max_attn, "attention differs by {}", d.dattn);
-    assert!(d.dfinal.max(d.dmean) < max_hidden, "hidden states rel L2 {} / {}", d.dfinal, d.dmean);
+    d.hold("--int8-dot", bounds);
 }
 
 #[test]
@@ -271,16 +289,9 @@ fn check_precisions(
     // every precision is measured and printed before any is held to its bounds
     let drifts: Vec<Drift> = bounds.iter().map(|&(p, _)| drift(&model, &reference, device, p)).collect();
     for (&(p, _), d) in bounds.iter().zip(&drifts) {
-        eprintln!(
-            "| {p} | {}/{} | {:.2e} | {:.2e} | {:.2e} | {:.2e} | {:.2e} |",
-            d.agree, d.steps, d.dlogit, d.dentropy, d.dattn, d.dfinal, d.dmean
-        );
+        d.print(&p.to_string());
     }
-    for (&(p, [max_logit, max_entropy, max_attn, max_hidden]), d) in bounds.iter().zip(drifts) {
-        assert!(d.agree as f64 >= 0.95 * d.steps as f64, "{p}: greedy token agrees at {}/{} steps", d.agree, d.steps);
-        assert!(d.dlogit < max_logit, "{p}: top-5 logits differ by {}", d.dlogit);
-        assert!(d.dentropy < max_entropy, "{p}: entropy differs by {}", d.dentropy);
-        assert!(d.dattn < max_attn, "{p}: attention differs by {}", d.dattn);
-        assert!(d.dfinal.max(d.dmean) < max_hidden, "{p}: hidden states rel L2 {} / {}", d.dfinal, d.dmean);
+    for (&(p, b), d) in bounds.iter().zip(drifts) {
+        d.hold(&p.to_string(), b);
     }
 }

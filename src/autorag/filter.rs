@@ -18,6 +18,7 @@ use std::collections::HashSet;
 use crate::eval::metrics::{contains_answer, normalize_answer};
 use crate::qa::Example;
 use crate::retrieval::Passage;
+use crate::text::words::is_stop_word;
 
 /// Why a set of documents counts as holding a sub-answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -47,13 +48,9 @@ pub fn sub_answer(ex: &Example, docs: &[Passage]) -> Option<SubAnswer> {
     docs.iter().any(|p| passage_has_answer(p, &ex.answers)).then_some(SubAnswer::Answer)
 }
 
-/// Index of the first candidate whose documents hold a sub-answer.
-pub fn first_with_sub_answer(ex: &Example, candidates: &[Vec<Passage>]) -> Option<(usize, SubAnswer)> {
-    first_with_sub_answer_among(ex, candidates, &(0..candidates.len()).collect::<Vec<_>>())
-}
-
-/// [`first_with_sub_answer`] over the candidates `allowed` only (indices into `candidates`, in order).
-pub fn first_with_sub_answer_among(
+/// Index of the first of the candidates `allowed` (indices into `candidates`, in order) whose documents hold a
+/// sub-answer.
+pub fn first_with_sub_answer(
     ex: &Example,
     candidates: &[Vec<Passage>],
     allowed: &[usize],
@@ -61,10 +58,10 @@ pub fn first_with_sub_answer_among(
     allowed.iter().find_map(|&i| sub_answer(ex, &candidates[i]).map(|s| (i, s)))
 }
 
-/// The candidate queries a dialogue may take: those that are searches (not [`malformed_query`]), in order, or all
-/// of them when none is.
-pub fn well_formed(queries: &[String], question: &str, seen: &[String]) -> Vec<usize> {
-    let ok: Vec<usize> = (0..queries.len()).filter(|&i| !malformed_query(&queries[i], question, seen)).collect();
+/// The candidate queries a dialogue may take: those that are searches (not [`malformed_query`] against `known`),
+/// in order, or all of them when none is.
+pub fn well_formed(queries: &[String], known: &HashSet<String>) -> Vec<usize> {
+    let ok: Vec<usize> = (0..queries.len()).filter(|&i| !malformed_query(&queries[i], known)).collect();
     if ok.is_empty() {
         (0..queries.len()).collect()
     } else {
@@ -87,28 +84,22 @@ pub fn answer_matches(answer: &str, golds: &[String], max_words: usize) -> bool 
     words <= max_words && contains_answer(answer, golds) > 0.0
 }
 
-/// Words too common to tie a query to a question.
-const STOPWORDS: &[&str] = &[
-    "the", "and", "for", "are", "was", "were", "what", "which", "who", "whom", "whose", "when", "where", "why", "how",
-    "does", "did", "has", "have", "had", "with", "from", "that", "this", "these", "those", "into", "about", "than",
-    "then", "there", "their", "its", "not", "any", "all", "can", "may", "also", "been", "being", "other",
-];
-
-/// The content words of `text`: lowercase alphanumeric runs of 3 characters or more, not [`STOPWORDS`], a final
-/// "s" dropped (so "genes" meets "gene").
-fn content_words(text: &str) -> HashSet<String> {
+/// The content words of `text`: lowercase alphanumeric runs of 3 characters or more, not stop words
+/// ([`is_stop_word`], spaCy's list), a final "s" dropped (so "genes" meets "gene"). What a dialogue has seen is
+/// the content words of its question and of every passage shown so far.
+pub fn content_words(text: &str) -> HashSet<String> {
     text.to_lowercase()
         .split(|c: char| !c.is_alphanumeric())
-        .filter(|w| w.chars().count() >= 3 && !STOPWORDS.contains(w))
+        .filter(|w| w.chars().count() >= 3 && !is_stop_word(w))
         .map(|w| w.strip_suffix('s').filter(|s| s.chars().count() >= 3).unwrap_or(w).to_string())
         .collect()
 }
 
 /// Whether a chosen query is not a search: empty of content words; opening as a reply does ("Based on the
-/// information provided...", "I'm sorry, ...", "To answer ..."); or sharing no content word with the question nor
-/// with any passage shown so far (`seen`: their titles and texts) — a query copied from the exemplars' questions,
-/// for one. A later hop's query may name what a passage brought up: that counts as seen.
-pub fn malformed_query(query: &str, question: &str, seen: &[String]) -> bool {
+/// information provided...", "I'm sorry, ...", "To answer ..."); or sharing no content word with `known`, the
+/// [`content_words`] of the question and of every passage shown so far — a query copied from the exemplars'
+/// questions, for one. A later hop's query may name what a passage brought up: that counts as known.
+pub fn malformed_query(query: &str, known: &HashSet<String>) -> bool {
     let lower = query.trim().to_lowercase();
     const REPLIES: &[&str] = &[
         "based on",
@@ -133,35 +124,35 @@ pub fn malformed_query(query: &str, question: &str, seen: &[String]) -> bool {
         return true;
     }
     let words = content_words(query);
-    if words.is_empty() {
-        return true;
-    }
-    let mut known = content_words(question);
-    for text in seen {
-        known.extend(content_words(text));
-    }
-    words.is_disjoint(&known)
+    words.is_empty() || words.is_disjoint(known)
 }
 
 #[cfg(test)]
 mod tests {
+    /// What a dialogue knows after showing the passages `seen`.
+    fn known(question: &str, seen: &[&str]) -> HashSet<String> {
+        let mut k = content_words(question);
+        seen.iter().for_each(|t| k.extend(content_words(t)));
+        k
+    }
+
     #[test]
     fn malformed_queries_by_hand() {
         let q = "Which gene controls the consistency of cerumen (ear wax)?";
         // queries about the question, in its words or a passage's
-        assert!(!malformed_query("Gene controlling the consistency of cerumen", q, &[]));
-        assert!(!malformed_query("ear-wax genes", q, &[]));
-        assert!(!malformed_query("ABCC11 function", q, &["ABCC11 determines wet or dry earwax.".to_string()]));
+        assert!(!malformed_query("Gene controlling the consistency of cerumen", &known(q, &[])));
+        assert!(!malformed_query("ear-wax genes", &known(q, &[])));
+        assert!(!malformed_query("ABCC11 function", &known(q, &["ABCC11 determines wet or dry earwax."])));
         // a reply, not a search
-        assert!(malformed_query("Based on the information provided, there is no answer.", q, &[]));
-        assert!(malformed_query("I'm sorry, but I can't assist with that.", q, &[]));
-        assert!(malformed_query("  To determine the gene, search for cerumen", q, &[]));
+        assert!(malformed_query("Based on the information provided, there is no answer.", &known(q, &[])));
+        assert!(malformed_query("I'm sorry, but I can't assist with that.", &known(q, &[])));
+        assert!(malformed_query("  To determine the gene, search for cerumen", &known(q, &[])));
         // copied from an exemplar: nothing the dialogue has seen
-        assert!(malformed_query("Who is the director of film The Sensational Trial?", q, &[]));
-        assert!(malformed_query("ABCC11 function", q, &[]));
+        assert!(malformed_query("Who is the director of film The Sensational Trial?", &known(q, &[])));
+        assert!(malformed_query("ABCC11 function", &known(q, &[])));
         // no content words at all
-        assert!(malformed_query("What is it?", q, &[]));
-        assert!(malformed_query("", q, &[]));
+        assert!(malformed_query("What is it?", &known(q, &[])));
+        assert!(malformed_query("", &known(q, &[])));
     }
 
     /// A malformed candidate is passed over while a search exists, even when its retrieval holds the answer.
@@ -172,14 +163,14 @@ mod tests {
             ["I'm sorry, I cannot help", "director of film Hypocrite", "cerumen gene", "gene for cerumen type"]
                 .map(String::from)
                 .to_vec();
-        let allowed = well_formed(&queries, &e.question, &[]);
+        let allowed = well_formed(&queries, &known(&e.question, &[]));
         assert_eq!(allowed, vec![2, 3]);
         let cands =
             vec![vec![p("A", "ABCC11")], vec![p("B", "ABCC11")], vec![p("C", "nothing")], vec![p("D", "ABCC11 SNP")]];
-        assert_eq!(first_with_sub_answer(&e, &cands), Some((0, SubAnswer::Answer)));
-        assert_eq!(first_with_sub_answer_among(&e, &cands, &allowed), Some((3, SubAnswer::Answer)));
+        assert_eq!(first_with_sub_answer(&e, &cands, &[0, 1, 2, 3]), Some((0, SubAnswer::Answer)));
+        assert_eq!(first_with_sub_answer(&e, &cands, &allowed), Some((3, SubAnswer::Answer)));
         // none is a search: all may be taken
-        assert_eq!(well_formed(&queries[..2], &e.question, &[]), vec![0, 1]);
+        assert_eq!(well_formed(&queries[..2], &known(&e.question, &[])), vec![0, 1]);
     }
 
     use super::*;
@@ -224,8 +215,8 @@ mod tests {
         let yn = ex(&["no"], &[]);
         assert_eq!(sub_answer(&yn, &[p("X", "There is no such thing.")]), None);
         let cands = vec![vec![p("A", "nothing")], vec![p("B", "Kennedy")], vec![p("C", "JFK")], vec![p("D", "JFK")]];
-        assert_eq!(first_with_sub_answer(&e, &cands), Some((2, SubAnswer::Answer)));
-        assert_eq!(first_with_sub_answer(&e, &cands[..2]), None);
+        assert_eq!(first_with_sub_answer(&e, &cands, &[0, 1, 2, 3]), Some((2, SubAnswer::Answer)));
+        assert_eq!(first_with_sub_answer(&e, &cands[..2], &[0, 1]), None);
     }
 
     #[test]

@@ -170,8 +170,9 @@ impl<'a> Synthesizer<'a> {
         let mut queries: Vec<String> = Vec::new();
         let mut subs: Vec<Option<SubAnswer>> = Vec::new();
         let mut shown: HashSet<String> = HashSet::new();
-        // titles and texts of the passages shown so far, and whether a chosen query was not a search
-        let mut seen: Vec<String> = Vec::new();
+        // the content words of the question and of the passages shown so far, and whether a chosen query was not a
+        // search
+        let mut known = filter::content_words(&ex.question);
         let mut malformed = false;
         let mut context_full = false;
         let mut empty = false;
@@ -234,16 +235,19 @@ impl<'a> Synthesizer<'a> {
                     .map(|q| self.retriever.search_excluding(q, cfg.top_k, &shown))
                     .collect::<Result<_>>()?;
                 // a malformed candidate is taken only when every candidate is
-                let allowed = filter::well_formed(&cands, &ex.question, &seen);
-                let (pick, sub) = match filter::first_with_sub_answer_among(ex, &docs, &allowed) {
+                let allowed = filter::well_formed(&cands, &known);
+                let (pick, sub) = match filter::first_with_sub_answer(ex, &docs, &allowed) {
                     Some((i, s)) => (i, Some(s)),
                     None => (allowed[rng.random_range(0..allowed.len())], None),
                 };
                 let q = cands[pick].clone();
-                malformed |= filter::malformed_query(&q, &ex.question, &seen);
+                malformed |= filter::malformed_query(&q, &known);
                 turns.last_mut().unwrap().output = prompts::model_output(t, &r, Next::Query(&q));
                 shown.extend(docs[pick].iter().map(|p| p.id.clone()));
-                seen.extend(docs[pick].iter().map(|p| format!("{} {}", p.title, p.text)));
+                for p in &docs[pick] {
+                    known.extend(filter::content_words(&p.title));
+                    known.extend(filter::content_words(&p.text));
+                }
                 queries.push(q);
                 subs.push(sub);
                 t += 1;

@@ -11,12 +11,13 @@
 //! sum of its quantized inputs (`o_g s_x sum q_x`, ggml's Q8_1 sums). The symmetric [`Layout::I8`] copies (Q8_0,
 //! Q5_0, Q6_K) take this path; I8 copies with offsets (Q5_1, Q5_K), and CPUs without AVX2, use the exact kernels.
 
+use super::matvec::{deinterleave, passes};
 use super::q8::Int8Rows;
 #[cfg(test)]
 use super::q8::BLOCK;
 #[cfg(target_arch = "x86_64")]
 use super::x86;
-use super::{matvec::deinterleave, Layout, QMatrix};
+use super::{Layout, QMatrix};
 
 impl QMatrix {
     /// Whether [`QMatrix::matvec_int8`] multiplies in integers here: a nibble copy or a symmetric int8 copy on a
@@ -35,15 +36,12 @@ impl QMatrix {
         assert_eq!(x.len() % self.cols, 0, "matvec_int8: input length {} is not a multiple of {}", x.len(), self.cols);
         let n = x.len() / self.cols;
         assert_eq!(y.len(), n * self.rows, "matvec_int8: output length");
-        let xq = Int8Rows::new(x, self.cols);
-        let mut done = 0;
-        while done < n {
-            let k = [8, 4, 2, 1].into_iter().find(|&k| k <= int8_width() && k <= n - done).unwrap_or(1);
-            let part = xq.rows(done, k);
+        for (done, k) in passes(n, int8_width()) {
+            // each row is quantized on its own, so a pass quantizes just its rows
+            let xq = Int8Rows::new(&x[done * self.cols..(done + k) * self.cols], self.cols);
             let mut inter = vec![0f32; k * self.rows];
-            self.split_rows(k, &mut inter, |row0, out| self.int8_rows_into(k, row0, &part, out));
+            self.split_rows(k, &mut inter, |row0, out| self.int8_rows_into(k, row0, &xq, out));
             deinterleave(&inter, k, &mut y[done * self.rows..(done + k) * self.rows]);
-            done += k;
         }
     }
 
@@ -227,7 +225,8 @@ mod tests {
             // SAFETY: the CPU has AVX2 and FMA; x holds 2 rows of `cols`, the outputs `rows` (x 2).
             unsafe {
                 for j in 0..2 {
-                    let (xj, oj) = (&xq.rows(j, 1), &mut one[j * rows..(j + 1) * rows]);
+                    let (xj, oj) =
+                        (&Int8Rows::new(&x[j * cols..(j + 1) * cols], cols), &mut one[j * rows..(j + 1) * rows]);
                     match m.layout {
                         Layout::U4 => x86::rows_int8_u4_avx2::<1>(&m, 0, xj, oj),
                         _ => x86::rows_int8_avx2::<1>(&m, 0, xj, oj),

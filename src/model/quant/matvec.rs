@@ -17,11 +17,7 @@ impl QMatrix {
         assert_eq!(x.len() % self.cols, 0, "matvec: input length {} is not a multiple of {}", x.len(), self.cols);
         let n = x.len() / self.cols;
         assert_eq!(y.len(), n * self.rows, "matvec: output length");
-        let width = self.vectors_per_pass();
-        let mut done = 0;
-        while done < n {
-            // the widest kernel that fits what is left: 8, 4, 2 or 1 vectors
-            let k = [8, 4, 2, 1].into_iter().find(|&k| k <= width && k <= n - done).unwrap_or(1);
+        for (done, k) in passes(n, self.vectors_per_pass()) {
             let xs = &x[done * self.cols..(done + k) * self.cols];
             let ys = &mut y[done * self.rows..(done + k) * self.rows];
             if k == 1 {
@@ -32,7 +28,6 @@ impl QMatrix {
                 self.split_rows(k, &mut inter, |row0, out| self.rows_into_n(k, row0, xs, out));
                 deinterleave(&inter, k, ys);
             }
-            done += k;
         }
     }
 
@@ -123,6 +118,19 @@ impl QMatrix {
         }
         rows_scalar(self, row0, x, out)
     }
+}
+
+/// The passes over the weights that `n` vectors take with kernels of at most `width` vectors: `(first vector,
+/// vectors)`, each the widest kernel that fits what is left (8, 4, 2 or 1 vectors).
+pub(super) fn passes(n: usize, width: usize) -> impl Iterator<Item = (usize, usize)> {
+    let mut done = 0;
+    std::iter::from_fn(move || {
+        (done < n).then(|| {
+            let k = [8, 4, 2, 1].into_iter().find(|&k| k <= width && k <= n - done).unwrap_or(1);
+            done += k;
+            (done - k, k)
+        })
+    })
 }
 
 /// `inter` (`[rows][k]`) into `y` (`[k][rows]`).

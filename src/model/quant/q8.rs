@@ -7,7 +7,6 @@ pub(super) const BLOCK: usize = 32;
 
 /// `n` rows of `cols` values quantized to int8 in blocks of [`BLOCK`].
 pub(super) struct Int8Rows {
-    pub(super) cols: usize,
     /// `[n, cols]`, each in -127..=127
     pub(super) q: Vec<i8>,
     /// `[n, cols / BLOCK]`: value = `q * scale`
@@ -43,19 +42,7 @@ impl Int8Rows {
                 row_lanes[at..at + 8].fill(d);
             }
         }
-        Int8Rows { cols, q, scale, sum, lanes }
-    }
-
-    /// Rows `j..j + k` of this.
-    pub(super) fn rows(&self, j: usize, k: usize) -> Int8Rows {
-        let (per_row, lanes_per_row) = (self.cols / BLOCK, self.cols.div_ceil(64) * 16);
-        Int8Rows {
-            cols: self.cols,
-            q: self.q[j * self.cols..(j + k) * self.cols].to_vec(),
-            scale: self.scale[j * per_row..(j + k) * per_row].to_vec(),
-            sum: self.sum[j * per_row..(j + k) * per_row].to_vec(),
-            lanes: self.lanes[j * lanes_per_row..(j + k) * lanes_per_row].to_vec(),
-        }
+        Int8Rows { q, scale, sum, lanes }
     }
 }
 
