@@ -11,7 +11,7 @@ use ragtime::autorag::dialogue::{Dialogue, Turn};
 use ragtime::device::DeviceKind;
 use ragtime::model::llama::{Capture, Rope};
 use ragtime::model::{random_weights, Arch, Lm, MemoryWeights, ModelConfig, Tokenizer};
-use ragtime::sft::export::export_hf;
+use ragtime::sft::export::{export_hf, TokenizerJson};
 use ragtime::sft::{LoraConfig, SftConfig, SftData};
 
 fn tokenizer_path() -> std::path::PathBuf {
@@ -70,7 +70,7 @@ fn trained_model_exports_and_loads_back_with_the_same_logits() {
         assert!(t.model.layers.iter().all(|b| b.self_attn.q_proj.lora.is_none()), "export needs merged adapters");
 
         let dir = tempfile::tempdir().unwrap();
-        export_hf(&t.model, &mcfg, &tokenizer_path(), &tok, dir.path()).unwrap();
+        export_hf(&t.model, &mcfg, &TokenizerJson::File(tokenizer_path()), &tok, dir.path()).unwrap();
         for f in
             ["config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "generation_config.json"]
         {

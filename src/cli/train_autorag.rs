@@ -20,7 +20,7 @@ use ragtime::model::gguf::GgufFile;
 use ragtime::model::safetensors::SafetensorsDir;
 use ragtime::model::weights::WeightSource;
 use ragtime::model::{ModelConfig, Tokenizer};
-use ragtime::sft::export::{export_hf, write_tensors};
+use ragtime::sft::export::{export_hf, write_tensors, TokenizerJson};
 use ragtime::sft::lora::{adapter_config_json, LoraConfig};
 use ragtime::sft::train::{remove_checkpoint, Trained};
 use ragtime::sft::{read_dialogues, SftConfig, SftData};
@@ -99,6 +99,11 @@ pub struct Args {
     /// that CUDA compiles each kernel once; same losses (default: [train] static_shapes).
     #[arg(long)]
     pub static_shapes: bool,
+    /// Keep only each decoder layer's input and recompute the layer during the backward pass: activation memory
+    /// of one layer instead of all, for about a third more time per update; same losses (default: [train]
+    /// gradient_checkpointing).
+    #[arg(long)]
+    pub gradient_checkpointing: bool,
     /// Write the run's plan (settings, tokenized dialogues with their loss masks, every update's micro-batches and
     /// learning rate) as JSON lines to this file and exit without training: another trainer can replay exactly
     /// this run (scripts/train_autorag_torch.py does, as the PyTorch reference).
@@ -181,6 +186,7 @@ impl Args {
         }
         cfg.stop_after = self.stop_after;
         cfg.static_shapes |= self.static_shapes;
+        cfg.gradient_checkpointing |= self.gradient_checkpointing;
         cfg.validate()?;
         Ok(cfg)
     }
@@ -190,35 +196,44 @@ impl Args {
 fn open_base(
     model: &Path,
     tokenizer: Option<&Path>,
-) -> Result<(Box<dyn WeightSource>, ModelConfig, Tokenizer, PathBuf)> {
+) -> Result<(Box<dyn WeightSource>, ModelConfig, Tokenizer, TokenizerJson)> {
     ragtime::model::require_model(model)?;
-    let (src, cfg, tok, tok_json): (Box<dyn WeightSource>, ModelConfig, Tokenizer, PathBuf) =
+    let (src, cfg, tok, tok_json): (Box<dyn WeightSource>, ModelConfig, Tokenizer, TokenizerJson) =
         if ragtime::io::is_dir(model)? {
             let st = SafetensorsDir::open(model)?;
             let cfg = st.config().clone();
             let tj = tokenizer.map(Path::to_path_buf).unwrap_or_else(|| model.join("tokenizer.json"));
             let tok = Tokenizer::from_file(&tj)?;
-            (Box::new(st), cfg, tok, tj)
+            (Box::new(st), cfg, tok, TokenizerJson::File(tj))
         } else {
             let g = GgufFile::open(model)?;
             let cfg = g.config().clone();
             let beside = model.with_file_name("tokenizer.json");
-            let tj = match tokenizer {
-                Some(t) => t.to_path_buf(),
-                None if ragtime::io::exists(&beside)? => beside,
-                None => bail!(
-                "{}: a GGUF model needs --tokenizer PATH/tokenizer.json (it is copied into the exported folder), e.g. \
-                 --tokenizer ../shared/data/models/smollm2-135m-instruct/tokenizer.json for SmolLM2",
-                model.display()
-            ),
+            let file = match tokenizer {
+                Some(t) => Some(t.to_path_buf()),
+                None if ragtime::io::exists(&beside)? => Some(beside),
+                None => None,
             };
-            let mut tok = Tokenizer::from_file(&tj)?;
-            if tok.default_system.is_none() {
-                // A bare tokenizer.json has no chat template; the GGUF's own says which system prompt inference
-                // with this model inserts, and training must render the same.
-                tok.default_system = Tokenizer::from_gguf(&g).ok().and_then(|t| t.default_system);
+            match file {
+                Some(tj) => {
+                    let mut tok = Tokenizer::from_file(&tj)?;
+                    if tok.default_system.is_none() {
+                        // A bare tokenizer.json has no chat template; the GGUF's own says which system prompt
+                        // inference with this model inserts, and training must render the same.
+                        tok.default_system = Tokenizer::from_gguf(&g).ok().and_then(|t| t.default_system);
+                    }
+                    (Box::new(g), cfg, tok, TokenizerJson::File(tj))
+                }
+                // No tokenizer.json: the GGUF's own vocabulary, the tokenizer inference uses, is also the one
+                // the exported folder ships.
+                None => {
+                    let tok = Tokenizer::from_gguf(&g).with_context(|| {
+                        format!("{}: pass --tokenizer PATH/tokenizer.json for this model", model.display())
+                    })?;
+                    let text = Tokenizer::gguf_json(&g)?.to_string();
+                    (Box::new(g), cfg, tok, TokenizerJson::Text(text))
+                }
             }
-            (Box::new(g), cfg, tok, tj)
         };
     if tok.vocab_size() > cfg.vocab_size {
         bail!(
@@ -313,7 +328,7 @@ struct SftJob<'a> {
     cfg: &'a SftConfig,
     ckpt: &'a Path,
     tok: &'a Tokenizer,
-    tok_json: &'a Path,
+    tok_json: &'a TokenizerJson,
 }
 
 impl TrainJob for SftJob<'_> {
@@ -359,7 +374,7 @@ fn finish<B: burn::prelude::Backend>(
     t: Trained<B>,
     model_cfg: &ModelConfig,
     tok: &Tokenizer,
-    tok_json: &Path,
+    tok_json: &TokenizerJson,
 ) -> Result<()> {
     std::fs::write(a.out.join("train_report.json"), serde_json::to_string_pretty(&t.state)?)?;
     if !t.finished {

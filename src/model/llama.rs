@@ -297,7 +297,32 @@ pub struct Segment<'a, B: Backend> {
     pub capture: Capture,
 }
 
+impl<B: Backend> Block<B> {
+    /// One decoder layer. x: [b, t, d] at positions start..start+t -> ([b, t, d], attention probabilities
+    /// [b, h, t, keys] if `keep_probs`). With a cache, this layer's keys/values are appended to it.
+    pub fn forward(
+        &self,
+        x: Tensor<B, 3>,
+        rope: &Rope<B>,
+        start: usize,
+        cache: Option<(&mut KvCache<B>, usize)>,
+        keep_probs: bool,
+    ) -> (Tensor<B, 3>, Option<Tensor<B, 4>>) {
+        let (a, probs) =
+            self.self_attn.forward(self.input_layernorm.forward(x.clone()), rope, start, cache, keep_probs);
+        let h = x + a;
+        let m = self.mlp.forward(self.post_attention_layernorm.forward(h.clone()));
+        (h + m, probs)
+    }
+}
+
 impl<B: Backend> Llama<B> {
+    /// ids: [b, t] -> the token embeddings [b, t, d]
+    pub fn embed(&self, ids: Tensor<B, 2, Int>) -> Tensor<B, 3> {
+        let ([b, t], [_, d]) = (ids.dims(), self.embed_tokens.dims());
+        self.embed_tokens.val().select(0, ids.reshape([b * t])).reshape([b, t, d])
+    }
+
     pub fn config_dims(&self) -> (usize, usize) {
         let [v, d] = self.embed_tokens.dims();
         (v, d)
@@ -319,16 +344,9 @@ impl<B: Backend> Llama<B> {
     /// several questions at once). Each segment's results are bit for bit those of [`Llama::forward`] on it
     /// alone: each goes through the layers on its own (burn's ops; the CPU engine shares the decoding rows' products).
     pub fn forward_many(&self, mut segs: Vec<Segment<'_, B>>, rope: &Rope<B>) -> Vec<ForwardOut<B>> {
-        let [_, d] = self.embed_tokens.dims();
         let ns = segs.len();
         // x_i: [b_i, t_i, d]
-        let mut xs: Vec<Tensor<B, 3>> = segs
-            .iter()
-            .map(|s| {
-                let [b, t] = s.ids.dims();
-                self.embed_tokens.val().select(0, s.ids.clone().reshape([b * t])).reshape([b, t, d])
-            })
-            .collect();
+        let mut xs: Vec<Tensor<B, 3>> = segs.iter().map(|s| self.embed(s.ids.clone())).collect();
         let lens: Vec<usize> = segs.iter().map(|s| s.ids.dims()[1]).collect();
         let mut layer_sum: Vec<Option<Tensor<B, 3>>> = vec![None; ns];
         let mut attn: Vec<Option<Tensor<B, 4>>> = vec![None; ns];
@@ -337,23 +355,13 @@ impl<B: Backend> Llama<B> {
             let last = l + 1 == n;
             let keep: Vec<bool> =
                 segs.iter().zip(&lens).map(|(s, &t)| last && s.capture.attn_from.is_some_and(|f| f < t)).collect();
-            let normed: Vec<Tensor<B, 3>> = xs.iter().map(|x| block.input_layernorm.forward(x.clone())).collect();
-            let (a, probs): (Vec<_>, Vec<_>) = normed
+            let (next, probs): (Vec<_>, Vec<_>) = xs
                 .into_iter()
                 .zip(segs.iter_mut())
                 .zip(&keep)
-                .map(|((x, s), &k)| {
-                    block.self_attn.forward(x, rope, s.start, s.cache.as_deref_mut().map(|c| (c, l)), k)
-                })
+                .map(|((x, s), &k)| block.forward(x, rope, s.start, s.cache.as_deref_mut().map(|c| (c, l)), k))
                 .unzip();
-            let hmid: Vec<Tensor<B, 3>> = xs.into_iter().zip(a).map(|(x, a)| x + a).collect();
-            xs = hmid
-                .into_iter()
-                .map(|h| {
-                    let m = block.mlp.forward(block.post_attention_layernorm.forward(h.clone()));
-                    h + m
-                })
-                .collect();
+            xs = next;
             for (i, p) in probs.into_iter().enumerate() {
                 if let Some(p) = p {
                     let from = segs[i].capture.attn_from.unwrap();

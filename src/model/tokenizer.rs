@@ -89,6 +89,29 @@ impl Tokenizer {
     /// Builds the tokenizer stored in a GGUF file (`tokenizer.ggml.*`).
     pub fn from_gguf(g: &GgufFile) -> Result<Self> {
         let file = g.path().display().to_string();
+        let json = Self::gguf_json(g)?;
+        let inner = tokenizers::Tokenizer::from_bytes(json.to_string().as_bytes())
+            .map_err(|e| anyhow::anyhow!("{file}: cannot build a tokenizer from the GGUF vocabulary ({e})"))?;
+        let mut tok = Self::assemble(inner, &json, format!("{file} (GGUF vocabulary)"))?;
+        tok.bos_id = g.meta_u64("tokenizer.ggml.bos_token_id").map(|x| x as u32);
+        tok.add_bos = g.meta_bool("tokenizer.ggml.add_bos_token").unwrap_or(false);
+        for key in ["tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id"] {
+            if let Some(id) = g.meta_u64(key) {
+                if !tok.stop_ids.contains(&(id as u32)) {
+                    tok.stop_ids.push(id as u32);
+                }
+            }
+        }
+        if let Some(tpl) = g.meta_str("tokenizer.chat_template") {
+            tok.default_system = default_system_from_template(&tpl);
+        }
+        Ok(tok)
+    }
+
+    /// The GGUF file's tokenizer (`tokenizer.ggml.*`) as a Hugging Face `tokenizer.json` document: byte-level
+    /// BPE with the pre-tokenizer its `tokenizer.ggml.pre` names.
+    pub fn gguf_json(g: &GgufFile) -> Result<serde_json::Value> {
+        let file = g.path().display().to_string();
         let model = g.meta_str("tokenizer.ggml.model").unwrap_or_default();
         if model != "gpt2" {
             bail!("{file}: GGUF tokenizer model '{model}' is not supported (byte-level BPE 'gpt2' is); pass --tokenizer tokenizer.json");
@@ -145,22 +168,7 @@ impl Tokenizer {
                       "end_of_word_suffix": null, "fuse_unk": false, "byte_fallback": false, "ignore_merges": false,
                       "vocab": vocab, "merges": merges},
         });
-        let inner = tokenizers::Tokenizer::from_bytes(json.to_string().as_bytes())
-            .map_err(|e| anyhow::anyhow!("{file}: cannot build a tokenizer from the GGUF vocabulary ({e})"))?;
-        let mut tok = Self::assemble(inner, &json, format!("{file} (GGUF vocabulary)"))?;
-        tok.bos_id = g.meta_u64("tokenizer.ggml.bos_token_id").map(|x| x as u32);
-        tok.add_bos = g.meta_bool("tokenizer.ggml.add_bos_token").unwrap_or(false);
-        for key in ["tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id"] {
-            if let Some(id) = g.meta_u64(key) {
-                if !tok.stop_ids.contains(&(id as u32)) {
-                    tok.stop_ids.push(id as u32);
-                }
-            }
-        }
-        if let Some(tpl) = g.meta_str("tokenizer.chat_template") {
-            tok.default_system = default_system_from_template(&tpl);
-        }
-        Ok(tok)
+        Ok(json)
     }
 
     fn assemble(inner: tokenizers::Tokenizer, json: &serde_json::Value, source: String) -> Result<Self> {
@@ -336,6 +344,32 @@ mod tests {
         assert_eq!(s.push(&e[..1]), "");
         assert_eq!(s.push(&e[1..]), "é");
         assert_eq!(s.push(b" ok"), " ok");
+    }
+
+    /// A GGUF's vocabulary written as tokenizer.json (what `train autorag` ships when the model has no
+    /// tokenizer.json) reads back as the tokenizer built from the GGUF, and both equal the model's own
+    /// tokenizer.json on chat text, digits and non-ASCII.
+    #[test]
+    fn gguf_vocabulary_written_as_tokenizer_json_reads_back_the_same() {
+        let gguf = crate::require_checkpoint!("smollm2-135m-instruct-q4_1.gguf");
+        let Some(hf) = crate::testing::require("models/smollm2-135m-instruct/tokenizer.json") else { return };
+        let g = GgufFile::open(&gguf).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let written = dir.path().join("tokenizer.json");
+        std::fs::write(&written, Tokenizer::gguf_json(&g).unwrap().to_string()).unwrap();
+        let (from_file, from_gguf, hf) = (
+            Tokenizer::from_file(&written).unwrap(),
+            Tokenizer::from_gguf(&g).unwrap(),
+            Tokenizer::from_file(&hf).unwrap(),
+        );
+        assert_eq!(from_file.vocab_size(), hf.vocab_size());
+        for text in ["<|im_start|>user\nWho wrote Faust in 1808?<|im_end|>\n", "Zürich's  café, 12345 km", "a\n\n b"]
+        {
+            let ids = hf.encode(text, false).unwrap();
+            assert_eq!(from_file.encode(text, false).unwrap(), ids, "{text:?}");
+            assert_eq!(from_gguf.encode(text, false).unwrap(), ids, "{text:?}");
+            assert_eq!(from_file.decode(&ids), hf.decode(&ids));
+        }
     }
 
     #[test]

@@ -49,6 +49,11 @@ pub struct SftConfig {
     /// the run's fingerprint: a run may resume with the other setting.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub static_shapes: bool,
+    /// Keep only each decoder layer's input during the forward pass and recompute the layer in the backward
+    /// pass ([`super::gradient_checkpointing`]): memory of one layer's activations instead of all layers', for
+    /// one more forward pass. The same losses and gradients up to float rounding, so not part of the fingerprint.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub gradient_checkpointing: bool,
     /// Halt (after checkpointing) once this many updates are done, as if killed: for tests and time-boxed
     /// runs; not part of the fingerprint.
     #[serde(skip)]
@@ -78,6 +83,7 @@ impl Default for SftConfig {
             max_steps: None,
             lora: None,
             static_shapes: false,
+            gradient_checkpointing: false,
             stop_after: None,
         }
     }

@@ -5,7 +5,7 @@
 //! same default back) and `generation_config.json`.
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use burn::prelude::Backend;
@@ -72,12 +72,19 @@ pub fn chatml_template(default_system: Option<&str>) -> String {
     )
 }
 
-/// Writes the Hugging Face folder. `tokenizer_json` is copied; `tok` supplies special tokens and the default
-/// system prompt for `tokenizer_config.json`.
+/// The exported folder's `tokenizer.json`: a file to copy, or the document itself (a GGUF's own vocabulary,
+/// [`Tokenizer::gguf_json`], when no tokenizer.json comes with the model).
+pub enum TokenizerJson {
+    File(PathBuf),
+    Text(String),
+}
+
+/// Writes the Hugging Face folder. `tokenizer_json` is copied or written; `tok` supplies special tokens and the
+/// default system prompt for `tokenizer_config.json`.
 pub fn export_hf<B: Backend>(
     model: &Llama<B>,
     cfg: &ModelConfig,
-    tokenizer_json: &Path,
+    tokenizer_json: &TokenizerJson,
     tok: &Tokenizer,
     out: &Path,
 ) -> Result<()> {
@@ -89,8 +96,14 @@ pub fn export_hf<B: Backend>(
     if crate::io::exists(&tj)? {
         std::fs::remove_file(&tj).with_context(|| format!("{}: cannot replace", tj.display()))?;
     }
-    std::fs::copy(tokenizer_json, &tj)
-        .with_context(|| format!("{}: cannot copy to {}", tokenizer_json.display(), out.display()))?;
+    match tokenizer_json {
+        TokenizerJson::File(src) => {
+            std::fs::copy(src, &tj).with_context(|| format!("{}: cannot copy to {}", src.display(), out.display()))?;
+        }
+        TokenizerJson::Text(text) => {
+            std::fs::write(&tj, text).with_context(|| format!("{}: cannot write", tj.display()))?
+        }
+    }
     let mut perm = std::fs::metadata(&tj)?.permissions();
     #[allow(clippy::permissions_set_readonly_false)]
     perm.set_readonly(false);

@@ -11,9 +11,23 @@ use crate::model::llama::{Capture, Llama, Rope};
 /// Sum over the batch's targets of `-log p(target | prefix)`: `[1]`. The entries of a padded batch's target
 /// list past `real` are weighted 0.
 pub fn nll_sum<B: Backend>(model: &Llama<B>, rope: &Rope<B>, batch: &Batch, device: &B::Device) -> Tensor<B, 1> {
+    let hidden = model.forward(batch_ids(batch, device), rope, 0, None, Capture::default()).hidden; // [b, t, d]
+    nll_of_hidden(model, hidden, batch, device)
+}
+
+/// The batch's token ids: `[b, t]`.
+pub(super) fn batch_ids<B: Backend>(batch: &Batch, device: &B::Device) -> Tensor<B, 2, Int> {
+    Tensor::<B, 2, Int>::from_data(TensorData::new(batch.ids.clone(), [batch.b, batch.t]), device)
+}
+
+/// [`nll_sum`] from the final hidden states (after the final norm, `[b, t, d]`): the LM head and the loss.
+pub(super) fn nll_of_hidden<B: Backend>(
+    model: &Llama<B>,
+    hidden: Tensor<B, 3>,
+    batch: &Batch,
+    device: &B::Device,
+) -> Tensor<B, 1> {
     let (b, t, n) = (batch.b, batch.t, batch.positions.len());
-    let ids = Tensor::<B, 2, Int>::from_data(TensorData::new(batch.ids.clone(), [b, t]), device);
-    let hidden = model.forward(ids, rope, 0, None, Capture::default()).hidden; // [b, t, d]
     let d = hidden.dims()[2];
     let pos = Tensor::<B, 1, Int>::from_data(TensorData::new(batch.positions.clone(), [n]), device);
     // Only the positions that predict a model token go through the LM head: [1, n, d] -> [1, n, vocab]

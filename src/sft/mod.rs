@@ -27,6 +27,7 @@
 //! - [`train`]: the loop, periodic validation loss, resume; [`checkpoint`]: checkpoints every N updates,
 //!   written atomically.
 //! - [`export`]: the Hugging Face folder (safetensors + config.json + tokenizer files).
+//! - [`gradient_checkpointing`]: the backward pass with one checkpoint per decoder layer (an option).
 //!
 //! **Deviations and choices**
 //! - Bucketing, not packing: without a block-diagonal attention mask in the decoder, packed dialogues would
@@ -44,6 +45,7 @@ pub mod checkpoint;
 pub mod config;
 pub mod data;
 pub mod export;
+pub mod gradient_checkpointing;
 pub mod lora;
 pub mod loss;
 pub mod optim;

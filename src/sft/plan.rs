@@ -86,6 +86,7 @@ pub(super) fn fingerprint(cfg: &SftConfig, model_cfg: &ModelConfig, data: &SftDa
     c.log_every = 0;
     c.stop_after = None;
     c.static_shapes = false;
+    c.gradient_checkpointing = false;
     let v = serde_json::json!({"config": c, "model": model_cfg, "data": data.digest()});
     format!("{:x}", Sha256::digest(v.to_string().as_bytes()))
 }
