@@ -6,7 +6,10 @@ No language model wrote these: the reasoning text is a fixed template around the
 gold answer, so they test the trainer (format, masking, loss going down), not Auto-RAG's method. Every record is
 labelled dataset = "hotpotqa-smoke-template".
 
-    python3 scripts/autorag_smoke_dialogues.py [OUT.jsonl]   # default datasets/autorag/smoke/dialogues.jsonl
+    python3 scripts/autorag_smoke_dialogues.py [OUT.jsonl] [--long]   # default datasets/autorag/smoke/dialogues.jsonl
+
+--long: each retrieval turn also shows the question's other context paragraphs (HotpotQA's distractors), about
+five per turn, for long dialogues (~1,500-2,500 tokens) such as a memory benchmark needs.
 """
 import json
 import os
@@ -14,7 +17,18 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SRC = os.path.join(ROOT, "..", "shared", "data", "qa", "hotpotqa", "ircot_dev_250.jsonl")
-OUT = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "datasets", "autorag", "smoke", "dialogues.jsonl")
+ARGS = [a for a in sys.argv[1:] if a != "--long"]
+LONG = "--long" in sys.argv[1:]
+OUT = ARGS[0] if ARGS else os.path.join(ROOT, "datasets", "autorag", "smoke", "dialogues.jsonl")
+
+
+def documents(first, gold, others, k):
+    """Retrieved Document_k: the gold paragraph, then (with --long) half of the distractors, numbered on."""
+    docs = [f"{gold['title']}: {gold['paragraph_text']}"]
+    if LONG:
+        docs += [f"{c['title']}: {c['paragraph_text']}" for c in others]
+    return "\n\n".join(f"Retrieved Document_{first + i}: {d}" for i, d in enumerate(docs)) if LONG else \
+        f"Retrieved Document_{k}: {docs[0]}"
 
 
 def main():
@@ -24,6 +38,7 @@ def main():
         for line in f:
             q = json.loads(line)
             gold = [c for c in q["contexts"] if c["is_supporting"]]
+            others = [c for c in q["contexts"] if not c["is_supporting"]]
             answers = [s for a in q["answers_objects"] for s in a["spans"]]
             if len(gold) < 2 or not answers:
                 continue
@@ -33,10 +48,10 @@ def main():
                 {"input": question,
                  "output": f"Analysis: To answer this question, I would need to know about {t1} and about {t2}.\n\n"
                            f"Initial Query: {t1}"},
-                {"input": f"Retrieved Document_1: {t1}: {gold[0]['paragraph_text']}",
+                {"input": documents(1, gold[0], others[0::2], 1),
                  "output": f"Intermediate Answer_1: Based on the Retrieved Document_1, I have information about {t1}. "
                            f"To answer the question, I still need information about {t2}.\n\nRefined Query: {t2}"},
-                {"input": f"Retrieved Document_2: {t2}: {gold[1]['paragraph_text']}",
+                {"input": documents(2 + len(others[0::2]) if LONG else 2, gold[1], others[1::2], 2),
                  "output": f"Intermediate Answer_2: Based on the Retrieved Document_2, together with the first "
                            f"document, the information is sufficient to answer the question.\n\nFinal Answer: {answer}"},
             ]

@@ -8,7 +8,8 @@
 # Env: BIN (ragtime binary, default target/release/ragtime), MODEL (SmolLM2 GGUF), TOKENIZER (its tokenizer.json),
 #      DATA (dialogues folder, default datasets/autorag/smoke from scripts/autorag_smoke_dialogues.py),
 #      OUT (results, default runs/train-autorag-gpu), EPOCHS (5), BATCH (8), ACCUM (2), LR (5e-5), MAXLEN (1024),
-#      EXTRA (more flags for ragtime's trainer, e.g. "--static-shapes"; the plan PyTorch replays is the same).
+#      EXTRA (more flags for ragtime's trainer, e.g. "--static-shapes"; the plan PyTorch replays is the same),
+#      TORCH_EXTRA (more flags for the PyTorch replay, e.g. "--gradient-checkpointing" beside EXTRA's).
 # Each step writes under OUT and can run in a separate call; `ragtime` resumes from its checkpoint if cut off.
 # Peak GPU memory is the largest `nvidia-smi` reading (whole device, sampled every 100 ms) while a trainer runs;
 # PyTorch's own allocator peaks are printed by the torch step as well.
@@ -52,8 +53,9 @@ for step in "${STEPS[@]}"; do
     torch)
       "$BIN" train autorag "${common[@]}" --dump-plan "$OUT/plan.jsonl"
       [[ -f $OUT/base-hf/model.safetensors ]] || "$BIN" train autorag "${common[@]}" --export-base "$OUT/base-hf"
+      read -ra textra <<<"${TORCH_EXTRA:-}"
       with_mem torch env PYTHONUNBUFFERED=1 python3 scripts/train_autorag_torch.py --plan "$OUT/plan.jsonl" \
-        --base "$OUT/base-hf" --device cuda --report "$OUT/torch.json" >"$OUT/torch.log" 2>&1 || { tail -20 "$OUT/torch.log"; exit 1; }
+        --base "$OUT/base-hf" --device cuda --report "$OUT/torch.json" "${textra[@]}" >"$OUT/torch.log" 2>&1 || { tail -20 "$OUT/torch.log"; exit 1; }
       tail -12 "$OUT/torch.log"
       ;;
     check)

@@ -14,6 +14,7 @@ The base model is a Hugging Face folder: `ragtime train autorag --model M.gguf -
 de-quantized GGUF base that ragtime itself starts from, so update 1 of both runs sees the same weights and data.
 
     python3 scripts/train_autorag_torch.py --plan PLAN.jsonl --base DIR [--device cuda] [--report OUT.json]
+        [--gradient-checkpointing]
 
 Prints one line per update (loss, lr, gradient norm, tokens, tokens/s), the validation losses, and a summary with
 tokens/s over the updates and the peak GPU memory that PyTorch allocated and reserved.
@@ -98,6 +99,9 @@ def main():
     ap.add_argument("--base", required=True, help="Hugging Face folder of the base model")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--report", help="write the loss curves and measurements here (JSON)")
+    ap.add_argument("--gradient-checkpointing", action="store_true",
+                    help="transformers' gradient_checkpointing_enable() (one checkpoint per decoder layer), the peer "
+                         "of ragtime's --gradient-checkpointing")
     a = ap.parse_args()
 
     meta, train, valid, updates = load_plan(a.plan)
@@ -105,6 +109,8 @@ def main():
     torch.manual_seed(cfg.get("seed", 0))
     t_load = time.perf_counter()
     model = AutoModelForCausalLM.from_pretrained(a.base, dtype=torch.float32, attn_implementation="sdpa").to(dev)
+    if a.gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.train()
     print(f"loaded {a.base} in {time.perf_counter() - t_load:.1f}s; {sum(p.numel() for p in model.parameters())/1e6:.1f}M "
           f"parameters; train {len(train)}, valid {len(valid)}, {len(updates)} updates", flush=True)

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Peak memory and speed of `ragtime train autorag` with and without gradient checkpointing, side by side, on long
+# dialogues (scripts/autorag_smoke_dialogues.py --long: HotpotQA questions with all their context paragraphs,
+# ~1,500-2,500 tokens each). Each row is a separate process: peak RSS from /usr/bin/time (CPU), tokens/s of the
+# updates after the first, and the losses, which must agree between the rows.
+#
+#   scripts/bench-train-memory.sh
+#
+# Env: BIN (default target/release/ragtime), MODEL (default the SmolLM2 GGUF), TOKENIZER (its tokenizer.json; set it
+#      empty for a GGUF that carries its own, e.g. Qwen's), MAXLEN (2048),
+#      BATCH (1), STEPS (3 updates, one micro-batch each), MODES ("plain checkpointed"), EXTRA (more trainer flags,
+#      e.g. "--lora 16"), OUT (runs/bench-train-memory).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BIN="${BIN:-target/release/ragtime}"
+MODEL="${MODEL:-checkpoints/smollm2-135m-instruct-q4_1.gguf}"
+TOKENIZER="${TOKENIZER-../shared/data/models/smollm2-135m-instruct/tokenizer.json}"  # empty: the GGUF's own
+MAXLEN="${MAXLEN:-2048}" BATCH="${BATCH:-1}" STEPS="${STEPS:-3}" MODES="${MODES:-plain checkpointed}"
+OUT="${OUT:-runs/bench-train-memory}"
+mkdir -p "$OUT/data"
+[[ -s $OUT/data/dialogues.jsonl ]] || python3 scripts/autorag_smoke_dialogues.py "$OUT/data/dialogues.jsonl" --long
+read -ra extra <<<"${EXTRA:-}"
+
+rows=()
+for mode in $MODES; do
+  flags=()
+  case "$mode" in
+    plain) ;;
+    checkpointed) flags=(--gradient-checkpointing) ;;
+    *) echo "bench-train-memory: unknown mode '$mode' (plain, checkpointed)" >&2; exit 2 ;;
+  esac
+  run="$OUT/run-$mode"
+  rm -rf "$run"
+  log="$OUT/$mode.log"
+  /usr/bin/time -f "%M %e" -o "$OUT/$mode.time" "$BIN" train autorag --model "$MODEL" ${TOKENIZER:+--tokenizer "$TOKENIZER"} \
+    --data "$OUT/data" --out "$run" --max-len "$MAXLEN" --batch-size "$BATCH" --grad-accum 1 --max-steps "$STEPS" \
+    --epochs 1 --valid-fraction 0 --eval-every 1000 --save-every 1000 --lr 5e-5 --warmup-ratio 0 "${extra[@]}" "${flags[@]}" \
+    >"$log" 2>&1 || { tail -20 "$log"; exit 1; }
+  rm -rf "$run"
+  read -r rss_kb secs <"$OUT/$mode.time"
+  # step lines: "step 2/3  epoch 1  loss 1.2345  ... 1234 tok (...)  56 tok/s  batches 1x2048"
+  losses=$(grep -E '^step ' "$log" | awk '{for(i=1;i<=NF;i++) if($i=="loss") printf "%s ", $(i+1)}')
+  toks=$(grep -E '^step ' "$log" | awk 'NR>1 {for(i=1;i<=NF;i++) if($i=="tok/s") {s+=$(i-1); n++}} END {if(n) printf "%.0f", s/n; else print "-"}')
+  shapes=$(grep -E '^step ' "$log" | awk '{print $NF}' | paste -sd, -)
+  rows+=("| $mode | $shapes | $(awk -v k="$rss_kb" 'BEGIN {printf "%.2f", k/1048576}') | $toks | $secs | ${losses% } |")
+done
+
+echo
+echo "train autorag, $(basename "$MODEL"), max_len $MAXLEN, batch $BATCH, $STEPS updates, $(nproc) cores ${EXTRA:-}"
+echo
+echo "| backward | batches | peak RSS (GiB) | tokens/s (updates 2+) | wall s | losses |"
+echo "|---|---|---:|---:|---:|---|"
+printf '%s\n' "${rows[@]}"
