@@ -102,6 +102,14 @@ pub fn guard<T>(what: &str, f: impl FnOnce() -> T) -> Result<T> {
     })
 }
 
+/// Peak resident memory of this process so far (Linux `VmHWM`), in MiB; `None` where the OS does not say.
+pub fn peak_rss_mib() -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib / 1024.0)
+}
+
 /// Training generic over burn's autodiff backend: [`train_on`] picks the backend and device from a [`DeviceKind`].
 pub trait TrainJob {
     type Output;

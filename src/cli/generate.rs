@@ -103,7 +103,7 @@ pub fn run(args: Args) -> Result<()> {
     writeln!(out)?;
     if args.stats {
         let dt = t1.elapsed().as_secs_f64();
-        let peak = peak_rss_mib().map(|m| format!("; peak rss {m:.0} MiB")).unwrap_or_default();
+        let peak = ragtime::device::peak_rss_mib().map(|m| format!("; peak rss {m:.0} MiB")).unwrap_or_default();
         eprintln!(
             "prompt {} tokens in {:.3}s ({:.1} tok/s); generated {n} tokens in {dt:.3}s ({:.1} tok/s){peak}",
             ids.len(),
@@ -263,7 +263,7 @@ fn run_many(args: &Args, file: &std::path::Path) -> Result<()> {
     })?;
     if args.stats {
         let dt = t0.elapsed().as_secs_f64();
-        let peak = peak_rss_mib().map(|m| format!("; peak rss {m:.0} MiB")).unwrap_or_default();
+        let peak = ragtime::device::peak_rss_mib().map(|m| format!("; peak rss {m:.0} MiB")).unwrap_or_default();
         eprintln!(
             "{} prompts ({} prompt tokens), {} generated tokens in {dt:.3}s over {} passes: {:.1} generated tok/s, \
              {:.1} tok/s in all, {} lanes{peak}; {}",
@@ -292,14 +292,6 @@ fn time_split(before: &[(String, std::time::Duration)], after: &[(String, std::t
     let inner = if inner.is_empty() { String::new() } else { format!(" ({})", inner.join(", ")) };
     let (fwd, score) = (get("forward"), get("scoring"));
     format!("time: forward {fwd:.3} s{inner}, scoring {score:.3} s, rest {:.3} s", dt - fwd - score)
-}
-
-/// Peak resident memory of this process (Linux `VmHWM`), in MiB.
-fn peak_rss_mib() -> Option<f64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-    let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib / 1024.0)
 }
 
 #[cfg(test)]

@@ -145,8 +145,9 @@ pub fn train<AB: AutodiffBackend>(
         };
         if cfg.log_every > 0 && (state.step.is_multiple_of(cfg.log_every) || state.step == total) {
             let shapes: Vec<String> = micro.iter().map(|b| format!("{}x{}", b.b, b.t)).collect();
+            let rss = crate::device::peak_rss_mib().map(|m| format!("  peak rss {m:.0} MiB")).unwrap_or_default();
             log(&format!(
-                "step {:>5}/{total}  epoch {}  loss {:.4}  lr {:.2e}  |g| {:.3}  {} tok ({} target)  {:.0} tok/s  batches {}",
+                "step {:>5}/{total}  epoch {}  loss {:.4}  lr {:.2e}  |g| {:.3}  {} tok ({} target)  {:.0} tok/s  batches {}{rss}",
                 row.step,
                 row.epoch,
                 row.loss,
@@ -155,7 +156,7 @@ pub fn train<AB: AutodiffBackend>(
                 row.tokens,
                 row.target_tokens,
                 row.tokens as f64 / row.secs.max(1e-9),
-                shapes.join(",")
+                shapes.join(","),
             ));
         }
         state.history.push(row);
@@ -235,7 +236,7 @@ mod tests {
             let mut shapes = std::collections::BTreeSet::new();
             let t = train::<AB>(&w, &mcfg, &data, cfg, None, &dev, &mut |l| {
                 if let Some((_, s)) = l.split_once("batches ") {
-                    shapes.extend(s.split(',').map(String::from));
+                    shapes.extend(s.split_whitespace().next().unwrap().split(',').map(String::from));
                 }
             });
             (t.unwrap(), shapes)
