@@ -84,21 +84,64 @@ impl WeightSource for SafetensorsDir {
 }
 
 /// Writes f32 tensors as a safetensors file (Hugging Face names), atomically ([`crate::io::write_atomic_with`]).
+/// Each tensor becomes bytes only when the writer reaches it, so writing costs one tensor's bytes beside
+/// `tensors`, not a second copy of them all (a checkpoint's optimizer state is twice the model).
 pub fn write_safetensors(
     path: &Path,
     tensors: &[(String, HostTensor)],
     metadata: Option<HashMap<String, String>>,
 ) -> Result<()> {
-    let bytes: Vec<(String, Vec<u8>, Vec<usize>)> = tensors
-        .iter()
-        .map(|(n, t)| (n.clone(), t.data.iter().flat_map(|x| x.to_le_bytes()).collect(), t.shape.clone()))
-        .collect();
-    let views: Vec<(String, safetensors::tensor::TensorView)> = bytes
-        .iter()
-        .map(|(n, b, s)| Ok((n.clone(), safetensors::tensor::TensorView::new(Dtype::F32, s.clone(), b)?)))
-        .collect::<Result<_, safetensors::SafeTensorError>>()
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    for (name, t) in tensors {
+        if t.shape.iter().product::<usize>() != t.data.len() {
+            bail!("{}: tensor '{name}' has shape {:?} but {} values", path.display(), t.shape, t.data.len());
+        }
+    }
+    let views = tensors.iter().map(|(n, t)| (n.as_str(), F32Bytes(t)));
     crate::io::write_atomic_with(path, |tmp| {
         safetensors::serialize_to_file(views, metadata, tmp).map_err(|e| anyhow::anyhow!("{}: {e}", tmp.display()))
     })
+}
+
+/// A host tensor as safetensors' little-endian f32 bytes, made when asked for.
+struct F32Bytes<'a>(&'a HostTensor);
+
+impl safetensors::View for F32Bytes<'_> {
+    fn dtype(&self) -> Dtype {
+        Dtype::F32
+    }
+    fn shape(&self) -> &[usize] {
+        &self.0.shape
+    }
+    fn data(&self) -> std::borrow::Cow<'_, [u8]> {
+        std::borrow::Cow::Owned(self.0.data.iter().flat_map(|x| x.to_le_bytes()).collect())
+    }
+    fn data_len(&self) -> usize {
+        self.0.data.len() * 4
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn written_tensors_read_back_bit_for_bit_and_a_wrong_shape_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.safetensors");
+        let a = HostTensor { data: vec![1.5, -0.0, f32::MIN_POSITIVE, 3.25e7, -2.0, 0.1], shape: vec![2, 3] };
+        let b = HostTensor { data: vec![7.0], shape: vec![1] };
+        let meta = Some([("format".to_string(), "pt".to_string())].into_iter().collect());
+        write_safetensors(&path, &[("a".into(), a.clone()), ("b".into(), b.clone())], meta).unwrap();
+        let bytes = std::fs::read(&path).unwrap();
+        let st = SafeTensors::deserialize(&bytes).unwrap();
+        for (name, t) in [("a", &a), ("b", &b)] {
+            let v = st.tensor(name).unwrap();
+            assert_eq!((v.dtype(), v.shape()), (Dtype::F32, t.shape.as_slice()));
+            let back: Vec<u32> = v.data().chunks_exact(4).map(|c| u32::from_le_bytes(c.try_into().unwrap())).collect();
+            assert_eq!(back, t.data.iter().map(|x| x.to_bits()).collect::<Vec<_>>(), "{name}");
+        }
+        let bad = HostTensor { data: vec![1.0; 5], shape: vec![2, 3] };
+        let err = write_safetensors(&dir.path().join("bad.safetensors"), &[("w".into(), bad)], None).unwrap_err();
+        assert!(format!("{err:#}").contains("tensor 'w' has shape [2, 3] but 5 values"), "{err:#}");
+    }
 }
