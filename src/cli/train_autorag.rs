@@ -100,7 +100,7 @@ pub struct Args {
     #[arg(long)]
     pub static_shapes: bool,
     /// Keep only each decoder layer's input and recompute the layer during the backward pass: activation memory
-    /// of one layer instead of all, for about a third more time per update; same losses (default: [train]
+    /// of one layer instead of all, for about a third more arithmetic per update; same losses (default: [train]
     /// gradient_checkpointing).
     #[arg(long)]
     pub gradient_checkpointing: bool,
