@@ -14,8 +14,8 @@
 //!    g_{l+1})` gives layer l's gradients and `g_l = dLoss/dh_l` (the vector-Jacobian product);
 //! 4. the embedding's gradient is the backward of `sum(embed(ids) * g_0)` (skipped when it is frozen).
 //!
-//! Memory: the L layer inputs plus one layer's graph, against L layers' graphs; time: one more forward pass
-//! (about a third more per update). The loss and the gradients are the plain backward's up to float rounding:
+//! Memory: the L layer inputs plus one layer's graph, against L layers' graphs; work: one more forward pass
+//! (about a third more arithmetic per update; the CPU runs of `scripts/bench-train-memory.sh` were no slower). The loss and the gradients are the plain backward's up to float rounding:
 //! the first forward pass runs on the inner backend (burn's flex kernels may order a product's additions
 //! differently there), and each parameter's partial gradients are summed across the separate backward passes.
 //! With tied embeddings the LM head's and the embedding's parts of `embed_tokens`' gradient are added.
