@@ -220,18 +220,17 @@ fn open_base(
                     if tok.default_system.is_none() {
                         // A bare tokenizer.json has no chat template; the GGUF's own says which system prompt
                         // inference with this model inserts, and training must render the same.
-                        tok.default_system = Tokenizer::from_gguf(&g).ok().and_then(|t| t.default_system);
+                        tok.default_system = Tokenizer::gguf_default_system(&g);
                     }
                     (Box::new(g), cfg, tok, TokenizerJson::File(tj))
                 }
                 // No tokenizer.json: the GGUF's own vocabulary, the tokenizer inference uses, is also the one
                 // the exported folder ships.
                 None => {
-                    let tok = Tokenizer::from_gguf(&g).with_context(|| {
-                        format!("{}: pass --tokenizer PATH/tokenizer.json for this model", model.display())
-                    })?;
-                    let text = Tokenizer::gguf_json(&g)?.to_string();
-                    (Box::new(g), cfg, tok, TokenizerJson::Text(text))
+                    let hint = || format!("{}: pass --tokenizer PATH/tokenizer.json for this model", model.display());
+                    let json = Tokenizer::gguf_json(&g).with_context(hint)?;
+                    let tok = Tokenizer::from_gguf_json(&g, &json).with_context(hint)?;
+                    (Box::new(g), cfg, tok, TokenizerJson::Text(json.to_string()))
                 }
             }
         };

@@ -88,11 +88,16 @@ impl Tokenizer {
 
     /// Builds the tokenizer stored in a GGUF file (`tokenizer.ggml.*`).
     pub fn from_gguf(g: &GgufFile) -> Result<Self> {
+        Self::from_gguf_json(g, &Self::gguf_json(g)?)
+    }
+
+    /// [`Tokenizer::from_gguf`] from the file's [`Tokenizer::gguf_json`] document, for a caller that also keeps
+    /// the document.
+    pub fn from_gguf_json(g: &GgufFile, json: &serde_json::Value) -> Result<Self> {
         let file = g.path().display().to_string();
-        let json = Self::gguf_json(g)?;
         let inner = tokenizers::Tokenizer::from_bytes(json.to_string().as_bytes())
             .map_err(|e| anyhow::anyhow!("{file}: cannot build a tokenizer from the GGUF vocabulary ({e})"))?;
-        let mut tok = Self::assemble(inner, &json, format!("{file} (GGUF vocabulary)"))?;
+        let mut tok = Self::assemble(inner, json, format!("{file} (GGUF vocabulary)"))?;
         tok.bos_id = g.meta_u64("tokenizer.ggml.bos_token_id").map(|x| x as u32);
         tok.add_bos = g.meta_bool("tokenizer.ggml.add_bos_token").unwrap_or(false);
         for key in ["tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id"] {
@@ -102,10 +107,13 @@ impl Tokenizer {
                 }
             }
         }
-        if let Some(tpl) = g.meta_str("tokenizer.chat_template") {
-            tok.default_system = default_system_from_template(&tpl);
-        }
+        tok.default_system = Self::gguf_default_system(g);
         Ok(tok)
+    }
+
+    /// The system prompt the GGUF's chat template (`tokenizer.chat_template`) inserts by default, if any.
+    pub fn gguf_default_system(g: &GgufFile) -> Option<String> {
+        default_system_from_template(&g.meta_str("tokenizer.chat_template")?)
     }
 
     /// The GGUF file's tokenizer (`tokenizer.ggml.*`) as a Hugging Face `tokenizer.json` document: byte-level
