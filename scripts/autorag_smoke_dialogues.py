@@ -22,13 +22,11 @@ LONG = "--long" in sys.argv[1:]
 OUT = ARGS[0] if ARGS else os.path.join(ROOT, "datasets", "autorag", "smoke", "dialogues.jsonl")
 
 
-def documents(first, gold, others, k):
-    """Retrieved Document_k: the gold paragraph, then (with --long) half of the distractors, numbered on."""
-    docs = [f"{gold['title']}: {gold['paragraph_text']}"]
-    if LONG:
-        docs += [f"{c['title']}: {c['paragraph_text']}" for c in others]
-    return "\n\n".join(f"Retrieved Document_{first + i}: {d}" for i, d in enumerate(docs)) if LONG else \
-        f"Retrieved Document_{k}: {docs[0]}"
+def documents(first, gold, others):
+    """Retrieved Document_first: the gold paragraph, then (with --long) the distractors `others`, numbered on."""
+    shown = [gold] + (others if LONG else [])
+    return "\n\n".join(f"Retrieved Document_{first + i}: {c['title']}: {c['paragraph_text']}"
+                       for i, c in enumerate(shown))
 
 
 def main():
@@ -48,10 +46,10 @@ def main():
                 {"input": question,
                  "output": f"Analysis: To answer this question, I would need to know about {t1} and about {t2}.\n\n"
                            f"Initial Query: {t1}"},
-                {"input": documents(1, gold[0], others[0::2], 1),
+                {"input": documents(1, gold[0], others[0::2]),
                  "output": f"Intermediate Answer_1: Based on the Retrieved Document_1, I have information about {t1}. "
                            f"To answer the question, I still need information about {t2}.\n\nRefined Query: {t2}"},
-                {"input": documents(2 + len(others[0::2]) if LONG else 2, gold[1], others[1::2], 2),
+                {"input": documents(2 + (len(others[0::2]) if LONG else 0), gold[1], others[1::2]),
                  "output": f"Intermediate Answer_2: Based on the Retrieved Document_2, together with the first "
                            f"document, the information is sufficient to answer the question.\n\nFinal Answer: {answer}"},
             ]
