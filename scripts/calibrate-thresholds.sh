@@ -15,7 +15,7 @@
 # is the same with retrieval): on how many questions, at which token, and whether that token is a function word
 # or punctuation, part of the answer after "So the answer is", or some other content word.
 # Usage: scripts/calibrate-thresholds.sh [N] (default 30). MODEL=... OUT=runs/calib-<model> BIN=... DETECTOR=...
-# SPLIT=valid (the dataset's split; default: the file from its start) FIRE=...
+# SPLIT=valid (the dataset's split; default: the file from its start) BATCH=B (lanes) FIRE=...
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N="${1:-30}"
@@ -26,6 +26,7 @@ INDEX="${INDEX:-indexes/hotpotqa}"
 BIN="${BIN:-target/release/ragtime}"
 SPLIT_ARGS=()
 [[ -n ${SPLIT:-} ]] && SPLIT_ARGS=(--split "$SPLIT")
+[[ -n ${BATCH:-} ]] && SPLIT_ARGS+=(--batch "$BATCH")
 [[ -x $BIN ]] || cargo build --release -q
 [[ -f $INDEX/ragtime-index.json ]] || $BIN index --corpus ../shared/data/corpus/hotpotqa_paragraphs.tsv --out "$INDEX"
 mkdir -p "$OUT"
