@@ -24,16 +24,16 @@ TAG="$(basename "$MODEL" | sed 's/\.[^.]*$//')"
 OUT="${OUT:-runs/calib-$TAG}"
 INDEX="${INDEX:-indexes/hotpotqa}"
 BIN="${BIN:-target/release/ragtime}"
-SPLIT_ARGS=()
-[[ -n ${SPLIT:-} ]] && SPLIT_ARGS=(--split "$SPLIT")
-[[ -n ${BATCH:-} ]] && SPLIT_ARGS+=(--batch "$BATCH")
+EVAL_ARGS=()
+[[ -n ${SPLIT:-} ]] && EVAL_ARGS=(--split "$SPLIT")
+[[ -n ${BATCH:-} ]] && EVAL_ARGS+=(--batch "$BATCH")
 [[ -x $BIN ]] || cargo build --release -q
 [[ -f $INDEX/ragtime-index.json ]] || $BIN index --corpus ../shared/data/corpus/hotpotqa_paragraphs.tsv --out "$INDEX"
 mkdir -p "$OUT"
 RAYON_NUM_THREADS=1 $BIN eval --dataset hotpotqa --trigger rind --index "$INDEX" --limit "$N" --model "$MODEL" \
-  "${SPLIT_ARGS[@]}" --set trigger.theta=1e9 --label "rind theta=1e9 (calibration)" --out "$OUT/rind" >"$OUT/rind.log" 2>&1 &
+  "${EVAL_ARGS[@]}" --set trigger.theta=1e9 --label "rind theta=1e9 (calibration)" --out "$OUT/rind" >"$OUT/rind.log" 2>&1 &
 RAYON_NUM_THREADS=1 $BIN eval --dataset hotpotqa --trigger etc --index "$INDEX" --limit "$N" --model "$MODEL" \
-  "${SPLIT_ARGS[@]}" --set trigger.alpha=1e9 --label "etc alpha=1e9 (calibration)" --out "$OUT/etc" >"$OUT/etc.log" 2>&1 &
+  "${EVAL_ARGS[@]}" --set trigger.alpha=1e9 --label "etc alpha=1e9 (calibration)" --out "$OUT/etc" >"$OUT/etc.log" 2>&1 &
 wait
 MLP_RUNS=()
 if [[ -n ${DETECTOR:-} ]]; then
@@ -43,7 +43,7 @@ if [[ -n ${DETECTOR:-} ]]; then
     [[ ${#DETECTORS[@]} -gt 1 ]] && run="mlp-$(basename "$d")"
     MLP_RUNS+=("$run")
     $BIN eval --dataset hotpotqa --trigger mlp --detector "$d" --index "$INDEX" --limit "$N" --model "$MODEL" \
-      "${SPLIT_ARGS[@]}" --set trigger.rule=threshold:1 --label "$run threshold:1 (calibration)" --out "$OUT/$run" \
+      "${EVAL_ARGS[@]}" --set trigger.rule=threshold:1 --label "$run threshold:1 (calibration)" --out "$OUT/$run" \
       >"$OUT/$run.log" 2>&1
   done
 fi
@@ -102,14 +102,16 @@ if fire:
             return "punctuation"
         return "function word" if w in FUNCTION else "content word"
     print("\nWhere each trigger first fires in the no-retrieval answers (token = position in the answer):\n")
-    print("| trigger | threshold | fires on | first token (median) | function word | punctuation | content word | in the final answer |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    print("| trigger | threshold | fires on | on wrong answers (F1 < 0.5) | on right answers | first token (median) | function word | punctuation | content word | in the final answer |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for spec in fire.split():
         run, thr = spec.split("=")
         thr = float(thr)
         rows = [json.loads(l) for l in open(f"{out}/{run}/predictions.jsonl")]
         firsts, kinds = [], {"function word": 0, "punctuation": 0, "content word": 0, "answer": 0}
-        for r in rows:
+        wrong = [r["metrics"]["f1"] < 0.5 for r in rows]
+        fired = [False] * len(rows)
+        for q, r in enumerate(rows):
             trace = r["trace"]
             # the token after which "So the answer is" ends, if the answer has one
             text, answer_start = "", None
@@ -121,10 +123,13 @@ if fire:
                 # etc fires at |d2| >= alpha, rind and mlp above their threshold
                 if t["score"] is not None and (abs(t["score"]) >= thr if run.startswith("etc") else abs(t["score"]) > thr):
                     firsts.append(i)
+                    fired[q] = True
                     kinds[kind(t["text"], i, answer_start)] += 1
                     break
         n = len(firsts)
         med = sorted(firsts)[n // 2] if n else float("nan")
         share = lambda k: f"{kinds[k] / n:.0%}" if n else "-"
-        print(f"| {run} | {thr:g} | {n}/{len(rows)} | {med} | {share('function word')} | {share('punctuation')} | {share('content word')} | {share('answer')} |")
+        on_wrong = sum(f and w for f, w in zip(fired, wrong))
+        on_right = sum(f and not w for f, w in zip(fired, wrong))
+        print(f"| {run} | {thr:g} | {n}/{len(rows)} | {on_wrong}/{sum(wrong)} | {on_right}/{len(rows) - sum(wrong)} | {med} | {share('function word')} | {share('punctuation')} | {share('content word')} | {share('answer')} |")
 PY
