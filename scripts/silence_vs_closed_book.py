@@ -17,10 +17,17 @@ def load(run):
     return {r["id"]: r for r in map(json.loads, open(f"{run}/predictions.jsonl"))}
 
 
-def gap(f1, silent):
+def means(f1, silent):
+    """Mean F1 over the silent questions and over the retrieved ones (nan for an empty set)."""
     a = [x for x, s in zip(f1, silent) if s]
     b = [x for x, s in zip(f1, silent) if not s]
-    return sum(a) / len(a) - sum(b) / len(b) if a and b else float("nan")
+    mean = lambda xs: sum(xs) / len(xs) if xs else float("nan")
+    return mean(a), mean(b)
+
+
+def gap(f1, silent):
+    fs, fr = means(f1, silent)
+    return fs - fr
 
 
 def main():
@@ -34,16 +41,14 @@ def main():
         ids = [i for i in r if i in none]
         silent = [not r[i]["retrievals"] for i in ids]
         f1 = [none[i]["metrics"]["f1"] for i in ids]
-        g = gap(f1, silent)
+        fs, fr = means(f1, silent)
+        g = fs - fr
         rng = random.Random(0)
         perm, hits = silent[:], 0
         for _ in range(10000):
             rng.shuffle(perm)
             hits += gap(f1, perm) >= g
         ns = sum(silent)
-        mean = lambda xs: sum(xs) / len(xs) if xs else float("nan")
-        fs = mean([x for x, s in zip(f1, silent) if s])
-        fr = mean([x for x, s in zip(f1, silent) if not s])
         rs = sum(x >= 0.5 for x, s in zip(f1, silent) if s)
         rr = sum(x >= 0.5 for x, s in zip(f1, silent) if not s)
         print(f"| {run} | {ns} | {len(ids) - ns} | {fs:.3f} | {fr:.3f} | {g:+.3f} | {hits / 10000:.3f} | {rs} / {rr} |")
