@@ -105,8 +105,14 @@ if fire:
     print("| trigger | threshold | fires on | on wrong answers (F1 < 0.5) | on right answers | first token (median) | function word | punctuation | content word | in the final answer |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for spec in fire.split():
-        run, thr = spec.split("=")
-        thr = float(thr)
+        run, _, thr = spec.partition("=")
+        try:
+            thr = float(thr)
+        except ValueError:
+            sys.exit(f"calibrate-thresholds.sh: FIRE entry {spec!r} is not RUN=THRESHOLD (a number)")
+        if not os.path.isfile(f"{out}/{run}/predictions.jsonl"):
+            sys.exit(f"calibrate-thresholds.sh: FIRE names {run!r}, but {out}/{run}/predictions.jsonl does not exist "
+                     f"(runs here: rind, etc{''.join(', ' + r for r in mlp_runs)})")
         rows = [json.loads(l) for l in open(f"{out}/{run}/predictions.jsonl")]
         firsts, kinds = [], {"function word": 0, "punctuation": 0, "content word": 0, "answer": 0}
         wrong = [r["metrics"]["f1"] < 0.5 for r in rows]

@@ -14,7 +14,10 @@ import sys
 
 
 def load(run):
-    return {r["id"]: r for r in map(json.loads, open(f"{run}/predictions.jsonl"))}
+    try:
+        return {r["id"]: r for r in map(json.loads, open(f"{run}/predictions.jsonl"))}
+    except OSError as e:
+        sys.exit(f"silence_vs_closed_book.py: {run} is not an eval run directory: {e}")
 
 
 def means(f1, silent):
