@@ -20,7 +20,8 @@
 #   python3, which needs `gguf`). An untimed ragtime run first compiles the GPU kernels (its time is printed), and
 #   an untimed run of each row's own shapes precedes it (CubeCL compiles a kernel per shape; `cubecl.toml` with
 #   `[compilation] cache = "target"` keeps them on disk between runs).
-#   DTYPES="f32 bf16 f16" gives a batched-engine row per `--dtype` (default f32).
+#   DTYPES="f32 bf16 f16" gives a batched-engine row per `--dtype` (default f32); HF_DTYPES="f32" limits
+#   transformers to float32 (default "f32 bf16").
 # - SYNTH="B1 B2 ...": a second table, `synth hallucination` over the first SYNTH_ARTICLES (default 64) articles
 #   of wiki/dump_train at each B: labelled examples/s (the run's own progress rate) and wall time with loading.
 # STATS_LOG=FILE appends each ragtime row's whole `--stats` line (where the time went: the engine's phases,
@@ -36,6 +37,7 @@ NEW="${NEW:-32}"
 DEVICE="${DEVICE:-cpu}"
 DTYPES="${DTYPES:-f32}"
 HF="${HF:-1}"
+HF_DTYPES="${HF_DTYPES:-f32 bf16}"
 CACHE="${RAGTIME_CACHE:-$HOME/.cache/ragtime}"
 ST_PY="$CACHE/st-venv/bin/python"
 LC_PY="$CACHE/llamacpp-venv/bin/python"
@@ -117,7 +119,8 @@ for m in $MODELS; do
     fi
   done
   if [[ $HF == 1 && $DEVICE != cpu ]]; then
-    "${PEER_PY:-python3}" scripts/bench_generate_peers.py hf-cuda "$g" "$WORK/all.jsonl" "$BATCHES" "$NEW" 2>"$WORK/hf.log" ||
+    "${PEER_PY:-python3}" scripts/bench_generate_peers.py hf-cuda "$g" "$WORK/all.jsonl" "$BATCHES" "$NEW" "$HF_DTYPES" \
+      2>"$WORK/hf.log" ||
       { echo "| transformers | | | failed: $(tail -1 "$WORK/hf.log") | |"; }
   fi
   if [[ -n ${SYNTH:-} ]]; then

@@ -4,8 +4,8 @@
       transformers' batched `generate` (float32, left padding, greedy, exactly NEW new tokens per prompt) over
       the prompts of PROMPTS (one JSON string per line), B at a time; --internals asks for every step's
       attentions and hidden states (what ragtime captures), eager attention; otherwise sdpa.
-  python bench_generate_peers.py hf-cuda GGUF PROMPTS "B1 B2 ..." NEW
-      transformers on the GPU: the model loaded once per dtype (float32, bfloat16), then for each B the first B
+  python bench_generate_peers.py hf-cuda GGUF PROMPTS "B1 B2 ..." NEW ["f32 bf16"]
+      transformers on the GPU: the model loaded once per dtype (float32, bfloat16, or those named), then for each B the first B
       prompts as one batched `generate` (left padding, greedy, exactly NEW new tokens), with internals (eager
       attention, `output_attentions`/`output_hidden_states`) and without (sdpa), after an untimed warm-up of
       the same shape. Prints one Markdown table row per run: engine, B, prompts, tok/s, peak GPU MiB.
@@ -55,7 +55,7 @@ def hf(gguf, prompts, b, new, internals):
     return generated, dt
 
 
-def hf_cuda(gguf, prompts, batches, new):
+def hf_cuda(gguf, prompts, batches, new, dtypes=("f32", "bf16")):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -65,6 +65,8 @@ def hf_cuda(gguf, prompts, batches, new):
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     for dtype, name in ((torch.float32, "f32"), (torch.bfloat16, "bf16")):
+        if name not in dtypes:
+            continue
         for internals in (True, False):
             model = AutoModelForCausalLM.from_pretrained(
                 d, gguf_file=f, dtype=dtype, attn_implementation="eager" if internals else "sdpa"
@@ -124,7 +126,8 @@ def llamacpp(gguf, prompts, new):
 def main():
     if sys.argv[1] == "hf-cuda":
         prompts = [json.loads(l) for l in open(sys.argv[3], encoding="utf-8") if l.strip()]
-        hf_cuda(sys.argv[2], prompts, [int(b) for b in sys.argv[4].split()], int(sys.argv[5]))
+        dtypes = sys.argv[6].split() if len(sys.argv) > 6 else ("f32", "bf16")
+        hf_cuda(sys.argv[2], prompts, [int(b) for b in sys.argv[4].split()], int(sys.argv[5]), dtypes)
         return
     peer, gguf, prompts_file, b, new = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
     prompts = [json.loads(l) for l in open(prompts_file, encoding="utf-8") if l.strip()]

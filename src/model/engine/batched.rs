@@ -6,9 +6,11 @@
 //! Every sequence owns a *lane*: a slot in one key/value buffer per layer, `[slots, kv_heads, capacity,
 //! head_dim]`, allocated once and written in place (`scatter_nd`), so a cache is a slot number and a length
 //! ([`LaneCache`]); a rewind only moves the length. A forward call runs at most two passes:
-//! - **decode**: every sequence that appends one token, as rows of a `[slots, 1]` grid over the whole buffer:
-//!   one shape for the whole run (lanes that did not ask for a token compute a row that is thrown away and write
-//!   nothing), so each kernel is compiled once and the pass's cost does not grow with the number of lanes;
+//! - **decode**: every sequence that appends one token, as rows of a `[slots, 1]` grid over the whole buffer
+//!   (lanes that did not ask for a token compute a row that is thrown away and write nothing), attending over
+//!   the buffer's first `keys` positions, the longest lane rounded up to a power of two: a few shapes per run (one
+//!   per doubling of the longest lane), so each kernel is compiled a few times and a pass costs about the same
+//!   whatever the number of lanes in use;
 //! - **prefill**: the sequences that append several tokens (a prompt, the prompt after a retrieval), as rows of
 //!   a `[rows, T]` grid, `T` the longest chunk rounded up to a power of two, attending over their lanes' keys
 //!   gathered from the buffer.
@@ -17,6 +19,11 @@
 //! depend on which others share its pass beyond float rounding: they equal the reference engine's within f32
 //! rounding (not bit for bit: the products and sums run over other shapes). Buffers grow (doubling) when more
 //! lanes are in use or a sequence outgrows the capacity; a run at a steady number of lanes keeps its shapes.
+//!
+//! A pass issues few kernels, since at small lane counts on a GPU the host's cost of issuing them is the step's
+//! cost: each layer runs as a [`FusedBlock`], whose products that read the same input are one product (`q|k|v`,
+//! `gate|up`), with the RMS norms' weights and the attention scale folded into them, and RoPE applied to the
+//! queries and keys together.
 //!
 //! `--dtype bf16|f16` ([`Precision`]) casts the weights, the RoPE tables and the lane buffers, so products and
 //! the key/value cache run in that type; RMS norms and the attention softmax compute in f32 and cast back (as
@@ -27,19 +34,21 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use anyhow::{anyhow, Result};
 use burn::module::{Module, ModuleMapper, Param};
 use burn::prelude::Backend;
-use burn::tensor::activation::softmax;
+use burn::tensor::activation::{silu, softmax};
 use burn::tensor::{Bool, DType, IndexingUpdateOp, Int, Tensor, TensorData};
 
 use super::dist::{NextDist, RowSource, Scored};
 use super::{check_positions, host_rows, Cache, ChunkOut, Engine, Phases, Precision, SeqIn};
 use crate::model::config::ModelConfig;
-use crate::model::llama::{Llama, Rope};
+use crate::model::llama::{Linear, Llama, Rope};
 
 /// Lanes the buffers start with, and the smallest capacity (positions) they hold.
 const MIN_SLOTS: usize = 8;
 const MIN_CAPACITY: usize = 1024;
 /// Prefill chunks are padded to at least this many positions (then powers of two).
 const MIN_CHUNK: usize = 8;
+/// A pass attends over at least this many key positions (then powers of two, up to the capacity).
+const MIN_KEYS: usize = 64;
 
 /// Which slots are taken: shared by the engine and its caches (a dropped cache frees its slot).
 #[derive(Debug, Default)]
@@ -47,6 +56,100 @@ struct SlotBook {
     /// Slots handed out so far (the highest slot number + 1).
     issued: usize,
     free: Vec<usize>,
+}
+
+/// One decoder layer as the batched engine runs it: the same function as [`crate::model::llama::Block`] with
+/// fewer kernels per pass.
+/// - `q|k|v` is one product, `x̂ · diag(w₁) [Wq/√hd | Wk | Wv] + [bq/√hd | bk | bv]`, with `x̂` the input
+///   normalised without its weight `w₁` (folded into the rows) and the attention scale `1/√hd` folded into the
+///   query columns (RoPE is linear, so scaling before it is the same; for `hd = 64` the scale is exact);
+/// - `gate|up` likewise, `x̂ · diag(w₂) [Wg | Wu]`;
+/// - LoRA adapters are merged into the weights (`W + scale · A B`).
+///
+/// The results equal the reference layer's within f32 rounding (the tests hold the engine to it).
+#[derive(Module, Debug)]
+pub struct FusedBlock<B: Backend> {
+    /// `[d, (nh + 2 kvh) hd]`
+    qkv: Param<Tensor<B, 2>>,
+    /// `[(nh + 2 kvh) hd]`, where any of the three has a bias (Qwen2)
+    qkv_bias: Option<Param<Tensor<B, 1>>>,
+    o_proj: Linear<B>,
+    /// `[d, 2 ffn]`
+    gate_up: Param<Tensor<B, 2>>,
+    down_proj: Linear<B>,
+    eps: f64,
+}
+
+/// A linear layer's weight `[in, out]` with its LoRA adapter merged, and its bias.
+fn merged<B: Backend>(l: &Linear<B>) -> (Tensor<B, 2>, Option<Tensor<B, 1>>) {
+    let w = match &l.lora {
+        None => l.weight.val(),
+        Some(a) => l.weight.val() + a.a.val().matmul(a.b.val()).mul_scalar(a.scale),
+    };
+    (w, l.bias.as_ref().map(Param::val))
+}
+
+/// `[out]` zeros on a weight's device, for a product without a bias fused with one that has it.
+fn zeros_like_out<B: Backend>(w: &Tensor<B, 2>) -> Tensor<B, 1> {
+    Tensor::zeros([w.dims()[1]], &w.device())
+}
+
+impl<B: Backend> FusedBlock<B> {
+    fn new(block: &crate::model::llama::Block<B>) -> Self {
+        let a = &block.self_attn;
+        let scale = 1.0 / (a.head_dim as f64).sqrt();
+        let w1 = block.input_layernorm.weight.val().unsqueeze_dim::<2>(1); // [d, 1]
+        let w2 = block.post_attention_layernorm.weight.val().unsqueeze_dim::<2>(1);
+        let (wq, bq) = merged(&a.q_proj);
+        let (wk, bk) = merged(&a.k_proj);
+        let (wv, bv) = merged(&a.v_proj);
+        let qkv_bias = (bq.is_some() || bk.is_some() || bv.is_some()).then(|| {
+            let bq = bq.unwrap_or_else(|| zeros_like_out(&wq)).mul_scalar(scale);
+            let bk = bk.unwrap_or_else(|| zeros_like_out(&wk));
+            let bv = bv.unwrap_or_else(|| zeros_like_out(&wv));
+            Param::from_tensor(Tensor::cat(vec![bq, bk, bv], 0))
+        });
+        let qkv = Tensor::cat(vec![wq.mul_scalar(scale), wk, wv], 1) * w1.clone();
+        let (wg, _) = merged(&block.mlp.gate_proj);
+        let (wu, _) = merged(&block.mlp.up_proj);
+        let plain = |l: &Linear<B>| {
+            let (w, b) = merged(l);
+            Linear { weight: Param::from_tensor(w), bias: b.map(Param::from_tensor), lora: None }
+        };
+        FusedBlock {
+            qkv: Param::from_tensor(qkv),
+            qkv_bias,
+            o_proj: plain(&a.o_proj),
+            gate_up: Param::from_tensor(Tensor::cat(vec![wg, wu], 1) * w2),
+            down_proj: plain(&block.mlp.down_proj),
+            eps: block.input_layernorm.eps,
+        }
+    }
+
+    /// x: [1, n, d] -> x normalised by its RMS, without the norm's weight (folded into the next product); a
+    /// bf16/f16 x is normalised in f32 and cast back, as [`crate::model::llama::RmsNorm`].
+    fn norm(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
+        let dtype = x.dtype();
+        let x = x.cast(DType::F32);
+        let ms = x.clone().powi_scalar(2).mean_dim(2); // [1, n, 1]
+        (x * ms.add_scalar(self.eps).powf_scalar(-0.5)).cast(dtype)
+    }
+
+    /// x: [1, n, d] -> the scaled queries, keys and values side by side, [1, n, (nh + 2 kvh) hd]
+    fn qkv(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
+        let y = self.norm(x).matmul(self.qkv.val().unsqueeze::<3>());
+        match &self.qkv_bias {
+            Some(b) => y + b.val().unsqueeze::<3>(),
+            None => y,
+        }
+    }
+
+    /// x: [1, n, d] (after attention) -> the SwiGLU MLP's output [1, n, d]
+    fn mlp(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
+        let gu = self.norm(x).matmul(self.gate_up.val().unsqueeze::<3>()); // [1, n, 2 ffn]
+        let ffn = gu.dims()[2] / 2;
+        self.down_proj.forward(silu(gu.clone().narrow(2, 0, ffn)) * gu.narrow(2, ffn, ffn))
+    }
 }
 
 /// A sequence's cache in the batched engine: its lane and how many of the lane's positions are valid.
@@ -92,7 +195,9 @@ struct Lanes<B: Backend> {
 
 /// The burn decoder over lane buffers (see the module's documentation).
 pub struct BatchedEngine<B: Backend> {
+    /// The embeddings, final norm and output head (its `layers` are empty: they run as `layers`).
     model: Llama<B>,
+    layers: Vec<FusedBlock<B>>,
     rope: Rope<B>,
     cfg: ModelConfig,
     device: B::Device,
@@ -149,11 +254,23 @@ struct Row<'a> {
 }
 
 impl<B: Backend> BatchedEngine<B> {
-    pub fn new(model: Llama<B>, rope: Rope<B>, cfg: ModelConfig, device: B::Device) -> Self {
+    pub fn new(mut model: Llama<B>, rope: Rope<B>, cfg: ModelConfig, device: B::Device) -> Self {
+        let layers = model.layers.iter().map(FusedBlock::new).collect();
+        model.layers = Vec::new();
         let lanes = Lanes { k: vec![], v: vec![], slots: 0, capacity: 0 };
         let precision = Precision::F32;
         let phases = Phases::new(PHASES);
-        BatchedEngine { model, rope, cfg, device, precision, book: Arc::default(), lanes: Mutex::new(lanes), phases }
+        BatchedEngine {
+            model,
+            layers,
+            rope,
+            cfg,
+            device,
+            precision,
+            book: Arc::default(),
+            lanes: Mutex::new(lanes),
+            phases,
+        }
     }
 
     /// Grows the buffers to hold `slots` lanes of `capacity` positions (both rounded up to powers of two);
@@ -195,13 +312,10 @@ impl<B: Backend> BatchedEngine<B> {
         let (r, d, nh, kvh, hd) = (grid.len(), cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim);
         let rep = nh / kvh;
         let max_pos = self.rope.max_pos();
-        // keys each row attends over: the whole capacity for the decode grid, else up to the furthest position
-        let keys = if whole {
-            lanes.capacity
-        } else {
-            let end = grid.iter().flatten().map(|w| w.start + t).max().unwrap_or(t);
-            end.next_power_of_two().min(lanes.capacity)
-        };
+        // keys each row attends over: up to the furthest position in the grid, rounded up to a power of two (so
+        // that a run sees a few shapes, not one per step)
+        let end = grid.iter().flatten().map(|w| w.start + t).max().unwrap_or(t);
+        let keys = end.next_power_of_two().max(MIN_KEYS).min(lanes.capacity);
 
         // host-side inputs: token ids, positions, mask, and where the valid cells' keys go
         let mut ids = Vec::with_capacity(r * t);
@@ -244,13 +358,13 @@ impl<B: Backend> BatchedEngine<B> {
         let mut x = self.model.embed_tokens.val().select(0, ids).reshape([1, r * t, d]); // [1, r*t, d]
         let mut layer_sum: Option<Tensor<B, 3>> = None;
         let mut probs_last: Option<Tensor<B, 4>> = None;
-        let n_layers = self.model.layers.len();
-        for (l, block) in self.model.layers.iter().enumerate() {
-            let a = &block.self_attn;
-            let h = block.input_layernorm.forward(x.clone());
-            let q = rotate(a.q_proj.forward(h.clone()).reshape([r, t, nh, hd])); // [r, t, nh, hd]
-            let k = rotate(a.k_proj.forward(h.clone()).reshape([r, t, kvh, hd])); // [r, t, kvh, hd]
-            let v = a.v_proj.forward(h).reshape([r, t, kvh, hd]);
+        let n_layers = self.layers.len();
+        for (l, block) in self.layers.iter().enumerate() {
+            let qkv = block.qkv(x.clone()).reshape([r, t, nh + 2 * kvh, hd]); // [r, t, nh + 2 kvh, hd]
+            let qk = rotate(qkv.clone().narrow(2, 0, nh + kvh)); // [r, t, nh + kvh, hd], queries scaled by 1/sqrt(hd)
+            let q = qk.clone().narrow(2, 0, nh); // [r, t, nh, hd]
+            let k = qk.narrow(2, nh, kvh); // [r, t, kvh, hd]
+            let v = qkv.narrow(2, nh + kvh, kvh);
             // write the valid cells' keys and values into their lanes: [n_valid * kvh, hd] at (slot, head, pos)
             let write = |buf: &mut Option<Tensor<B, 4>>, new: Tensor<B, 4>| {
                 let new = new.reshape([r * t, kvh, hd]).select(0, valid.clone()).reshape([n_valid * kvh, hd]);
@@ -262,7 +376,7 @@ impl<B: Backend> BatchedEngine<B> {
             let kb = lanes.k[l].clone().unwrap();
             let vb = lanes.v[l].clone().unwrap();
             let (kk, vv) = match &gather {
-                None => (kb, vb), // [slots, kvh, capacity, hd]
+                None => (kb.narrow(2, 0, keys), vb.narrow(2, 0, keys)), // [slots, kvh, keys, hd]
                 Some(g) => (
                     kb.select(0, g.clone()).narrow(2, 0, keys), // [r, kvh, keys, hd]
                     vb.select(0, g.clone()).narrow(2, 0, keys),
@@ -270,16 +384,20 @@ impl<B: Backend> BatchedEngine<B> {
             };
             // grouped-query attention: the query heads sharing a key/value head, [r, kvh, rep * t, hd]
             let q = q.swap_dims(1, 2).reshape([r, kvh, rep * t, hd]);
-            let scores = q.matmul(kk.swap_dims(2, 3)).mul_scalar(1.0 / (hd as f64).sqrt()); // [r, kvh, rep*t, keys]
+            let scores = q.matmul(kk.swap_dims(2, 3)); // [r, kvh, rep*t, keys], already scaled
             let scores = scores.reshape([r, nh, t, keys]).mask_fill(mask.clone(), f32::NEG_INFINITY);
             let probs = softmax(scores.cast(DType::F32), 3).cast(self.precision.dtype()); // [r, nh, t, keys]
             if l + 1 == n_layers && captures {
                 probs_last = Some(probs.clone());
             }
             let o = probs.reshape([r, kvh, rep * t, keys]).matmul(vv); // [r, kvh, rep*t, hd]
-            let o = o.reshape([r, nh, t, hd]).swap_dims(1, 2).reshape([1, r * t, nh * hd]);
-            let hmid = x + a.o_proj.forward(o);
-            x = hmid.clone() + block.mlp.forward(block.post_attention_layernorm.forward(hmid));
+            let o = if t == 1 {
+                o.reshape([1, r, nh * hd]) // [r, nh, 1, hd] is already laid out as [r, 1, nh, hd]: no copy
+            } else {
+                o.reshape([r, nh, t, hd]).swap_dims(1, 2).reshape([1, r * t, nh * hd])
+            };
+            let hmid = x + block.o_proj.forward(o);
+            x = hmid.clone() + block.mlp(hmid);
             if captures && l + 1 < n_layers {
                 let x = x.clone().cast(DType::F32);
                 layer_sum = Some(match layer_sum.take() {
@@ -391,6 +509,7 @@ impl<B: Backend> BatchedEngine<B> {
 impl<B: Backend> Engine for BatchedEngine<B>
 where
     Llama<B>: Send + Sync,
+    FusedBlock<B>: Send + Sync,
     Rope<B>: Send + Sync,
     Tensor<B, 4>: Send,
 {
@@ -424,6 +543,7 @@ where
         anyhow::ensure!(lock(&self.book).issued == 0, "the dtype changes only before the first sequence");
         let dtype = precision.dtype();
         self.model = self.model.clone().map(&mut CastParams(dtype)); // a clone shares the weights' storage
+        self.layers = self.layers.iter().map(|b| b.clone().map(&mut CastParams(dtype))).collect();
         self.rope.cos = self.rope.cos.clone().cast(dtype);
         self.rope.sin = self.rope.sin.clone().cast(dtype);
         self.precision = precision;
