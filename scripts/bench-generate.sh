@@ -21,7 +21,7 @@
 #   an untimed run of each row's own shapes precedes it (CubeCL compiles a kernel per shape; `cubecl.toml` with
 #   `[compilation] cache = "target"` keeps them on disk between runs).
 #   DTYPES="f32 bf16 f16" gives a batched-engine row per `--dtype` (default f32); HF_DTYPES="f32" limits
-#   transformers to float32 (default "f32 bf16").
+#   transformers to float32 (default "f32 bf16"); REF_ROW=0 leaves out the reference engine's row.
 # - SYNTH="B1 B2 ...": a second table, `synth hallucination` over the first SYNTH_ARTICLES (default 64) articles
 #   of wiki/dump_train at each B: labelled examples/s (the run's own progress rate) and wall time with loading.
 # STATS_LOG=FILE appends each ragtime row's whole `--stats` line (where the time went: the engine's phases,
@@ -93,7 +93,7 @@ for m in $MODELS; do
       echo "| ragtime $label (internals) | $b | $b | $rate | $rss |"
       [[ -z ${STATS_LOG:-} ]] || echo "$m $DEVICE $dt B=$b: $line" >>"$STATS_LOG"
     done
-    if [[ $DEVICE != cpu && $b == 1 ]]; then
+    if [[ $DEVICE != cpu && $b == 1 && ${REF_ROW:-1} == 1 ]]; then
       $BIN generate --model "$g" --device "$DEVICE" --engine reference --prompts "$WORK/p.jsonl" --batch 1 \
         --max-new-tokens "$NEW" --ignore-eos >/dev/null 2>&1 # untimed: the reference engine's shapes grow by step
       line=$($BIN generate --model "$g" --device "$DEVICE" --engine reference --prompts "$WORK/p.jsonl" --batch 1 \

@@ -184,11 +184,11 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// The lane buffers: keys and values of every layer.
+/// The lane buffers: keys and values of every layer, side by side so that a pass writes both with one scatter.
 struct Lanes<B: Backend> {
-    /// `[layer]`: `[slots, kv_heads, capacity, head_dim]`; `None` only while a pass writes it.
-    k: Vec<Option<Tensor<B, 4>>>,
-    v: Vec<Option<Tensor<B, 4>>>,
+    /// `[layer]`: `[slots, 2 kv_heads, capacity, head_dim]`, keys in heads `0..kv_heads`, values after them;
+    /// `None` only while a pass writes it.
+    kv: Vec<Option<Tensor<B, 4>>>,
     slots: usize,
     capacity: usize,
 }
@@ -257,7 +257,7 @@ impl<B: Backend> BatchedEngine<B> {
     pub fn new(mut model: Llama<B>, rope: Rope<B>, cfg: ModelConfig, device: B::Device) -> Self {
         let layers = model.layers.iter().map(FusedBlock::new).collect();
         model.layers = Vec::new();
-        let lanes = Lanes { k: vec![], v: vec![], slots: 0, capacity: 0 };
+        let lanes = Lanes { kv: vec![], slots: 0, capacity: 0 };
         let precision = Precision::F32;
         let phases = Phases::new(PHASES);
         BatchedEngine {
@@ -281,7 +281,7 @@ impl<B: Backend> BatchedEngine<B> {
         if slots == lanes.slots && capacity == lanes.capacity {
             return;
         }
-        let (kv, hd) = (self.cfg.num_kv_heads, self.cfg.head_dim);
+        let (kv, hd) = (2 * self.cfg.num_kv_heads, self.cfg.head_dim);
         let grow = |old: Option<Tensor<B, 4>>| {
             let fresh = Tensor::<B, 4>::zeros([slots, kv, capacity, hd], (&self.device, self.precision.dtype()));
             match old {
@@ -293,8 +293,7 @@ impl<B: Backend> BatchedEngine<B> {
             }
         };
         let n = self.cfg.num_layers;
-        lanes.k = (0..n).map(|l| Some(grow(lanes.k.get_mut(l).and_then(Option::take)))).collect();
-        lanes.v = (0..n).map(|l| Some(grow(lanes.v.get_mut(l).and_then(Option::take)))).collect();
+        lanes.kv = (0..n).map(|l| Some(grow(lanes.kv.get_mut(l).and_then(Option::take)))).collect();
         lanes.slots = slots;
         lanes.capacity = capacity;
     }
@@ -332,18 +331,25 @@ impl<B: Backend> BatchedEngine<B> {
                 mask.extend((0..keys).map(|k| k > p));
                 if let Some(w) = row.filter(|_| j < len) {
                     valid.push((i * t + j) as i32);
-                    dest.extend((0..kvh).flat_map(|h| [w.slot as i32, h as i32, p as i32]));
+                    dest.extend((0..2 * kvh).flat_map(|h| [w.slot as i32, h as i32, p as i32]));
                 }
             }
         }
         let n_valid = valid.len();
         let valid = self.ints(valid, [n_valid]);
-        let dest = self.ints(dest, [n_valid * kvh, 3]);
+        let dest = self.ints(dest, [n_valid * 2 * kvh, 3]);
         let pos = self.ints(pos, [r * t]);
         let mask = Tensor::<B, 4, Bool>::from_data(TensorData::new(mask, [r, 1, t, keys]), &self.device);
         let gather = (!whole).then(|| self.ints(grid.iter().map(|w| w.map_or(0, |w| w.slot as i32)).collect(), [r]));
-        let cos = self.rope.cos.clone().select(0, pos.clone()).reshape([r, t, 1, hd]); // [r, t, 1, hd]
-        let sin = self.rope.sin.clone().select(0, pos).reshape([r, t, 1, hd]);
+        // RoPE tables over all heads of the q|k|v block, [r, t, nh + 2 kvh, hd]: the value heads get cos 1 and
+        // sin 0, so one rotation leaves them as they are and the block stays one contiguous tensor
+        let heads = nh + 2 * kvh;
+        let (dev, dtype) = (&self.device, self.precision.dtype());
+        let table = |t_: &Tensor<B, 2>, fill: f32| {
+            let rot = t_.clone().select(0, pos.clone()).reshape([r, t, 1, hd]).expand([r, t, nh + kvh, hd]);
+            Tensor::cat(vec![rot, Tensor::full([r, t, kvh, hd], fill, (dev, dtype))], 2)
+        };
+        let (cos, sin) = (table(&self.rope.cos, 1.0), table(&self.rope.sin, 0.0));
         let rotate = |x: Tensor<B, 4>| {
             // rotate-half RoPE on [r, t, heads, hd]
             let x1 = x.clone().narrow(3, 0, hd / 2);
@@ -360,28 +366,22 @@ impl<B: Backend> BatchedEngine<B> {
         let mut probs_last: Option<Tensor<B, 4>> = None;
         let n_layers = self.layers.len();
         for (l, block) in self.layers.iter().enumerate() {
-            let qkv = block.qkv(x.clone()).reshape([r, t, nh + 2 * kvh, hd]); // [r, t, nh + 2 kvh, hd]
-            let qk = rotate(qkv.clone().narrow(2, 0, nh + kvh)); // [r, t, nh + kvh, hd], queries scaled by 1/sqrt(hd)
-            let q = qk.clone().narrow(2, 0, nh); // [r, t, nh, hd]
-            let k = qk.narrow(2, nh, kvh); // [r, t, kvh, hd]
-            let v = qkv.narrow(2, nh + kvh, kvh);
-            // write the valid cells' keys and values into their lanes: [n_valid * kvh, hd] at (slot, head, pos)
-            let write = |buf: &mut Option<Tensor<B, 4>>, new: Tensor<B, 4>| {
-                let new = new.reshape([r * t, kvh, hd]).select(0, valid.clone()).reshape([n_valid * kvh, hd]);
-                let b = buf.take().expect("lane buffers in place");
-                *buf = Some(b.scatter_nd(dest.clone(), new, IndexingUpdateOp::Assign));
+            // [r, t, nh + 2 kvh, hd]: queries (scaled by 1/sqrt(hd)) and keys rotated, values as they were
+            let qkv = rotate(block.qkv(x.clone()).reshape([r, t, heads, hd]));
+            // [r, t, nh, hd]
+            let q = qkv.clone().narrow(2, 0, nh);
+            // write the valid cells' keys and values into their lanes: [n_valid * 2 kvh, hd] at (slot, head, pos)
+            let new = qkv.reshape([r * t, heads, hd]).select(0, valid.clone()).narrow(1, nh, 2 * kvh);
+            let buf = lanes.kv[l].take().expect("lane buffers in place");
+            let buf = buf.scatter_nd(dest.clone(), new.reshape([n_valid * 2 * kvh, hd]), IndexingUpdateOp::Assign);
+            lanes.kv[l] = Some(buf.clone());
+            // the rows' lanes up to `keys`: [slots, 2 kvh, keys, hd] on the decode grid, else [r, 2 kvh, keys, hd]
+            let buf = match &gather {
+                None => buf.narrow(2, 0, keys),
+                Some(g) => buf.select(0, g.clone()).narrow(2, 0, keys),
             };
-            write(&mut lanes.k[l], k);
-            write(&mut lanes.v[l], v);
-            let kb = lanes.k[l].clone().unwrap();
-            let vb = lanes.v[l].clone().unwrap();
-            let (kk, vv) = match &gather {
-                None => (kb.narrow(2, 0, keys), vb.narrow(2, 0, keys)), // [slots, kvh, keys, hd]
-                Some(g) => (
-                    kb.select(0, g.clone()).narrow(2, 0, keys), // [r, kvh, keys, hd]
-                    vb.select(0, g.clone()).narrow(2, 0, keys),
-                ),
-            };
+            // [., kvh, keys, hd] each
+            let (kk, vv) = (buf.clone().narrow(1, 0, kvh), buf.narrow(1, kvh, kvh));
             // grouped-query attention: the query heads sharing a key/value head, [r, kvh, rep * t, hd]
             let q = q.swap_dims(1, 2).reshape([r, kvh, rep * t, hd]);
             let scores = q.matmul(kk.swap_dims(2, 3)); // [r, kvh, rep*t, keys], already scaled
@@ -547,7 +547,7 @@ where
         self.rope.cos = self.rope.cos.clone().cast(dtype);
         self.rope.sin = self.rope.sin.clone().cast(dtype);
         self.precision = precision;
-        *lock(&self.lanes) = Lanes { k: vec![], v: vec![], slots: 0, capacity: 0 };
+        *lock(&self.lanes) = Lanes { kv: vec![], slots: 0, capacity: 0 };
         Ok(())
     }
 
@@ -568,7 +568,7 @@ where
         let mut outs = vec![ChunkOut::default(); seqs.len()];
         {
             let mut lanes = lock(&self.lanes);
-            if lanes.k.iter().any(Option::is_none) {
+            if lanes.kv.iter().any(Option::is_none) {
                 return Err(anyhow!("the batched engine's lane buffers were lost in an earlier failure"));
             }
             let slots = rows.iter().map(|w| w.slot + 1).max().unwrap_or(0).max(lock(&self.book).issued);
