@@ -9,7 +9,8 @@
 #      DATA (dialogues folder, default datasets/autorag/smoke from scripts/autorag_smoke_dialogues.py),
 #      OUT (results, default runs/train-autorag-gpu), EPOCHS (5), BATCH (8), ACCUM (2), LR (5e-5), MAXLEN (1024),
 #      EXTRA (more flags for ragtime's trainer, e.g. "--static-shapes"; the plan PyTorch replays is the same),
-#      TORCH_EXTRA (more flags for the PyTorch replay, e.g. "--gradient-checkpointing" beside EXTRA's).
+#      TORCH_EXTRA (more flags for the PyTorch replay, e.g. "--gradient-checkpointing" beside EXTRA's),
+#      DTYPE (f32 or bf16, default f32: bf16 is ragtime's `--dtype bf16` and, from the same plan, PyTorch's autocast).
 # Each step writes under OUT and can run in a separate call; `ragtime` resumes from its checkpoint if cut off.
 # Peak GPU memory is the largest `nvidia-smi` reading (whole device, sampled every 100 ms) while a trainer runs;
 # PyTorch's own allocator peaks are printed by the torch step as well.
@@ -26,7 +27,8 @@ STEPS=("$@")
 [[ ${#STEPS[@]} -gt 0 ]] || STEPS=(ragtime torch check table)
 
 common=(--model "$MODEL" --tokenizer "$TOKENIZER" --data "$DATA" --epochs "$EPOCHS" --batch-size "$BATCH"
-  --grad-accum "$ACCUM" --lr "$LR" --warmup-ratio 0.1 --max-len "$MAXLEN" --eval-every 15 --save-every 25)
+  --grad-accum "$ACCUM" --lr "$LR" --warmup-ratio 0.1 --max-len "$MAXLEN" --eval-every 15 --save-every 25
+  --dtype "${DTYPE:-f32}")
 
 # Runs "$@" while sampling the GPU's used memory; writes the peak (MiB) to $1.mem-peak.
 with_mem() {

@@ -8,7 +8,9 @@ model on exactly those tokens, in the same order, with the same loss and optimiz
   (Auto-RAG's Eq. 3, token-weighted, as ragtime), the LM head applied only to the positions that predict a target;
 - torch.optim.AdamW (decoupled decay on matrices only), the plan's learning rate per update, global-norm clipping;
 - right padding with the plan's pad id and plain causal attention (pads come last, so they change nothing);
-- float32 throughout, like ragtime; SDPA attention.
+- float32 throughout, like ragtime; SDPA attention. A plan written with `--dtype bf16` runs under
+  `torch.autocast(dtype=torch.bfloat16)` (products in bf16, softmax and loss in f32, f32 master weights and
+  optimizer: PyTorch's mixed precision, the peer of ragtime's).
 
 The base model is a Hugging Face folder: `ragtime train autorag --model M.gguf --export-base DIR` writes the
 de-quantized GGUF base that ragtime itself starts from, so update 1 of both runs sees the same weights and data.
@@ -21,6 +23,7 @@ tokens/s over the updates and the peak GPU memory that PyTorch allocated and res
 """
 
 import argparse
+import contextlib
 import json
 import time
 
@@ -107,6 +110,8 @@ def main():
     meta, train, valid, updates = load_plan(a.plan)
     cfg, pad_id, dev = meta["config"], meta["pad_id"], torch.device(a.device)
     torch.manual_seed(cfg.get("seed", 0))
+    bf16 = cfg.get("dtype", "f32") == "bf16"
+    amp = (lambda: torch.autocast(dev.type, dtype=torch.bfloat16)) if bf16 else contextlib.nullcontext
     t_load = time.perf_counter()
     model = AutoModelForCausalLM.from_pretrained(a.base, dtype=torch.float32, attn_implementation="sdpa").to(dev)
     if a.gradient_checkpointing:
@@ -129,7 +134,8 @@ def main():
 
     def validate(step):
         t0 = time.perf_counter()
-        loss = evaluate(model, valid, bs, pad_id, dev)
+        with amp():
+            loss = evaluate(model, valid, bs, pad_id, dev)
         valid_log.append({"step": step, "loss": loss})
         print(f"valid  step {step:>5}  loss {loss:.4f}  ({len(valid)} dialogues, {time.perf_counter() - t0:.1f}s)", flush=True)
 
@@ -143,7 +149,8 @@ def main():
         t0 = time.perf_counter()
         loss_sum = 0.0
         for ids, pos, tgt, _ in micro:
-            loss = nll_sum(model, ids, pos, tgt) / n_targets
+            with amp():
+                loss = nll_sum(model, ids, pos, tgt) / n_targets
             loss.backward()
             loss_sum += loss.item()
         norm = torch.nn.utils.clip_grad_norm_(params, clip).item() if clip > 0 else float("nan")

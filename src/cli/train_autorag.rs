@@ -104,6 +104,11 @@ pub struct Args {
     /// gradient_checkpointing).
     #[arg(long)]
     pub gradient_checkpointing: bool,
+    /// What the forward and backward passes compute in: f32, or bf16 with f32 master weights (the optimizer, the
+    /// updates, the norms, the softmax and the loss stay f32; f16 is refused: it needs loss scaling) (default:
+    /// [train] dtype, f32).
+    #[arg(long)]
+    pub dtype: Option<ragtime::model::Precision>,
     /// Write the run's plan (settings, tokenized dialogues with their loss masks, every update's micro-batches and
     /// learning rate) as JSON lines to this file and exit without training: another trainer can replay exactly
     /// this run (scripts/train_autorag_torch.py does, as the PyTorch reference).
@@ -187,6 +192,9 @@ impl Args {
         cfg.stop_after = self.stop_after;
         cfg.static_shapes |= self.static_shapes;
         cfg.gradient_checkpointing |= self.gradient_checkpointing;
+        if let Some(d) = self.dtype {
+            cfg.dtype = d;
+        }
         cfg.validate()?;
         Ok(cfg)
     }

@@ -7,7 +7,7 @@
 //! RMSNorm `x * rsqrt(mean(x^2) + eps) * w`, rotate-half RoPE with `inv_freq = theta^(-2i/d)`, grouped-query
 //! attention with softmax in f32, SwiGLU MLP `down(silu(gate(x)) * up(x))`, optional tied `lm_head`.
 
-use burn::module::{Module, Param};
+use burn::module::{Module, ModuleMapper, Param};
 use burn::prelude::Backend;
 use burn::tensor::activation::{silu, softmax};
 use burn::tensor::{Bool, DType, Int, Tensor, TensorData};
@@ -112,6 +112,27 @@ pub struct Llama<B: Backend> {
     pub lm_head: Option<Param<Tensor<B, 2>>>,
 }
 
+/// Casts every float parameter of a module to one dtype. Under autodiff the cast is an operation of the graph,
+/// so a model cast to bf16 computes in bf16 while the gradients reach the f32 parameters it was cast from (mixed
+/// precision with f32 master weights).
+pub struct CastParams(pub DType);
+
+impl<B: Backend> ModuleMapper<B> for CastParams {
+    fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
+        let (id, tensor, mapper) = param.consume();
+        Param::from_mapped_value(id, tensor.cast(self.0), mapper)
+    }
+}
+
+/// `x` in f32 (a no-op for f32 `x`).
+fn to_f32<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
+    if x.dtype() == DType::F32 {
+        x
+    } else {
+        x.cast(DType::F32)
+    }
+}
+
 /// Precomputed RoPE tables, `[max_pos, head_dim]` each (frequencies repeated over both halves, as transformers).
 #[derive(Debug, Clone)]
 pub struct Rope<B: Backend> {
@@ -152,6 +173,11 @@ impl<B: Backend> Rope<B> {
 
     pub fn max_pos(&self) -> usize {
         self.cos.dims()[0]
+    }
+
+    /// The tables in `dtype`, for a model computing in it.
+    pub fn cast(&self, dtype: DType) -> Self {
+        Rope { cos: self.cos.clone().cast(dtype), sin: self.sin.clone().cast(dtype) }
     }
 
     /// x: [b, h, t, hd] at absolute positions start..start+t.
@@ -278,7 +304,10 @@ impl<B: Backend> Attention<B> {
             let mask = Tensor::<B, 2, Bool>::from_data(TensorData::new(mask, [t, keys]), &scores.device());
             scores = scores.mask_fill(mask.unsqueeze::<4>(), f32::NEG_INFINITY);
         }
-        let probs = softmax(scores, 3); // [b, h, t, keys]
+        // softmax in f32 whatever the model computes in, as transformers does for a bf16 model
+        let dtype = scores.dtype();
+        let probs = softmax(to_f32(scores), 3); // [b, h, t, keys]
+        let probs = if dtype == DType::F32 { probs } else { probs.cast(dtype) };
         let kept = keep_probs.then(|| probs.clone());
         let out = probs.reshape([b, kvh, rep * t, keys]).matmul(v); // [b, kv, rep*t, hd]
         let out = out.reshape([b, h, t, hd]).swap_dims(1, 2).reshape([b, t, h * hd]);
@@ -391,6 +420,11 @@ impl<B: Backend> Llama<B> {
             outs.push(ForwardOut { hidden, attn, layer_sum });
         }
         outs
+    }
+
+    /// Every float parameter cast to `dtype` (see [`CastParams`]).
+    pub fn cast_params(self, dtype: DType) -> Self {
+        self.map(&mut CastParams(dtype))
     }
 
     /// hidden: [b, t, d] -> logits [b, t, vocab]

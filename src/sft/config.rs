@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 use super::data::Shapes;
 use super::lora::LoraConfig;
 use super::optim::AdamWConfig;
+use crate::model::Precision;
 
 /// Hyper-parameters (defaults: `configs/autorag-train.toml`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -54,6 +55,12 @@ pub struct SftConfig {
     /// one more forward pass. The same losses and gradients up to float rounding, so not part of the fingerprint.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub gradient_checkpointing: bool,
+    /// What the forward and backward passes compute in (`--dtype`): `bf16` casts the f32 parameters to bf16 for
+    /// each micro-batch, so products run in bf16 while the gradients, the optimizer state and the updates stay in
+    /// f32 (master weights); RMS norms, the attention softmax and the loss compute in f32. Part of the
+    /// fingerprint (the losses differ); left out of the saved settings when f32.
+    #[serde(skip_serializing_if = "is_f32")]
+    pub dtype: Precision,
     /// Halt (after checkpointing) once this many updates are done, as if killed: for tests and time-boxed
     /// runs; not part of the fingerprint.
     #[serde(skip)]
@@ -84,9 +91,14 @@ impl Default for SftConfig {
             lora: None,
             static_shapes: false,
             gradient_checkpointing: false,
+            dtype: Precision::F32,
             stop_after: None,
         }
     }
+}
+
+fn is_f32(p: &Precision) -> bool {
+    *p == Precision::F32
 }
 
 impl SftConfig {
@@ -102,6 +114,10 @@ impl SftConfig {
         if let Some(l) = &self.lora {
             l.validate()?;
         }
+        ensure!(
+            self.dtype != Precision::F16,
+            "dtype f16 (--dtype, [train] dtype) needs loss scaling, which training does not do: use bf16 (the range of f32) or f32"
+        );
         Ok(())
     }
 

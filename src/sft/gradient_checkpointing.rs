@@ -20,19 +20,24 @@
 //! differently there), and each parameter's partial gradients are summed across the separate backward passes.
 //! With tied embeddings the LM head's and the embedding's parts of `embed_tokens`' gradient are added.
 
-use burn::module::AutodiffModule;
+use burn::module::{AutodiffModule, Module};
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::Tensor;
 
 use super::data::Batch;
 use super::loss::{batch_ids, nll_of_hidden, scalar};
 use super::optim::GradAccum;
-use crate::model::llama::{Llama, Rope};
+use crate::model::llama::{CastParams, Llama, Rope};
+use crate::model::Precision;
 
 /// Adds to `grads` the gradients of `nll_sum(batch) / n_targets` with one checkpoint per decoder layer (module
-/// doc) and returns that loss. `rope` and `rope_inner` hold the same tables on the autodiff and inner backends.
+/// doc) and returns that loss. `rope` and `rope_inner` hold the same tables on the autodiff and inner backends,
+/// in the compute dtype `precision`. In bf16 each part (the head, each layer, the embedding) runs on a copy cast
+/// for its own backward pass, so that each backward reaches the f32 parameters through casts of its own.
+#[allow(clippy::too_many_arguments)]
 pub fn backward_checkpointed<AB: AutodiffBackend>(
     model: &Llama<AB>,
+    precision: Precision,
     rope: &Rope<AB>,
     rope_inner: &Rope<AB::InnerBackend>,
     batch: &Batch,
@@ -40,8 +45,11 @@ pub fn backward_checkpointed<AB: AutodiffBackend>(
     grads: &mut GradAccum<AB::InnerBackend>,
     device: &AB::Device,
 ) -> f64 {
+    let mixed = precision != Precision::F32;
+    let dtype = precision.dtype();
+    let cast = |m: &Llama<AB>| if mixed { m.clone().cast_params(dtype) } else { m.clone() };
     // 1. Forward without a graph, keeping each layer's input: inputs[l] = h_l, [b, t, d]
-    let inner = model.valid();
+    let inner = if mixed { model.valid().cast_params(dtype) } else { model.valid() };
     let mut h = inner.embed(batch_ids(batch, device));
     let mut inputs = Vec::with_capacity(inner.layers.len());
     for block in &inner.layers {
@@ -52,7 +60,8 @@ pub fn backward_checkpointed<AB: AutodiffBackend>(
 
     // 2. The head from h_L: its gradients, and g_L = dLoss/dh_L
     let h_last = Tensor::<AB, 3>::from_inner(h).require_grad();
-    let loss = nll_of_hidden(model, model.norm.forward(h_last.clone()), batch, device).div_scalar(n_targets as f64);
+    let head = cast(model);
+    let loss = nll_of_hidden(&head, head.norm.forward(h_last.clone()), batch, device).div_scalar(n_targets as f64);
     let value = scalar(loss.clone().inner());
     let mut g = loss.backward();
     let mut upstream = h_last.grad_remove(&mut g).expect("the loss depends on the last hidden state");
@@ -61,6 +70,7 @@ pub fn backward_checkpointed<AB: AutodiffBackend>(
     // 3. Layers last to first: recompute layer l from h_l, then the product of its Jacobian with g_{l+1}
     for (block, x) in model.layers.iter().zip(inputs).rev() {
         let x = Tensor::<AB, 3>::from_inner(x).require_grad();
+        let block = if mixed { block.clone().map(&mut CastParams(dtype)) } else { block.clone() };
         let y = block.forward(x.clone(), rope, 0, None, false).0;
         let mut g = (y * Tensor::<AB, 3>::from_inner(upstream)).sum().backward();
         upstream = x.grad_remove(&mut g).expect("a layer's output depends on its input");
@@ -69,7 +79,7 @@ pub fn backward_checkpointed<AB: AutodiffBackend>(
 
     // 4. The embedding (frozen under LoRA: nothing to do)
     if model.embed_tokens.val().is_require_grad() {
-        let e = model.embed(batch_ids(batch, device));
+        let e = cast(model).embed(batch_ids(batch, device));
         let g = (e * Tensor::<AB, 3>::from_inner(upstream)).sum().backward();
         grads.add::<AB, _>(model, g);
     }
@@ -108,7 +118,8 @@ mod tests {
             let plain_loss = scalar(loss.clone().inner());
             plain.add::<AB, _>(&model, loss.backward());
             let mut ckpt = GradAccum::default();
-            let ckpt_loss = backward_checkpointed(&model, &rope, &rope_inner, &batch, n, &mut ckpt, &dev);
+            let ckpt_loss =
+                backward_checkpointed(&model, Precision::F32, &rope, &rope_inner, &batch, n, &mut ckpt, &dev);
             assert!((plain_loss - ckpt_loss).abs() < 1e-6 * plain_loss, "lora={use_lora}: {plain_loss} vs {ckpt_loss}");
             let count = plain.sums.iter().flatten().count();
             assert_eq!(count, ckpt.sums.iter().flatten().count(), "lora={use_lora}: the same parameters");

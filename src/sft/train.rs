@@ -82,15 +82,19 @@ pub fn train<AB: AutodiffBackend>(
         state = s;
     }
 
-    let rope = Rope::<AB>::new(model_cfg, cfg.max_len.max(2), device);
-    let rope_eval = Rope::<AB::InnerBackend>::new(model_cfg, cfg.max_len.max(2), device);
+    // mixed precision: the passes run on a copy of the model cast to the compute dtype (f32: the model itself)
+    let dtype = cfg.dtype.dtype();
+    let mixed = cfg.dtype != crate::model::Precision::F32;
+    let rope = Rope::<AB>::new(model_cfg, cfg.max_len.max(2), device).cast(dtype);
+    let rope_eval = Rope::<AB::InnerBackend>::new(model_cfg, cfg.max_len.max(2), device).cast(dtype);
     let eval_bs = cfg.batch_size.max(1);
     let validate = |model: &Llama<AB>, step: usize, state: &mut TrainState, log: &mut dyn FnMut(&str)| {
         if data.valid.is_empty() || state.valid.iter().any(|v| v.step == step) {
             return;
         }
         let t0 = Instant::now();
-        let loss = evaluate(&model.valid(), &rope_eval, &data.valid, eval_bs, cfg.shapes(), data.pad_id, device);
+        let inner = if mixed { model.valid().cast_params(dtype) } else { model.valid() };
+        let loss = evaluate(&inner, &rope_eval, &data.valid, eval_bs, cfg.shapes(), data.pad_id, device);
         log(&format!(
             "valid  step {step:>5}  loss {loss:.4}  ({} dialogues, {:.1}s)",
             data.valid.len(),
@@ -123,10 +127,13 @@ pub fn train<AB: AutodiffBackend>(
         let mut loss_sum = 0.0;
         for b in &micro {
             if cfg.gradient_checkpointing {
-                loss_sum += backward_checkpointed(&model, &rope, &rope_eval, b, n_targets, &mut grads, device);
+                loss_sum +=
+                    backward_checkpointed(&model, cfg.dtype, &rope, &rope_eval, b, n_targets, &mut grads, device);
                 continue;
             }
-            let loss = nll_sum(&model, &rope, b, device).div_scalar(n_targets as f64);
+            // the gradients of the cast copy's parameters flow through the casts to the f32 ones
+            let compute = if mixed { model.clone().cast_params(dtype) } else { model.clone() };
+            let loss = nll_sum(&compute, &rope, b, device).div_scalar(n_targets as f64);
             loss_sum += scalar(loss.clone().inner());
             grads.add::<AB, _>(&model, loss.backward());
         }
@@ -282,6 +289,59 @@ mod tests {
             }
             assert_eq!(plain.state.fingerprint, ckpt.state.fingerprint, "a run may resume with the other setting");
         }
+    }
+
+    /// `dtype = bf16`: the passes run in bf16 on a cast copy while the parameters, their gradients and the
+    /// optimizer stay f32. The losses and gradient norms follow f32's within bf16's rounding but are not f32's,
+    /// the trained weights are f32, the checkpointed backward gives the plain one's losses, the fingerprint
+    /// differs from f32's, and f16 is refused.
+    #[test]
+    fn bf16_trains_with_f32_master_weights() {
+        use crate::model::Precision;
+        let Some((mcfg, w, data)) = setup() else { return };
+        let dev = Default::default();
+        for lora in [false, true] {
+            let mut cfg = small_cfg(lora);
+            cfg.stop_after = Some(3);
+            let full = train::<AB>(&w, &mcfg, &data, &cfg, None, &dev, &mut |_| {}).unwrap();
+            cfg.dtype = Precision::Bf16;
+            let half = train::<AB>(&w, &mcfg, &data, &cfg, None, &dev, &mut |_| {}).unwrap();
+            assert_eq!(half.model.layers[0].self_attn.q_proj.weight.val().dtype(), burn::tensor::DType::F32);
+            assert_eq!(half.state.history.len(), 3);
+            let mut differs = false;
+            for (a, b) in full.state.history.iter().zip(&half.state.history) {
+                eprintln!(
+                    "lora={lora} update {}: loss {:.5} / {:.5}, |g| {:.4} / {:.4}",
+                    a.step, a.loss, b.loss, a.grad_norm, b.grad_norm
+                );
+                assert!(
+                    (a.loss - b.loss).abs() < 2e-2 * a.loss,
+                    "lora={lora} update {}: {} vs {}",
+                    a.step,
+                    a.loss,
+                    b.loss
+                );
+                assert!((a.grad_norm - b.grad_norm).abs() < 0.1 * a.grad_norm, "lora={lora} update {}", a.step);
+                differs |= a.loss != b.loss;
+            }
+            assert!(differs, "lora={lora}: bf16 gave f32's losses bit for bit: the passes did not run in bf16");
+            assert_ne!(full.state.fingerprint, half.state.fingerprint, "another dtype is another run");
+            cfg.gradient_checkpointing = true;
+            let ckpt = train::<AB>(&w, &mcfg, &data, &cfg, None, &dev, &mut |_| {}).unwrap();
+            for (a, b) in half.state.history.iter().zip(&ckpt.state.history) {
+                assert!(
+                    (a.loss - b.loss).abs() < 2e-3 * a.loss,
+                    "lora={lora} update {}: {} vs {}",
+                    a.step,
+                    a.loss,
+                    b.loss
+                );
+                assert!((a.grad_norm - b.grad_norm).abs() < 2e-2 * a.grad_norm, "lora={lora} update {}", a.step);
+            }
+        }
+        let cfg = SftConfig { dtype: Precision::F16, ..small_cfg(false) };
+        let err = train::<AB>(&w, &mcfg, &data, &cfg, None, &dev, &mut |_| {}).err().expect("f16 refused");
+        assert!(err.to_string().contains("loss scaling"), "{err}");
     }
 
     #[test]

@@ -32,7 +32,7 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use anyhow::{anyhow, Result};
-use burn::module::{Module, ModuleMapper, Param};
+use burn::module::{Module, Param};
 use burn::prelude::Backend;
 use burn::tensor::activation::{silu, softmax};
 use burn::tensor::{Bool, DType, IndexingUpdateOp, Int, Tensor, TensorData};
@@ -40,7 +40,7 @@ use burn::tensor::{Bool, DType, IndexingUpdateOp, Int, Tensor, TensorData};
 use super::dist::{NextDist, RowSource, Scored};
 use super::{check_positions, host_rows, Cache, ChunkOut, Engine, Phases, Precision, SeqIn};
 use crate::model::config::ModelConfig;
-use crate::model::llama::{Linear, Llama, Rope};
+use crate::model::llama::{CastParams, Linear, Llama, Rope};
 
 /// Lanes the buffers start with, and the smallest capacity (positions) they hold.
 const MIN_SLOTS: usize = 8;
@@ -230,16 +230,6 @@ where
         let t = lock(&self.0).clone();
         let [_, vocab] = t.dims();
         host_rows(t.slice([i..i + 1, 0..vocab])).pop().expect("one row")
-    }
-}
-
-/// Casts every float parameter of a module to one dtype.
-struct CastParams(DType);
-
-impl<B: Backend> ModuleMapper<B> for CastParams {
-    fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
-        let (id, tensor, mapper) = param.consume();
-        Param::from_mapped_value(id, tensor.cast(self.0), mapper)
     }
 }
 

@@ -104,7 +104,8 @@ impl std::fmt::Display for Resolved {
 /// The floating-point type of an engine's weights and activations (`--dtype`). Reductions (RMS norms, the
 /// attention softmax, the mean over layers) and the logits handed back are f32 whatever it is, as transformers
 /// computes a bf16 model's norms and softmax.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Precision {
     #[default]
     F32,
