@@ -34,7 +34,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use anyhow::{anyhow, Result};
 use burn::module::{Module, Param};
 use burn::prelude::Backend;
-use burn::tensor::activation::{silu, softmax};
+use burn::tensor::activation::softmax;
 use burn::tensor::{Bool, DType, IndexingUpdateOp, Int, Tensor, TensorData};
 
 use super::dist::{NextDist, RowSource, Scored};
@@ -63,7 +63,10 @@ struct SlotBook {
 /// - `q|k|v` is one product, `x̂ · diag(w₁) [Wq/√hd | Wk | Wv] + [bq/√hd | bk | bv]`, with `x̂` the input
 ///   normalised without its weight `w₁` (folded into the rows) and the attention scale `1/√hd` folded into the
 ///   query columns (RoPE is linear, so scaling before it is the same; for `hd = 64` the scale is exact);
-/// - `gate|up` likewise, `x̂ · diag(w₂) [Wg | Wu]`;
+/// - `gate|up` likewise, `x̂ · diag(w₂) [-Wg | Wu]`, the gate negated so that SwiGLU takes four kernels:
+///   `silu(g) u = g u / (1 + e^-g) = -(n / (1 + e^n)) u` with `n = -g`, the sign folded into the down product's
+///   weight (burn's `silu` is `x · sigmoid(x)`, and its `sigmoid` six kernels: `exp(-log(1 + exp(-x)))`);
+///   `n / (1 + e^n)` goes to 0, not NaN, where `e^n` overflows;
 /// - LoRA adapters are merged into the weights (`W + scale · A B`).
 ///
 /// The results equal the reference layer's within f32 rounding (the tests hold the engine to it).
@@ -74,8 +77,9 @@ pub struct FusedBlock<B: Backend> {
     /// `[(nh + 2 kvh) hd]`, where any of the three has a bias (Qwen2)
     qkv_bias: Option<Param<Tensor<B, 1>>>,
     o_proj: Linear<B>,
-    /// `[d, 2 ffn]`
+    /// `[d, 2 ffn]`, the gate's columns negated
     gate_up: Param<Tensor<B, 2>>,
+    /// the down product with its weight negated
     down_proj: Linear<B>,
     eps: f64,
 }
@@ -120,8 +124,12 @@ impl<B: Backend> FusedBlock<B> {
             qkv: Param::from_tensor(qkv),
             qkv_bias,
             o_proj: plain(&a.o_proj),
-            gate_up: Param::from_tensor(Tensor::cat(vec![wg, wu], 1) * w2),
-            down_proj: plain(&block.mlp.down_proj),
+            gate_up: Param::from_tensor(Tensor::cat(vec![wg.neg(), wu], 1) * w2),
+            down_proj: {
+                let mut down = plain(&block.mlp.down_proj);
+                down.weight = Param::from_tensor(down.weight.val().neg());
+                down
+            },
             eps: block.input_layernorm.eps,
         }
     }
@@ -148,7 +156,9 @@ impl<B: Backend> FusedBlock<B> {
     fn mlp(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
         let gu = self.norm(x).matmul(self.gate_up.val().unsqueeze::<3>()); // [1, n, 2 ffn]
         let ffn = gu.dims()[2] / 2;
-        self.down_proj.forward(silu(gu.clone().narrow(2, 0, ffn)) * gu.narrow(2, ffn, ffn))
+        // n = -gate; -silu(gate) * up = n / (1 + e^n) * up, and the down product's negated weight restores the sign
+        let n = gu.clone().narrow(2, 0, ffn);
+        self.down_proj.forward(n.clone().div(n.exp().add_scalar(1.0)) * gu.narrow(2, ffn, ffn))
     }
 }
 
