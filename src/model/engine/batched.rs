@@ -3,8 +3,8 @@
 //! one pass costs about the same whether it carries one sequence or a hundred; it runs on any burn backend, and
 //! on the CPU (`--engine batched`) it is what the tests hold to the reference engine.
 //!
-//! Every sequence owns a *lane*: a slot in one key/value buffer per layer, `[slots, kv_heads, capacity,
-//! head_dim]`, allocated once and written in place (`scatter_nd`), so a cache is a slot number and a length
+//! Every sequence owns a *lane*: a slot in one key/value buffer per layer, `[slots, 2 kv_heads, capacity,
+//! head_dim]` (keys, then values), allocated once and written in place (`scatter_nd`), so a cache is a slot number and a length
 //! ([`LaneCache`]); a rewind only moves the length. A forward call runs at most two passes:
 //! - **decode**: every sequence that appends one token, as rows of a `[slots, 1]` grid over the whole buffer
 //!   (lanes that did not ask for a token compute a row that is thrown away and write nothing), attending over
@@ -22,8 +22,9 @@
 //!
 //! A pass issues few kernels, since at small lane counts on a GPU the host's cost of issuing them is the step's
 //! cost: each layer runs as a [`FusedBlock`], whose products that read the same input are one product (`q|k|v`,
-//! `gate|up`), with the RMS norms' weights and the attention scale folded into them, and RoPE applied to the
-//! queries and keys together.
+//! `gate|up`), with the RMS norms' weights and the attention scale folded into them and SwiGLU in four kernels;
+//! RoPE runs once over the whole `q|k|v` block (the value heads' tables are cos 1, sin 0), and one `select` and
+//! one `scatter_nd` write a layer's keys and values.
 //!
 //! `--dtype bf16|f16` ([`Precision`]) casts the weights, the RoPE tables and the lane buffers, so products and
 //! the key/value cache run in that type; RMS norms and the attention softmax compute in f32 and cast back (as
@@ -345,8 +346,8 @@ impl<B: Backend> BatchedEngine<B> {
         // sin 0, so one rotation leaves them as they are and the block stays one contiguous tensor
         let heads = nh + 2 * kvh;
         let (dev, dtype) = (&self.device, self.precision.dtype());
-        let table = |t_: &Tensor<B, 2>, fill: f32| {
-            let rot = t_.clone().select(0, pos.clone()).reshape([r, t, 1, hd]).expand([r, t, nh + kvh, hd]);
+        let table = |tab: &Tensor<B, 2>, fill: f32| {
+            let rot = tab.clone().select(0, pos.clone()).reshape([r, t, 1, hd]).expand([r, t, nh + kvh, hd]);
             Tensor::cat(vec![rot, Tensor::full([r, t, kvh, hd], fill, (dev, dtype))], 2)
         };
         let (cos, sin) = (table(&self.rope.cos, 1.0), table(&self.rope.sin, 0.0));
