@@ -146,15 +146,18 @@ pub struct RetrievalTable {
     /// Where passages come from: `index` (the default: `--index`, else the dataset's) or `gold` (the question's
     /// own supporting paragraphs: the oracle context, `configs/oracle.toml`).
     pub source: Option<String>,
-    /// The decode loop's guard against retrievals that repeat the previous one in place
-    /// ([`crate::rag::LoopConfig::loop_guard`]; default `true`, `false` gives the papers' literal loop).
+    /// The decode loop's guard against retrievals that repeat the previous one in place (the decode loop's
+    /// `LoopConfig::loop_guard`; default [`DEFAULT_LOOP_GUARD`], `false` gives the papers' literal loop).
     pub loop_guard: Option<bool>,
 }
 
+/// Whether the decode loop's guard against in-place repeated retrievals is on when no config says.
+pub const DEFAULT_LOOP_GUARD: bool = true;
+
 impl RetrievalTable {
-    /// Whether the loop guard is on: the table's `loop_guard`, else the default (on).
+    /// Whether the loop guard is on: the table's `loop_guard`, else [`DEFAULT_LOOP_GUARD`].
     pub fn loop_guard(&self) -> bool {
-        self.loop_guard.unwrap_or_else(|| crate::rag::LoopConfig::default().loop_guard)
+        self.loop_guard.unwrap_or(DEFAULT_LOOP_GUARD)
     }
 }
 

@@ -66,7 +66,7 @@ impl Default for LoopConfig {
             answer_pattern: "So the answer is".into(),
             suffix_tokens: 20,
             recompute_internals: false,
-            loop_guard: true,
+            loop_guard: crate::config::DEFAULT_LOOP_GUARD,
         }
     }
 }
