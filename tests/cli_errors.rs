@@ -131,6 +131,13 @@ fn bad_inputs_leave_no_output_directory() {
     assert_eq!(code, 1, "{err}");
     assert!(first_error(&err).contains("/none: cannot read"), "{err}");
     assert!(!out.exists(), "train autorag made --out before finding --data missing");
+    // a dtype training cannot use is a usage error, found before anything is read
+    let mut f16 = a.clone();
+    f16.extend(["--dtype", "f16"]);
+    let (code, err) = run(&f16);
+    assert_eq!(code, 2, "{err}");
+    assert!(first_error(&err).contains("--dtype f16: f16 training needs loss scaling"), "{err}");
+    assert!(!out.exists(), "train autorag made --out before refusing --dtype f16");
     // an explicit --config that is not there is an error (it used to fall back to built-in defaults)
     let cfg = s.root.join("my-train.toml");
     a.extend(["--config", cfg.to_str().unwrap()]);

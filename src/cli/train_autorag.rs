@@ -193,6 +193,11 @@ impl Args {
         cfg.static_shapes |= self.static_shapes;
         cfg.gradient_checkpointing |= self.gradient_checkpointing;
         if let Some(d) = self.dtype {
+            if d == ragtime::model::Precision::F16 {
+                ragtime::usage_bail!(
+                    "--dtype f16: f16 training needs loss scaling, which ragtime does not do; use bf16 or f32"
+                );
+            }
             cfg.dtype = d;
         }
         cfg.validate()?;
