@@ -55,7 +55,7 @@ def hf(gguf, prompts, b, new, internals):
     return generated, dt
 
 
-def hf_cuda(gguf, prompts, batches, new, dtypes=("f32", "bf16")):
+def hf_cuda(gguf, prompts, batches, new, dtypes):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

@@ -37,6 +37,14 @@ pub struct LoraAdapter<B: Backend> {
 }
 
 impl<B: Backend> Linear<B> {
+    /// The weight `[in, out]` with the LoRA adapter, if any, folded in: `W + scale * A B`.
+    pub fn merged_weight(&self) -> Tensor<B, 2> {
+        match &self.lora {
+            None => self.weight.val(),
+            Some(l) => self.weight.val() + l.a.val().matmul(l.b.val()).mul_scalar(l.scale),
+        }
+    }
+
     pub fn forward(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
         // x: [b, t, in] -> [b, t, out]
         let y = match &self.lora {
@@ -112,24 +120,30 @@ pub struct Llama<B: Backend> {
     pub lm_head: Option<Param<Tensor<B, 2>>>,
 }
 
-/// Casts every float parameter of a module to one dtype. Under autodiff the cast is an operation of the graph,
-/// so a model cast to bf16 computes in bf16 while the gradients reach the f32 parameters it was cast from (mixed
-/// precision with f32 master weights).
-pub struct CastParams(pub DType);
+/// Casts every float parameter of a module that is not in one dtype to it ([`to_dtype`]).
+struct CastParams(DType);
 
 impl<B: Backend> ModuleMapper<B> for CastParams {
     fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
         let (id, tensor, mapper) = param.consume();
-        Param::from_mapped_value(id, tensor.cast(self.0), mapper)
+        Param::from_mapped_value(id, to_dtype(tensor, self.0), mapper)
     }
 }
 
-/// `x` in f32 (a no-op for f32 `x`).
-fn to_f32<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
-    if x.dtype() == DType::F32 {
+/// `module` computing in `dtype`: every float parameter in another dtype cast to it, the others left as they are.
+/// Under autodiff the cast is an operation of the graph, so a model cast to bf16 computes in bf16 while the
+/// gradients reach the f32 parameters it was cast from (mixed precision with f32 master weights); an f32 model
+/// asked for f32 keeps its own tensors, with no cast in the graph.
+pub fn in_dtype<B: Backend, M: Module<B>>(module: M, dtype: DType) -> M {
+    module.map(&mut CastParams(dtype))
+}
+
+/// `x` in `dtype`; `x` itself where it is already (under autodiff no cast joins the graph).
+pub fn to_dtype<B: Backend, const D: usize>(x: Tensor<B, D>, dtype: DType) -> Tensor<B, D> {
+    if x.dtype() == dtype {
         x
     } else {
-        x.cast(DType::F32)
+        x.cast(dtype)
     }
 }
 
@@ -177,7 +191,7 @@ impl<B: Backend> Rope<B> {
 
     /// The tables in `dtype`, for a model computing in it.
     pub fn cast(&self, dtype: DType) -> Self {
-        Rope { cos: self.cos.clone().cast(dtype), sin: self.sin.clone().cast(dtype) }
+        Rope { cos: to_dtype(self.cos.clone(), dtype), sin: to_dtype(self.sin.clone(), dtype) }
     }
 
     /// x: [b, h, t, hd] at absolute positions start..start+t.
@@ -306,8 +320,7 @@ impl<B: Backend> Attention<B> {
         }
         // softmax in f32 whatever the model computes in, as transformers does for a bf16 model
         let dtype = scores.dtype();
-        let probs = softmax(to_f32(scores), 3); // [b, h, t, keys]
-        let probs = if dtype == DType::F32 { probs } else { probs.cast(dtype) };
+        let probs = to_dtype(softmax(to_dtype(scores, DType::F32), 3), dtype); // [b, h, t, keys]
         let kept = keep_probs.then(|| probs.clone());
         let out = probs.reshape([b, kvh, rep * t, keys]).matmul(v); // [b, kv, rep*t, hd]
         let out = out.reshape([b, h, t, hd]).swap_dims(1, 2).reshape([b, t, h * hd]);
@@ -420,11 +433,6 @@ impl<B: Backend> Llama<B> {
             outs.push(ForwardOut { hidden, attn, layer_sum });
         }
         outs
-    }
-
-    /// Every float parameter cast to `dtype` (see [`CastParams`]).
-    pub fn cast_params(self, dtype: DType) -> Self {
-        self.map(&mut CastParams(dtype))
     }
 
     /// hidden: [b, t, d] -> logits [b, t, vocab]

@@ -20,14 +20,14 @@
 //! differently there), and each parameter's partial gradients are summed across the separate backward passes.
 //! With tied embeddings the LM head's and the embedding's parts of `embed_tokens`' gradient are added.
 
-use burn::module::{AutodiffModule, Module};
+use burn::module::AutodiffModule;
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::Tensor;
 
 use super::data::Batch;
 use super::loss::{batch_ids, nll_of_hidden, scalar};
 use super::optim::GradAccum;
-use crate::model::llama::{CastParams, Llama, Rope};
+use crate::model::llama::{in_dtype, Llama, Rope};
 use crate::model::Precision;
 
 /// Adds to `grads` the gradients of `nll_sum(batch) / n_targets` with one checkpoint per decoder layer (module
@@ -45,11 +45,9 @@ pub fn backward_checkpointed<AB: AutodiffBackend>(
     grads: &mut GradAccum<AB::InnerBackend>,
     device: &AB::Device,
 ) -> f64 {
-    let mixed = precision != Precision::F32;
     let dtype = precision.dtype();
-    let cast = |m: &Llama<AB>| if mixed { m.clone().cast_params(dtype) } else { m.clone() };
     // 1. Forward without a graph, keeping each layer's input: inputs[l] = h_l, [b, t, d]
-    let inner = if mixed { model.valid().cast_params(dtype) } else { model.valid() };
+    let inner = in_dtype(model.valid(), dtype);
     let mut h = inner.embed(batch_ids(batch, device));
     let mut inputs = Vec::with_capacity(inner.layers.len());
     for block in &inner.layers {
@@ -60,7 +58,7 @@ pub fn backward_checkpointed<AB: AutodiffBackend>(
 
     // 2. The head from h_L: its gradients, and g_L = dLoss/dh_L
     let h_last = Tensor::<AB, 3>::from_inner(h).require_grad();
-    let head = cast(model);
+    let head = in_dtype(model.clone(), dtype);
     let loss = nll_of_hidden(&head, head.norm.forward(h_last.clone()), batch, device).div_scalar(n_targets as f64);
     let value = scalar(loss.clone().inner());
     let mut g = loss.backward();
@@ -70,7 +68,7 @@ pub fn backward_checkpointed<AB: AutodiffBackend>(
     // 3. Layers last to first: recompute layer l from h_l, then the product of its Jacobian with g_{l+1}
     for (block, x) in model.layers.iter().zip(inputs).rev() {
         let x = Tensor::<AB, 3>::from_inner(x).require_grad();
-        let block = if mixed { block.clone().map(&mut CastParams(dtype)) } else { block.clone() };
+        let block = in_dtype(block.clone(), dtype);
         let y = block.forward(x.clone(), rope, 0, None, false).0;
         let mut g = (y * Tensor::<AB, 3>::from_inner(upstream)).sum().backward();
         upstream = x.grad_remove(&mut g).expect("a layer's output depends on its input");
@@ -79,7 +77,7 @@ pub fn backward_checkpointed<AB: AutodiffBackend>(
 
     // 4. The embedding (frozen under LoRA: nothing to do)
     if model.embed_tokens.val().is_require_grad() {
-        let e = cast(model).embed(batch_ids(batch, device));
+        let e = in_dtype(model.clone(), dtype).embed(batch_ids(batch, device));
         let g = (e * Tensor::<AB, 3>::from_inner(upstream)).sum().backward();
         grads.add::<AB, _>(model, g);
     }

@@ -93,9 +93,9 @@ pub fn attach<B: Backend>(model: Llama<B>, cfg: &LoraConfig, seed: u64, device: 
 pub fn merge<B: Backend>(mut model: Llama<B>) -> Llama<B> {
     for block in model.layers.iter_mut() {
         for (_, lin) in block_linears_mut(block) {
-            if let Some(l) = lin.lora.take() {
-                let delta = l.a.val().matmul(l.b.val()).mul_scalar(l.scale); // [in, out]
-                let w = lin.weight.val() + delta;
+            if lin.lora.is_some() {
+                let w = lin.merged_weight();
+                lin.lora = None;
                 lin.weight = Param::initialized(lin.weight.id, w);
             }
         }

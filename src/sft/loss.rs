@@ -6,7 +6,7 @@ use burn::tensor::activation::log_softmax;
 use burn::tensor::{DType, Int, Tensor, TensorData};
 
 use super::data::{eval_batches, make_batch, Batch, Example, Shapes};
-use crate::model::llama::{Capture, Llama, Rope};
+use crate::model::llama::{to_dtype, Capture, Llama, Rope};
 
 /// Sum over the batch's targets of `-log p(target | prefix)`: `[1]`. The entries of a padded batch's target
 /// list past `real` are weighted 0.
@@ -33,9 +33,7 @@ pub(super) fn nll_of_hidden<B: Backend>(
     // Only the positions that predict a model token go through the LM head: [1, n, d] -> [1, n, vocab]
     let h = hidden.reshape([b * t, d]).select(0, pos).unsqueeze::<3>();
     // the LM head in the model's dtype, the log-softmax and the loss in f32
-    let logits = model.logits(h);
-    let logits = if logits.dtype() == DType::F32 { logits } else { logits.cast(DType::F32) };
-    let logp = log_softmax(logits, 2);
+    let logp = log_softmax(to_dtype(model.logits(h), DType::F32), 2);
     let tgt = Tensor::<B, 3, Int>::from_data(TensorData::new(batch.targets.clone(), [1, n, 1]), device);
     let nll = logp.gather(2, tgt).neg(); // [1, n, 1]
     if batch.real == n {

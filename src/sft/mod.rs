@@ -36,7 +36,8 @@
 //!   left is dropped.
 //! - The LM head runs only on positions that predict a model token (the loss is the same; the prompt's
 //!   documents, most of a dialogue, cost no `[t, vocab]` logits).
-//! - Training is in f32 (no mixed precision). A GGUF base model is dequantized to f32 first, so fine-tuning
+//! - Parameters, gradients and the optimizer are f32; the passes compute in f32 or, with `dtype = bf16`, in bf16
+//!   on a cast copy (mixed precision, [`train::train`]). A GGUF base model is dequantized to f32 first, so fine-tuning
 //!   a Q4 file trains (and exports) the dequantized weights.
 //! - The paper fine-tunes Llama-3-8B-Instruct with full fine-tuning; its learning rate and batch size are not
 //!   restated here (see `configs/autorag-train.toml`, marked where unverified).

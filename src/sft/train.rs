@@ -17,7 +17,7 @@ use super::lora;
 use super::loss::{evaluate, nll_sum, scalar};
 use super::optim::{AdamW, GradAccum};
 use super::plan::fingerprint;
-use crate::model::llama::{Llama, Rope};
+use crate::model::llama::{in_dtype, Llama, Rope};
 use crate::model::weights::WeightSource;
 use crate::model::{build_llama, ModelConfig};
 
@@ -84,7 +84,6 @@ pub fn train<AB: AutodiffBackend>(
 
     // mixed precision: the passes run on a copy of the model cast to the compute dtype (f32: the model itself)
     let dtype = cfg.dtype.dtype();
-    let mixed = cfg.dtype != crate::model::Precision::F32;
     let rope = Rope::<AB>::new(model_cfg, cfg.max_len.max(2), device).cast(dtype);
     let rope_eval = Rope::<AB::InnerBackend>::new(model_cfg, cfg.max_len.max(2), device).cast(dtype);
     let eval_bs = cfg.batch_size.max(1);
@@ -93,8 +92,15 @@ pub fn train<AB: AutodiffBackend>(
             return;
         }
         let t0 = Instant::now();
-        let inner = if mixed { model.valid().cast_params(dtype) } else { model.valid() };
-        let loss = evaluate(&inner, &rope_eval, &data.valid, eval_bs, cfg.shapes(), data.pad_id, device);
+        let loss = evaluate(
+            &in_dtype(model.valid(), dtype),
+            &rope_eval,
+            &data.valid,
+            eval_bs,
+            cfg.shapes(),
+            data.pad_id,
+            device,
+        );
         log(&format!(
             "valid  step {step:>5}  loss {loss:.4}  ({} dialogues, {:.1}s)",
             data.valid.len(),
@@ -132,8 +138,7 @@ pub fn train<AB: AutodiffBackend>(
                 continue;
             }
             // the gradients of the cast copy's parameters flow through the casts to the f32 ones
-            let compute = if mixed { model.clone().cast_params(dtype) } else { model.clone() };
-            let loss = nll_sum(&compute, &rope, b, device).div_scalar(n_targets as f64);
+            let loss = nll_sum(&in_dtype(model.clone(), dtype), &rope, b, device).div_scalar(n_targets as f64);
             loss_sum += scalar(loss.clone().inner());
             grads.add::<AB, _>(&model, loss.backward());
         }

@@ -41,7 +41,7 @@ use burn::tensor::{Bool, DType, IndexingUpdateOp, Int, Tensor, TensorData};
 use super::dist::{NextDist, RowSource, Scored};
 use super::{check_positions, host_rows, Cache, ChunkOut, Engine, Phases, Precision, SeqIn};
 use crate::model::config::ModelConfig;
-use crate::model::llama::{CastParams, Linear, Llama, Rope};
+use crate::model::llama::{in_dtype, Linear, Llama, Rope};
 
 /// Lanes the buffers start with, and the smallest capacity (positions) they hold.
 const MIN_SLOTS: usize = 8;
@@ -87,11 +87,7 @@ pub struct FusedBlock<B: Backend> {
 
 /// A linear layer's weight `[in, out]` with its LoRA adapter merged, and its bias.
 fn merged<B: Backend>(l: &Linear<B>) -> (Tensor<B, 2>, Option<Tensor<B, 1>>) {
-    let w = match &l.lora {
-        None => l.weight.val(),
-        Some(a) => l.weight.val() + a.a.val().matmul(a.b.val()).mul_scalar(a.scale),
-    };
-    (w, l.bias.as_ref().map(Param::val))
+    (l.merged_weight(), l.bias.as_ref().map(Param::val))
 }
 
 /// `[out]` zeros on a weight's device, for a product without a bias fused with one that has it.
@@ -543,10 +539,9 @@ where
         // the lane buffers of live sequences hold keys in the old dtype: change only before the first
         anyhow::ensure!(lock(&self.book).issued == 0, "the dtype changes only before the first sequence");
         let dtype = precision.dtype();
-        self.model = self.model.clone().map(&mut CastParams(dtype)); // a clone shares the weights' storage
-        self.layers = self.layers.iter().map(|b| b.clone().map(&mut CastParams(dtype))).collect();
-        self.rope.cos = self.rope.cos.clone().cast(dtype);
-        self.rope.sin = self.rope.sin.clone().cast(dtype);
+        self.model = in_dtype(self.model.clone(), dtype); // a clone shares the weights' storage
+        self.layers = self.layers.iter().map(|b| in_dtype(b.clone(), dtype)).collect();
+        self.rope = self.rope.cast(dtype);
         self.precision = precision;
         *lock(&self.lanes) = Lanes { kv: vec![], slots: 0, capacity: 0 };
         Ok(())
