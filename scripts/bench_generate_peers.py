@@ -127,6 +127,9 @@ def main():
     if sys.argv[1] == "hf-cuda":
         prompts = [json.loads(l) for l in open(sys.argv[3], encoding="utf-8") if l.strip()]
         dtypes = sys.argv[6].split() if len(sys.argv) > 6 else ("f32", "bf16")
+        unknown = [d for d in dtypes if d not in ("f32", "bf16")]
+        if unknown or not dtypes:
+            raise SystemExit(f"hf-cuda: dtypes {' '.join(unknown) or '(none)'}: expected f32 and/or bf16 (HF_DTYPES)")
         hf_cuda(sys.argv[2], prompts, [int(b) for b in sys.argv[4].split()], int(sys.argv[5]), dtypes)
         return
     peer, gguf, prompts_file, b, new = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
