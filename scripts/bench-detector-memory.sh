@@ -6,6 +6,10 @@
 #
 #   scripts/bench-detector-memory.sh [ROWS...]      (default: 50000 100000 200000; WORK=dir keeps the stores,
 #                                                    HIDDEN=896, BUFFER=16384, EPOCHS=1)
+#
+# MODES="stream" leaves out the all-in-memory rows. DEVICES="cpu cuda" trains each store on each device
+# (`train detector --device`; default cpu): on a GPU the peak RSS is the host's. BIN and FAKE name prebuilt
+# binaries of ragtime and of the store writer (for a machine without a Rust toolchain); otherwise both are built.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROWS=("${@:-50000 100000 200000}")
@@ -14,25 +18,37 @@ HIDDEN=${HIDDEN:-896}
 BUFFER=${BUFFER:-16384}
 EPOCHS=${EPOCHS:-1}
 WORK=${WORK:-$(mktemp -d)}
-cargo build --release -q --bin ragtime --example fake_label_store
-BIN=target/release/ragtime
-echo "| rows | store on disk | mode | wall s | peak RSS MiB | test ROC-AUC |"
-echo "|---:|---:|---|---:|---:|---:|"
+DEVICES=${DEVICES:-cpu}
+if [[ -z ${BIN:-} || -z ${FAKE:-} ]]; then
+  cargo build --release -q --bin ragtime --example fake_label_store
+  BIN=target/release/ragtime FAKE=target/release/examples/fake_label_store
+fi
+echo "| rows | store on disk | device | mode | wall s | peak RSS MiB | test ROC-AUC |"
+echo "|---:|---:|---|---|---:|---:|---:|"
 for n in "${ROWS[@]}"; do
   store="$WORK/rows-$n"
-  [[ -f "$store/_manifest.json" ]] || target/release/examples/fake_label_store "$store" "$n" "$HIDDEN" >/dev/null
+  [[ -f "$store/_manifest.json" ]] || "$FAKE" "$store" "$n" "$HIDDEN" >/dev/null
   size=$(du -sh "$store" | cut -f1)
-  for mode in memory stream; do
-    out="$WORK/det-$n-$mode"
-    rm -rf "$out"
-    flags=()
-    [[ $mode == stream ]] && flags=(--stream --shuffle-buffer "$BUFFER")
-    /usr/bin/time -f "%e %M" -o "$WORK/time" "$BIN" train detector --data "$store" --out "$out" --epochs "$EPOCHS" \
-      "${flags[@]}" >"$WORK/stdout" 2>"$WORK/stderr"
-    read -r wall kb <"$WORK/time"
-    auc=$(awk '$1 == "test" {for (i = 1; i < NF; i++) if ($i == "ROC-AUC") print $(i + 1)}' "$WORK/stdout")
-    label=$mode
-    [[ $mode == stream ]] && label="stream (buffer $BUFFER rows)"
-    printf '| %s | %s | %s | %s | %.0f | %s |\n' "$n" "$size" "$label" "$wall" "$(echo "$kb / 1024" | bc -l)" "$auc"
+  for dev in $DEVICES; do
+    for mode in ${MODES:-memory stream}; do
+      out="$WORK/det-$n-$mode-$dev"
+      rm -rf "$out"
+      flags=()
+      [[ $mode == stream ]] && flags=(--stream --shuffle-buffer "$BUFFER")
+      cmd=("$BIN" train detector --data "$store" --out "$out" --epochs "$EPOCHS" --device "$dev" "${flags[@]}")
+      if [[ -x /usr/bin/time ]]; then
+        /usr/bin/time -f "%e %M" -o "$WORK/time" "${cmd[@]}" >"$WORK/stdout" 2>"$WORK/stderr"
+        read -r wall kb <"$WORK/time"
+      else # no GNU time: wall time only
+        t0=$(date +%s.%N)
+        "${cmd[@]}" >"$WORK/stdout" 2>"$WORK/stderr"
+        wall=$(awk "BEGIN{printf \"%.2f\", $(date +%s.%N) - $t0}") kb=""
+      fi
+      auc=$(awk '$1 == "test" {for (i = 1; i < NF; i++) if ($i == "ROC-AUC") print $(i + 1)}' "$WORK/stdout")
+      label=$mode
+      [[ $mode == stream ]] && label="stream (buffer $BUFFER rows)"
+      rss=$([[ -n $kb ]] && awk "BEGIN{printf \"%.0f\", $kb / 1024}" || echo -)
+      printf '| %s | %s | %s | %s | %s | %s | %s |\n' "$n" "$size" "$dev" "$label" "$wall" "$rss" "$auc"
+    done
   done
 done

@@ -24,6 +24,12 @@
 #   transformers to float32 (default "f32 bf16"); REF_ROW=0 leaves out the reference engine's row.
 # - SYNTH="B1 B2 ...": a second table, `synth hallucination` over the first SYNTH_ARTICLES (default 64) articles
 #   of wiki/dump_train at each B: labelled examples/s (the run's own progress rate) and wall time with loading.
+# - SYNTH_AUTORAG="B1 B2 ...": a third table, `synth autorag` (Algorithm 1, configs/autorag.toml) over the first
+#   SYNTH_QUESTIONS (default 64) BioASQ questions of the training pool (qa/bioasq, retrieving from the index
+#   SYNTH_INDEX, default indexes/bioasq: `ragtime data corpus bioasq` then `ragtime index`) at each B: questions/s
+#   over the run (wall time with loading) and the kept dialogues. SYNTH_SAMPLES (default 1) is `--samples`;
+#   SYNTH_KEEP=PREFIX keeps each run's output folder as PREFIX-MODEL-bB.
+# DECODE=0 leaves out the decoding table (and its peers), for the synthesis tables alone.
 # STATS_LOG=FILE appends each ragtime row's whole `--stats` line (where the time went: the engine's phases,
 # scoring, the decode loop) to FILE.
 # Threads: all of the machine's (RAYON_NUM_THREADS / torch / llama.cpp defaults); rows say which.
@@ -37,6 +43,7 @@ NEW="${NEW:-32}"
 DEVICE="${DEVICE:-cpu}"
 DTYPES="${DTYPES:-f32}"
 HF="${HF:-1}"
+DECODE="${DECODE:-1}"
 HF_DTYPES="${HF_DTYPES:-f32 bf16}"
 CACHE="${RAGTIME_CACHE:-$HOME/.cache/ragtime}"
 ST_PY="$CACHE/st-venv/bin/python"
@@ -58,14 +65,15 @@ for q in qs:
 PY
 threads=$(nproc)
 for m in $MODELS; do
-  g="${GGUF[$m]}"
+  g="${GGUF[$m]}" batches="$BATCHES"
   [[ -f $g ]] || { echo "bench-generate: $g missing (scripts/setup.sh --model $m); skipped" >&2; continue; }
   echo
   echo "### $m ($g), $NEW new tokens per prompt, $DEVICE, $threads threads"
   echo
-  echo "| engine | B | prompts | generated tok/s | peak RSS MiB |"
-  echo "|---|---:|---:|---:|---:|"
-  if [[ $DEVICE != cpu ]]; then
+  [[ $DECODE == 1 ]] || batches=""
+  [[ $DECODE == 0 ]] || echo "| engine | B | prompts | generated tok/s | peak RSS MiB |"
+  [[ $DECODE == 0 ]] || echo "|---|---:|---:|---:|---:|"
+  if [[ $DEVICE != cpu && $DECODE == 1 ]]; then
     for dt in $DTYPES; do
       t0=$(date +%s.%N)
       $BIN generate --model "$g" --device "$DEVICE" --dtype "$dt" --prompts "$WORK/all.jsonl" --batch "$max_b" \
@@ -73,10 +81,10 @@ for m in $MODELS; do
       echo "| (untimed warm-up, $dt: kernel compilation + load, $max_b prompts, 4 tokens: $(awk "BEGIN{printf \"%.1f\", $(date +%s.%N) - $t0}") s) | | | | |"
     done
   fi
-  for b in $BATCHES; do
+  for b in $batches; do
     head -n "$b" "$WORK/all.jsonl" >"$WORK/p.jsonl"
     # one row per --dtype on a GPU; on the CPU the exact products and, with CPU_INT8=1 (default), --int8-dot
-    if [[ $DEVICE == cpu ]]; then variants="exact$([[ ${CPU_INT8:-1} == 1 ]] && echo ' int8')"; else variants="$DTYPES"; fi
+    if [[ $DEVICE == cpu ]]; then variants="exact$([[ ${CPU_INT8:-1} == 1 ]] && echo ' int8' || true)"; else variants="$DTYPES"; fi
     for dt in $variants; do
       case $dt in
         exact) flags=(--dtype f32); label="cpu" ;;
@@ -118,7 +126,7 @@ for m in $MODELS; do
       echo "| llama.cpp (no internals, one sequence, 8 prompts in turn) | 1 | 8 | ${rate:-failed} | ${rss:--} |"
     fi
   done
-  if [[ $HF == 1 && $DEVICE != cpu ]]; then
+  if [[ $HF == 1 && $DEVICE != cpu && $DECODE == 1 ]]; then
     "${PEER_PY:-python3}" scripts/bench_generate_peers.py hf-cuda "$g" "$WORK/all.jsonl" "$BATCHES" "$NEW" "$HF_DTYPES" \
       2>"$WORK/hf.log" ||
       { echo "| transformers | | | failed: $(tail -1 "$WORK/hf.log") | |"; }
@@ -139,6 +147,26 @@ for m in $MODELS; do
       rate=$(grep -E 'examples/s' "$WORK/synth.log" | tail -1 | sed -E 's/.*, ([0-9.]+) examples\/s.*/\1/')
       ex=$(head -1 "$WORK/synth.out" | sed -E 's/.*: ([0-9]+) articles, ([0-9]+) examples.*/\2/')
       echo "| $b | $n | $ex | $rate | $wall |"
+    done
+  fi
+  if [[ -n ${SYNTH_AUTORAG:-} ]]; then
+    n="${SYNTH_QUESTIONS:-64}" idx="${SYNTH_INDEX:-indexes/bioasq}" k="${SYNTH_SAMPLES:-1}"
+    echo
+    echo "#### synth autorag, $m, first $n BioASQ questions (index $idx), --samples $k, $DEVICE"
+    echo
+    echo "| B | questions | kept | questions/s (wall with loading) | wall s |"
+    echo "|---:|---:|---:|---:|---:|"
+    for b in $SYNTH_AUTORAG; do
+      rm -rf "$WORK/autorag"
+      t0=$(date +%s.%N)
+      $BIN synth autorag --model "$g" --device "$DEVICE" --dataset "${RAGTIME_DATA:-../shared/data}/qa/bioasq" \
+        --layout bioasq --index "$idx" --out "$WORK/autorag" --limit "$n" --samples "$k" --batch "$b" \
+        >"$WORK/autorag.out" 2>"$WORK/autorag.log" || { tail -3 "$WORK/autorag.log" >&2; continue; }
+      wall=$(awk "BEGIN{printf \"%.1f\", $(date +%s.%N) - $t0}")
+      read -r tried kept < <(python3 -c 'import json,sys; s=json.load(open(sys.argv[1])); print(s["tried"], s["kept"])' \
+        "$WORK/autorag/stats.json")
+      echo "| $b | $tried | $kept | $(awk "BEGIN{printf \"%.2f\", $tried / $wall}") | $wall |"
+      [[ -z ${SYNTH_KEEP:-} ]] || cp -r "$WORK/autorag" "$SYNTH_KEEP-$m-b$b"
     done
   fi
 done

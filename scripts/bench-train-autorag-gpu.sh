@@ -5,7 +5,8 @@
 #
 #   scripts/bench-train-autorag-gpu.sh STEP...     # STEP: ragtime | torch | check | table (default: all four)
 #
-# Env: BIN (ragtime binary, default target/release/ragtime), MODEL (SmolLM2 GGUF), TOKENIZER (its tokenizer.json),
+# Env: BIN (ragtime binary, default target/release/ragtime), MODEL (SmolLM2 GGUF), TOKENIZER (its tokenizer.json;
+#      empty: the GGUF's own, e.g. TOKENIZER= MODEL=checkpoints/qwen2.5-coder-0.5b-instruct.gguf),
 #      DATA (dialogues folder, default datasets/autorag/smoke from scripts/autorag_smoke_dialogues.py),
 #      OUT (results, default runs/train-autorag-gpu), EPOCHS (5), BATCH (8), ACCUM (2), LR (5e-5), MAXLEN (1024),
 #      EXTRA (more flags for ragtime's trainer, e.g. "--static-shapes"; the plan PyTorch replays is the same),
@@ -18,7 +19,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN="${BIN:-target/release/ragtime}"
 MODEL="${MODEL:-checkpoints/smollm2-135m-instruct-q4_1.gguf}"
-TOKENIZER="${TOKENIZER:-../shared/data/models/smollm2-135m-instruct/tokenizer.json}"
+TOKENIZER="${TOKENIZER-../shared/data/models/smollm2-135m-instruct/tokenizer.json}"
 DATA="${DATA:-datasets/autorag/smoke}"
 OUT="${OUT:-runs/train-autorag-gpu}"
 EPOCHS="${EPOCHS:-5}" BATCH="${BATCH:-8}" ACCUM="${ACCUM:-2}" LR="${LR:-5e-5}" MAXLEN="${MAXLEN:-1024}"
@@ -26,7 +27,9 @@ mkdir -p "$OUT"
 STEPS=("$@")
 [[ ${#STEPS[@]} -gt 0 ]] || STEPS=(ragtime torch check table)
 
-common=(--model "$MODEL" --tokenizer "$TOKENIZER" --data "$DATA" --epochs "$EPOCHS" --batch-size "$BATCH"
+tok=()
+[[ -z $TOKENIZER ]] || tok=(--tokenizer "$TOKENIZER")
+common=(--model "$MODEL" "${tok[@]}" --data "$DATA" --epochs "$EPOCHS" --batch-size "$BATCH"
   --grad-accum "$ACCUM" --lr "$LR" --warmup-ratio 0.1 --max-len "$MAXLEN" --eval-every 15 --save-every 25
   --dtype "${DTYPE:-f32}")
 
@@ -71,9 +74,10 @@ for step in "${STEPS[@]}"; do
       done
       ;;
     table)
-      python3 - "$OUT" <<'EOF'
+      python3 - "$OUT" "${DTYPE:-f32}" <<'EOF'
 import json, sys, os
-out = sys.argv[1]
+out, dtype = sys.argv[1], sys.argv[2]
+torch_dtype = "f32" if dtype == "f32" else "bf16 autocast, f32 master weights"
 rows = []
 r = json.load(open(os.path.join(out, "ragtime-cuda", "train_report.json")))
 t = json.load(open(os.path.join(out, "torch.json")))
@@ -81,16 +85,20 @@ def peak(tag):
     try: return open(os.path.join(out, tag + ".mem-peak")).read().strip()
     except OSError: return "?"
 h = r["history"]
+th = t["history"]
+def rate(rows):
+    return sum(x["tokens"] for x in rows) / sum(x["secs"] for x in rows)
+# steady state: the updates after the first fifth (kernel compilation and allocator growth happen early)
+skip = max(1, len(h) // 5)
 secs = sum(x["secs"] for x in h); toks = sum(x["tokens"] for x in h)
-print("| trainer | updates | tokens | train s | tokens/s | peak GPU MiB (nvidia-smi) | valid loss first -> last |")
-print("|---|---:|---:|---:|---:|---:|---|")
-print(f"| ragtime (burn 0.21, CUDA, f32) | {len(h)} | {toks} | {secs:.1f} | {toks/secs:.0f} | {peak('ragtime')} | {r['valid'][0]['loss']:.4f} -> {r['valid'][-1]['loss']:.4f} |")
+print(f"| trainer | updates | tokens | train s | tokens/s | tokens/s, updates {skip + 1}+ | peak GPU MiB (nvidia-smi) | valid loss first -> last |")
+print("|---|---:|---:|---:|---:|---:|---:|---|")
+print(f"| ragtime (burn 0.21, CUDA, {dtype}) | {len(h)} | {toks} | {secs:.1f} | {toks/secs:.0f} | {rate(h[skip:]):.0f} | {peak('ragtime')} | {r['valid'][0]['loss']:.4f} -> {r['valid'][-1]['loss']:.4f} |")
 s = t["summary"]
-print(f"| PyTorch {s['torch']} + transformers (f32, SDPA) | {s['updates']} | {s['tokens']} | {s['train_secs']:.1f} | {s['tokens_per_s']:.0f} | {peak('torch')} | {t['valid'][0]['loss']:.4f} -> {t['valid'][-1]['loss']:.4f} |")
+print(f"| PyTorch {s['torch']} + transformers ({torch_dtype}, SDPA) | {s['updates']} | {s['tokens']} | {s['train_secs']:.1f} | {s['tokens_per_s']:.0f} | {rate(th[skip:]):.0f} | {peak('torch')} | {t['valid'][0]['loss']:.4f} -> {t['valid'][-1]['loss']:.4f} |")
 print()
 print("| update | ragtime loss | torch loss | ragtime |g| | torch |g| |")
 print("|---:|---:|---:|---:|---:|")
-th = t["history"]
 for i in sorted(set([0, 1, 2, 4, 9] + list(range(0, len(h), max(1, len(h) // 8))) + [len(h) - 1])):
     if i < len(h) and i < len(th):
         print(f"| {h[i]['step']} | {h[i]['loss']:.4f} | {th[i]['loss']:.4f} | {h[i]['grad_norm']:.3f} | {th[i]['grad_norm']:.3f} |")

@@ -5,7 +5,7 @@
       the prompts of PROMPTS (one JSON string per line), B at a time; --internals asks for every step's
       attentions and hidden states (what ragtime captures), eager attention; otherwise sdpa.
   python bench_generate_peers.py hf-cuda GGUF PROMPTS "B1 B2 ..." NEW ["f32 bf16"]
-      transformers on the GPU: the model loaded once per dtype (float32, bfloat16, or those named), then for each B the first B
+      transformers on the GPU: the model loaded once, copied to the GPU per dtype (float32, bfloat16, or those named), then for each B the first B
       prompts as one batched `generate` (left padding, greedy, exactly NEW new tokens), with internals (eager
       attention, `output_attentions`/`output_hidden_states`) and without (sdpa), after an untimed warm-up of
       the same shape. Prints one Markdown table row per run: engine, B, prompts, tok/s, peak GPU MiB.
@@ -16,6 +16,7 @@
 Prints one line: `prompts N, generated G tokens in S s: R generated tok/s; peak rss M MiB`.
 """
 
+import copy
 import json
 import os
 import resource
@@ -64,13 +65,22 @@ def hf_cuda(gguf, prompts, batches, new, dtypes):
     tok.padding_side = "left"
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
+    # The GGUF is de-quantized once (slow for large files); each dtype gets a copy on the GPU, and the attention
+    # implementation is switched in place (eager with internals, sdpa without).
+    t0 = time.perf_counter()
+    base = AutoModelForCausalLM.from_pretrained(d, gguf_file=f, dtype=torch.float32, attn_implementation="eager").eval()
+    print(f"hf-cuda: loaded {gguf} in {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
     for dtype, name in ((torch.float32, "f32"), (torch.bfloat16, "bf16")):
         if name not in dtypes:
             continue
+        on_gpu = copy.deepcopy(base).to(device="cuda", dtype=dtype)
         for internals in (True, False):
-            model = AutoModelForCausalLM.from_pretrained(
-                d, gguf_file=f, dtype=dtype, attn_implementation="eager" if internals else "sdpa"
-            ).to("cuda").eval()
+            impl = "eager" if internals else "sdpa"
+            if hasattr(on_gpu, "set_attn_implementation"):
+                on_gpu.set_attn_implementation(impl)
+            else:
+                on_gpu.config._attn_implementation = impl
+            model = on_gpu
             kw = dict(output_attentions=True, output_hidden_states=True, return_dict_in_generate=True) if internals else {}
             for b in batches:
                 enc = tok(prompts[:b], return_tensors="pt", padding=True).to("cuda")
@@ -90,8 +100,8 @@ def hf_cuda(gguf, prompts, batches, new, dtypes):
                 mode = "internals, eager" if internals else "sdpa"
                 peak = torch.cuda.max_memory_allocated() / 2**20
                 print(f"| transformers {name} ({mode}) | {b} | {b} | {g / dt:.1f} | {peak:.0f} (GPU) |", flush=True)
-            del model
-            torch.cuda.empty_cache()
+        del model, on_gpu
+        torch.cuda.empty_cache()
 
 
 def llamacpp(gguf, prompts, new):
