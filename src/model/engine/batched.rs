@@ -5,7 +5,9 @@
 //!
 //! Every sequence owns a *lane*: a slot in one key/value buffer per layer, `[slots, 2 kv_heads, capacity,
 //! head_dim]` (keys, then values), allocated once and written in place (`scatter_nd`), so a cache is a slot number and a length
-//! ([`LaneCache`]); a rewind only moves the length. A forward call runs at most two passes:
+//! ([`LaneCache`]); a rewind only moves the length. A forward call runs one pass over at most two
+//! grids, whose cells run through every weight product together (one `[cells, in] x [in, out]` product each) and
+//! through attention grid by grid:
 //! - **decode**: every sequence that appends one token, as rows of a `[slots, 1]` grid over the whole buffer
 //!   (lanes that did not ask for a token compute a row that is thrown away and write nothing), attending over
 //!   the buffer's first `keys` positions, the longest lane rounded up to a power of two: a few shapes per run (one
@@ -299,101 +301,115 @@ impl<B: Backend> BatchedEngine<B> {
         Tensor::from_data(TensorData::new(v, shape), &self.device)
     }
 
-    /// One pass over a grid of `grid.len()` rows of `t` positions. `grid[i]`: the lane of grid row `i` and the
-    /// sequence it carries (`None`: a row computed and thrown away). `whole` says the grid is the whole buffer
-    /// (row `i` is slot `i`: no gather). Writes each sequence's keys and values and fills `outs`.
-    fn pass(&self, lanes: &mut Lanes<B>, grid: &[Option<&Row<'_>>], t: usize, whole: bool, outs: &mut [ChunkOut]) {
+    /// One pass over one or two grids (the decode grid and the prefill grid of a forward call): every weight
+    /// product runs once over all their cells, attention per grid. Writes each sequence's keys and values and
+    /// fills `outs`.
+    fn pass(&self, lanes: &mut Lanes<B>, grids: &[Grid<'_, '_>], outs: &mut [ChunkOut]) {
         let mut since = std::time::Instant::now();
         let cfg = &self.cfg;
-        let (r, d, nh, kvh, hd) = (grid.len(), cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim);
+        let (d, nh, kvh, hd) = (cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim);
         let rep = nh / kvh;
         let max_pos = self.rope.max_pos();
-        // keys each row attends over: up to the furthest position in the grid, rounded up to a power of two (so
-        // that a run sees a few shapes, not one per step)
-        let end = grid.iter().flatten().map(|w| w.start + t).max().unwrap_or(t);
-        let keys = end.next_power_of_two().max(MIN_KEYS).min(lanes.capacity);
 
-        // host-side inputs: token ids, positions, mask, and where the valid cells' keys go
-        let mut ids = Vec::with_capacity(r * t);
-        let mut pos = Vec::with_capacity(r * t);
-        let mut mask = Vec::with_capacity(r * t * keys);
+        // host-side inputs: token ids and positions of every cell (the grids one after the other), per grid its
+        // mask and gather, and where the valid cells' keys go
+        let (mut ids, mut pos) = (Vec::new(), Vec::new());
         let (mut valid, mut dest) = (Vec::new(), Vec::new());
-        for (i, row) in grid.iter().enumerate() {
-            let (start, len) = row.map_or((0, 0), |w| (w.start, w.ids.len()));
-            for j in 0..t {
-                let p = start + j;
-                ids.push(row.and_then(|w| w.ids.get(j)).map_or(0, |&x| x as i32));
-                pos.push(p.min(max_pos - 1) as i32);
-                // causal within the lane: position p sees keys 0..=p
-                mask.extend((0..keys).map(|k| k > p));
-                if let Some(w) = row.filter(|_| j < len) {
-                    valid.push((i * t + j) as i32);
-                    dest.extend((0..2 * kvh).flat_map(|h| [w.slot as i32, h as i32, p as i32]));
+        let mut parts = Vec::with_capacity(grids.len());
+        for g in grids {
+            let (r, t, offset) = (g.rows.len(), g.t, ids.len());
+            // keys each row attends over: up to the furthest position in the grid, rounded up to a power of two
+            // (so that a run sees a few shapes, not one per step)
+            let end = g.rows.iter().flatten().map(|w| w.start + t).max().unwrap_or(t);
+            let keys = end.next_power_of_two().max(MIN_KEYS).min(lanes.capacity);
+            let mut mask = Vec::with_capacity(r * t * keys);
+            for (i, row) in g.rows.iter().enumerate() {
+                let (start, len) = row.map_or((0, 0), |w| (w.start, w.ids.len()));
+                for j in 0..t {
+                    let p = start + j;
+                    ids.push(row.and_then(|w| w.ids.get(j)).map_or(0, |&x| x as i32));
+                    pos.push(p.min(max_pos - 1) as i32);
+                    // causal within the lane: position p sees keys 0..=p
+                    mask.extend((0..keys).map(|k| k > p));
+                    if let Some(w) = row.filter(|_| j < len) {
+                        valid.push((offset + i * t + j) as i32);
+                        dest.extend((0..2 * kvh).flat_map(|h| [w.slot as i32, h as i32, p as i32]));
+                    }
                 }
             }
+            let mask = Tensor::<B, 4, Bool>::from_data(TensorData::new(mask, [r, 1, t, keys]), &self.device);
+            let gather =
+                (!g.whole).then(|| self.ints(g.rows.iter().map(|w| w.map_or(0, |w| w.slot as i32)).collect(), [r]));
+            parts.push(Part { offset, keys, mask, gather });
         }
+        let n = ids.len(); // cells of all grids
         let n_valid = valid.len();
         let valid = self.ints(valid, [n_valid]);
         let dest = self.ints(dest, [n_valid * 2 * kvh, 3]);
-        let pos = self.ints(pos, [r * t]);
-        let mask = Tensor::<B, 4, Bool>::from_data(TensorData::new(mask, [r, 1, t, keys]), &self.device);
-        let gather = (!whole).then(|| self.ints(grid.iter().map(|w| w.map_or(0, |w| w.slot as i32)).collect(), [r]));
-        // RoPE tables over all heads of the q|k|v block, [r, t, nh + 2 kvh, hd]: the value heads get cos 1 and
-        // sin 0, so one rotation leaves them as they are and the block stays one contiguous tensor
+        let pos = self.ints(pos, [n]);
+        // RoPE tables over all heads of the q|k|v block, [n, nh + 2 kvh, hd]: the value heads get cos 1 and sin 0,
+        // so one rotation leaves them as they are and the block stays one contiguous tensor
         let heads = nh + 2 * kvh;
         let (dev, dtype) = (&self.device, self.precision.dtype());
         let table = |tab: &Tensor<B, 2>, fill: f32| {
-            let rot = tab.clone().select(0, pos.clone()).reshape([r, t, 1, hd]).expand([r, t, nh + kvh, hd]);
-            Tensor::cat(vec![rot, Tensor::full([r, t, kvh, hd], fill, (dev, dtype))], 2)
+            let rot = tab.clone().select(0, pos.clone()).reshape([n, 1, hd]).expand([n, nh + kvh, hd]);
+            Tensor::cat(vec![rot, Tensor::full([n, kvh, hd], fill, (dev, dtype))], 1)
         };
         let (cos, sin) = (table(&self.rope.cos, 1.0), table(&self.rope.sin, 0.0));
-        let rotate = |x: Tensor<B, 4>| {
-            // rotate-half RoPE on [r, t, heads, hd]
-            let x1 = x.clone().narrow(3, 0, hd / 2);
-            let x2 = x.clone().narrow(3, hd / 2, hd / 2);
-            x.clone() * cos.clone() + Tensor::cat(vec![x2.neg(), x1], 3) * sin.clone()
+        let rotate = |x: Tensor<B, 3>| {
+            // rotate-half RoPE on [n, heads, hd]
+            let x1 = x.clone().narrow(2, 0, hd / 2);
+            let x2 = x.clone().narrow(2, hd / 2, hd / 2);
+            x.clone() * cos.clone() + Tensor::cat(vec![x2.neg(), x1], 2) * sin.clone()
         };
 
-        let captures = grid.iter().flatten().any(|w| w.want.capture_from.is_some_and(|f| f < w.ids.len()));
-        let ids = self.ints(ids, [r * t]);
+        let rows = || grids.iter().flat_map(|g| g.rows.iter().flatten());
+        let captures = rows().any(|w| w.want.capture_from.is_some_and(|f| f < w.ids.len()));
+        let ids = self.ints(ids, [n]);
         self.phases.lap(0, &mut since);
-        // the grid's cells as one row block, so that every weight product is one [r*t, in] x [in, out] product
-        let mut x = self.model.embed_tokens.val().select(0, ids).reshape([1, r * t, d]); // [1, r*t, d]
+        // all cells as one row block, so that every weight product is one [n, in] x [in, out] product
+        let mut x = self.model.embed_tokens.val().select(0, ids).reshape([1, n, d]); // [1, n, d]
         let mut layer_sum: Option<Tensor<B, 3>> = None;
-        let mut probs_last: Option<Tensor<B, 4>> = None;
+        let mut probs_last: Vec<Option<Tensor<B, 4>>> = vec![None; grids.len()];
         let n_layers = self.layers.len();
         for (l, block) in self.layers.iter().enumerate() {
-            // [r, t, nh + 2 kvh, hd]: queries (scaled by 1/sqrt(hd)) and keys rotated, values as they were
-            let qkv = rotate(block.qkv(x.clone()).reshape([r, t, heads, hd]));
-            // [r, t, nh, hd]
-            let q = qkv.clone().narrow(2, 0, nh);
+            // [n, nh + 2 kvh, hd]: queries (scaled by 1/sqrt(hd)) and keys rotated, values as they were
+            let qkv = rotate(block.qkv(x.clone()).reshape([n, heads, hd]));
             // write the valid cells' keys and values into their lanes: [n_valid * 2 kvh, hd] at (slot, head, pos)
-            let new = qkv.reshape([r * t, heads, hd]).select(0, valid.clone()).narrow(1, nh, 2 * kvh);
+            let new = qkv.clone().select(0, valid.clone()).narrow(1, nh, 2 * kvh);
             let buf = lanes.kv[l].take().expect("lane buffers in place");
             let buf = buf.scatter_nd(dest.clone(), new.reshape([n_valid * 2 * kvh, hd]), IndexingUpdateOp::Assign);
             lanes.kv[l] = Some(buf.clone());
-            // the rows' lanes up to `keys`: [slots, 2 kvh, keys, hd] on the decode grid, else [r, 2 kvh, keys, hd]
-            let buf = match &gather {
-                None => buf.narrow(2, 0, keys),
-                Some(g) => buf.select(0, g.clone()).narrow(2, 0, keys),
-            };
-            // [., kvh, keys, hd] each
-            let (kk, vv) = (buf.clone().narrow(1, 0, kvh), buf.narrow(1, kvh, kvh));
-            // grouped-query attention: the query heads sharing a key/value head, [r, kvh, rep * t, hd]
-            let q = q.swap_dims(1, 2).reshape([r, kvh, rep * t, hd]);
-            let scores = q.matmul(kk.swap_dims(2, 3)); // [r, kvh, rep*t, keys], already scaled
-            let scores = scores.reshape([r, nh, t, keys]).mask_fill(mask.clone(), f32::NEG_INFINITY);
-            let probs = softmax(scores.cast(DType::F32), 3).cast(self.precision.dtype()); // [r, nh, t, keys]
-            if l + 1 == n_layers && captures {
-                probs_last = Some(probs.clone());
+            let mut o_parts = Vec::with_capacity(grids.len());
+            for (gi, (g, part)) in grids.iter().zip(&parts).enumerate() {
+                let (r, t, keys) = (g.rows.len(), g.t, part.keys);
+                // this grid's queries, [r, t, nh, hd]
+                let q = if grids.len() == 1 { qkv.clone() } else { qkv.clone().narrow(0, part.offset, r * t) };
+                let q = q.narrow(1, 0, nh).reshape([r, t, nh, hd]);
+                // the rows' lanes up to `keys`: [slots, 2 kvh, keys, hd] on the decode grid, else [r, 2 kvh, keys, hd]
+                let buf = match &part.gather {
+                    None => buf.clone().narrow(2, 0, keys),
+                    Some(g) => buf.clone().select(0, g.clone()).narrow(2, 0, keys),
+                };
+                // [., kvh, keys, hd] each
+                let (kk, vv) = (buf.clone().narrow(1, 0, kvh), buf.narrow(1, kvh, kvh));
+                // grouped-query attention: the query heads sharing a key/value head, [r, kvh, rep * t, hd]
+                let q = q.swap_dims(1, 2).reshape([r, kvh, rep * t, hd]);
+                let scores = q.matmul(kk.swap_dims(2, 3)); // [r, kvh, rep*t, keys], already scaled
+                let scores = scores.reshape([r, nh, t, keys]).mask_fill(part.mask.clone(), f32::NEG_INFINITY);
+                let probs = softmax(scores.cast(DType::F32), 3).cast(self.precision.dtype()); // [r, nh, t, keys]
+                if l + 1 == n_layers && captures {
+                    probs_last[gi] = Some(probs.clone());
+                }
+                let o = probs.reshape([r, kvh, rep * t, keys]).matmul(vv); // [r, kvh, rep*t, hd]
+                o_parts.push(if t == 1 {
+                    o.reshape([r, nh * hd]) // [r, nh, 1, hd] is already laid out as [r, 1, nh, hd]: no copy
+                } else {
+                    o.reshape([r, nh, t, hd]).swap_dims(1, 2).reshape([r * t, nh * hd])
+                });
             }
-            let o = probs.reshape([r, kvh, rep * t, keys]).matmul(vv); // [r, kvh, rep*t, hd]
-            let o = if t == 1 {
-                o.reshape([1, r, nh * hd]) // [r, nh, 1, hd] is already laid out as [r, 1, nh, hd]: no copy
-            } else {
-                o.reshape([r, nh, t, hd]).swap_dims(1, 2).reshape([1, r * t, nh * hd])
-            };
-            let hmid = x + block.o_proj.forward(o);
+            let o = if o_parts.len() == 1 { o_parts.pop().expect("one grid") } else { Tensor::cat(o_parts, 0) };
+            let hmid = x + block.o_proj.forward(o.reshape([1, n, nh * hd]));
             x = hmid.clone() + block.mlp(hmid);
             if captures && l + 1 < n_layers {
                 let x = x.clone().cast(DType::F32);
@@ -403,30 +419,33 @@ impl<B: Backend> BatchedEngine<B> {
                 });
             }
         }
-        let hidden = self.model.norm.forward(x).reshape([r * t, d]); // [r*t, d], in the engine's dtype
+        let hidden = self.model.norm.forward(x).reshape([n, d]); // [n, d], in the engine's dtype
 
-        // what each sequence asked for: logits of rows >= logits_from, internals of rows >= capture_from
+        // what each sequence asked for: logits of rows >= logits_from, internals of rows >= capture_from; a cell
+        // is (grid, row, position in the row)
         let mut logit_cells = Vec::new();
         let mut capture_cells = Vec::new();
-        for (i, w) in grid.iter().enumerate() {
-            let Some(w) = w else { continue };
-            let n = w.ids.len();
-            logit_cells.extend((w.want.logits_from..n).map(|j| (i, j)));
-            if let Some(from) = w.want.capture_from {
-                capture_cells.extend((from..n).map(|j| (i, j)));
+        for (gi, g) in grids.iter().enumerate() {
+            for (i, w) in g.rows.iter().enumerate() {
+                let Some(w) = w else { continue };
+                let len = w.ids.len();
+                logit_cells.extend((w.want.logits_from..len).map(|j| (gi, i, j)));
+                if let Some(from) = w.want.capture_from {
+                    capture_cells.extend((from..len).map(|j| (gi, i, j)));
+                }
             }
         }
-        let flat = |cells: &[(usize, usize)]| {
-            self.ints(cells.iter().map(|&(i, j)| (i * t + j) as i32).collect(), [cells.len()])
-        };
+        let row = |&(gi, i, _): &(usize, usize, usize)| grids[gi].rows[i].expect("a cell of a sequence");
+        let cell = |&(gi, i, j): &(usize, usize, usize)| parts[gi].offset + i * grids[gi].t + j;
+        let flat =
+            |cells: &[(usize, usize, usize)]| self.ints(cells.iter().map(|c| cell(c) as i32).collect(), [cells.len()]);
         if !logit_cells.is_empty() {
             let h = hidden.clone().select(0, flat(&logit_cells));
             let logits = self.model.logits(h.unsqueeze::<3>()); // [1, cells, vocab]
             let [_, n, vocab] = logits.dims();
             // each cell's distribution is scored here: only [n, 4] floats and [n] ids go to the host
             let logits = logits.reshape([n, vocab]).cast(DType::F32);
-            let next: Vec<Option<u32>> =
-                logit_cells.iter().map(|&(i, j)| grid[i].unwrap().ids.get(j + 1).copied()).collect();
+            let next: Vec<Option<u32>> = logit_cells.iter().map(|c| row(c).ids.get(c.2 + 1).copied()).collect();
             let next_ids = self.ints(next.iter().map(|x| x.map_or(0, |x| x as i32)).collect(), [n, 1]);
             let max = logits.clone().max_dim(1); // [n, 1]
             let z = logits.clone() - max.clone(); // [n, vocab]
@@ -445,32 +464,31 @@ impl<B: Backend> BatchedEngine<B> {
             // a session keeps its chunk's last row as its next-token distribution (and the row with it); the
             // rows inside a chunk are read only through their scores. So where a chunk has rows before its last,
             // the last rows get a tensor of their own, and the whole [n, vocab] one is freed with the chunk.
-            let is_last = |&(i, j): &(usize, usize)| j + 1 == grid[i].unwrap().ids.len();
+            let is_last = |c: &(usize, usize, usize)| c.2 + 1 == row(c).ids.len();
             let (source, last_source, last_row) = if logit_cells.iter().all(is_last) {
                 let s: Arc<dyn RowSource> = Arc::new(DeviceRows(Mutex::new(logits)));
                 (s.clone(), s, (0..n).collect::<Vec<_>>())
             } else {
                 let lasts: Vec<usize> = (0..n).filter(|&c| is_last(&logit_cells[c])).collect();
-                let mut row = vec![0; n];
+                let mut at = vec![0; n];
                 for (k, &c) in lasts.iter().enumerate() {
-                    row[c] = k;
+                    at[c] = k;
                 }
                 let idx = self.ints(lasts.iter().map(|&c| c as i32).collect(), [lasts.len()]);
                 let last: Arc<dyn RowSource> = Arc::new(DeviceRows(Mutex::new(logits.clone().select(0, idx))));
-                (Arc::new(DeviceRows(Mutex::new(logits))) as Arc<dyn RowSource>, last, row)
+                (Arc::new(DeviceRows(Mutex::new(logits))) as Arc<dyn RowSource>, last, at)
             };
-            for (c, &(i, j)) in logit_cells.iter().enumerate() {
-                let (source, row) =
-                    if is_last(&(i, j)) { (last_source.clone(), last_row[c]) } else { (source.clone(), c) };
+            for (c, lc) in logit_cells.iter().enumerate() {
+                let (source, at) = if is_last(lc) { (last_source.clone(), last_row[c]) } else { (source.clone(), c) };
                 let [entropy, lse, max, next_logit] = stats[c][..] else { unreachable!("four scores per cell") };
-                outs[grid[i].unwrap().seq].logits.push(NextDist::scored(Scored {
+                outs[row(lc).seq].logits.push(NextDist::scored(Scored {
                     entropy,
                     lse,
                     argmax: argmax[c] as u32,
                     max,
                     next: next[c].map(|id| (id, next_logit)),
                     source,
-                    row,
+                    row: at,
                 }));
             }
             self.phases.lap(3, &mut since);
@@ -480,27 +498,57 @@ impl<B: Backend> BatchedEngine<B> {
             let finals = hidden.clone().select(0, idx.clone());
             let hidden = hidden.cast(DType::F32);
             let sum = match layer_sum {
-                Some(acc) => acc.reshape([r * t, d]) + hidden,
+                Some(acc) => acc.reshape([n, d]) + hidden,
                 None => hidden,
             };
-            let means = sum.select(0, idx.clone()).div_scalar(n_layers as f64);
-            let probs = probs_last.expect("attention kept when capturing");
-            let probs = probs.swap_dims(1, 2).reshape([r * t, nh * keys]).select(0, idx); // [cells, nh*keys]
+            let means = sum.select(0, idx).div_scalar(n_layers as f64);
+            // the last layer's attention rows, per grid (their key counts differ): [cells of the grid, nh * keys]
+            let mut probs = Vec::with_capacity(grids.len());
+            for (gi, (g, part)) in grids.iter().zip(&parts).enumerate() {
+                let local: Vec<i32> =
+                    capture_cells.iter().filter(|c| c.0 == gi).map(|&(_, i, j)| (i * g.t + j) as i32).collect();
+                probs.push((!local.is_empty()).then(|| {
+                    let p = probs_last[gi].take().expect("attention kept when capturing");
+                    let m = local.len();
+                    p.swap_dims(1, 2).reshape([g.rows.len() * g.t, nh * part.keys]).select(0, self.ints(local, [m]))
+                }));
+            }
             self.phases.lap(1, &mut since);
-            let (finals, means, attn) = (host_rows(finals), host_rows(means), host_rows(probs));
+            let (finals, means) = (host_rows(finals), host_rows(means));
+            let mut attn: Vec<std::vec::IntoIter<Vec<f32>>> =
+                probs.into_iter().map(|p| p.map(host_rows).unwrap_or_default().into_iter()).collect();
             self.phases.lap(2, &mut since);
-            for (c, &(i, j)) in capture_cells.iter().enumerate() {
-                let w = grid[i].unwrap();
-                let p = w.start + j;
+            for (c, cc) in capture_cells.iter().enumerate() {
+                let (w, keys) = (row(cc), parts[cc.0].keys);
+                let p = w.start + cc.2;
+                let a = attn[cc.0].next().expect("one attention row per captured cell");
                 let o = &mut outs[w.seq];
                 o.hidden_final.push(finals[c].clone());
                 o.hidden_mean.push(means[c].clone());
-                o.attn.push((0..nh).map(|hh| attn[c][hh * keys..hh * keys + p + 1].to_vec()).collect());
+                o.attn.push((0..nh).map(|hh| a[hh * keys..hh * keys + p + 1].to_vec()).collect());
             }
             self.phases.lap(3, &mut since);
         }
         self.phases.lap(1, &mut since); // a pass that asked for nothing back
     }
+}
+
+/// The rows of one grid of a pass: `rows[i]` is the lane of grid row `i` and the sequence it carries (`None`: a
+/// row computed and thrown away), each `t` positions long; `whole`: the grid is the whole buffer (row `i` is slot
+/// `i`: no gather).
+struct Grid<'a, 'b> {
+    rows: Vec<Option<&'a Row<'b>>>,
+    t: usize,
+    whole: bool,
+}
+
+/// A grid's device-side inputs in a pass: where its cells start among all cells, the key positions its rows
+/// attend over, its mask `[rows, 1, t, keys]` and (prefill) the slots its rows read.
+struct Part<B: Backend> {
+    offset: usize,
+    keys: usize,
+    mask: Tensor<B, 4, Bool>,
+    gather: Option<Tensor<B, 1, Int>>,
 }
 
 impl<B: Backend> Engine for BatchedEngine<B>
@@ -570,20 +618,24 @@ where
             let slots = rows.iter().map(|w| w.slot + 1).max().unwrap_or(0).max(lock(&self.book).issued);
             let capacity = rows.iter().map(|w| w.start + w.ids.len().next_power_of_two()).max().unwrap_or(0);
             self.reserve(&mut lanes, slots, capacity);
-            // decode: the one-token rows, on the whole buffer's grid
+            // one pass over two grids: decode, the one-token rows on the whole buffer's grid; prefill, the longer
+            // chunks together, padded to the longest
+            let mut grids = Vec::with_capacity(2);
             let one: Vec<&Row<'_>> = rows.iter().filter(|w| w.ids.len() == 1).collect();
             if !one.is_empty() {
                 let mut grid: Vec<Option<&Row<'_>>> = vec![None; lanes.slots];
                 for w in &one {
                     grid[w.slot] = Some(w);
                 }
-                self.pass(&mut lanes, &grid, 1, true, &mut outs);
+                grids.push(Grid { rows: grid, t: 1, whole: true });
             }
-            // prefill: the longer chunks together, padded to the longest
             let many: Vec<Option<&Row<'_>>> = rows.iter().filter(|w| w.ids.len() > 1).map(Some).collect();
             if !many.is_empty() {
                 let t = many.iter().flatten().map(|w| w.ids.len()).max().unwrap().max(MIN_CHUNK).next_power_of_two();
-                self.pass(&mut lanes, &many, t, false, &mut outs);
+                grids.push(Grid { rows: many, t, whole: false });
+            }
+            if !grids.is_empty() {
+                self.pass(&mut lanes, &grids, &mut outs);
             }
         }
         for (s, w) in seqs.iter_mut().zip(&rows) {
