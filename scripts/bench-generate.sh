@@ -8,7 +8,7 @@
 # prompts differ in length as real ones do. Every engine decodes exactly NEW tokens per prompt, greedy.
 # - ragtime: `ragtime generate --prompts P --batch B --ignore-eos --stats` (the CPU engine, or DEVICE=cuda): B lanes
 #   with continuous batching, every step's internals captured (entropy, last-layer attention, hidden states);
-# - transformers: batched `generate` in float32 on the same GGUF, with internals (`output_attentions`,
+# - transformers: batched `generate` in float32 on the same weights, with internals (`output_attentions`,
 #   `output_hidden_states`, eager attention) and without (sdpa) (scripts/bench_generate_peers.py, the
 #   sentence-transformers venv of scripts/st_venv.sh plus `gguf`); HF=0 skips it;
 # - llama.cpp: llama-cpp-python on the same GGUF, one sequence (its high-level API decodes one), B = 1 only, in
@@ -29,6 +29,9 @@
 #   SYNTH_INDEX, default indexes/bioasq: `ragtime data corpus bioasq` then `ragtime index`) at each B: questions/s
 #   over the run (wall time with loading) and the kept dialogues. SYNTH_SAMPLES (default 1) is `--samples`;
 #   SYNTH_KEEP=PREFIX keeps each run's output folder as PREFIX-MODEL-bB.
+# transformers reads ragtime's Hugging Face export of the GGUF (`train autorag --export-base`: the same de-quantized
+# weights, loaded in seconds); HF_FROM=gguf has it read the GGUF itself (it de-quantizes the file and converts the
+# tokenizer in Python: for Qwen2.5-Coder-0.5B that did not finish in the ~100 s a GPU run had left for it).
 # DECODE=0 leaves out the decoding table (and its peers), for the synthesis tables alone.
 # STATS_LOG=FILE appends each ragtime row's whole `--stats` line (where the time went: the engine's phases,
 # scoring, the decode loop) to FILE.
@@ -67,6 +70,14 @@ threads=$(nproc)
 for m in $MODELS; do
   g="${GGUF[$m]}" batches="$BATCHES"
   [[ -f $g ]] || { echo "bench-generate: $g missing (scripts/setup.sh --model $m); skipped" >&2; continue; }
+  # what transformers loads: ragtime's Hugging Face export of the GGUF (the same de-quantized weights; loads in
+  # seconds), or with HF_FROM=gguf the GGUF itself (transformers de-quantizes it and converts its tokenizer)
+  hf_model="$g"
+  if [[ $HF == 1 && $DECODE == 1 && ${HF_FROM:-export} == export && ($DEVICE != cpu || -x $ST_PY) ]]; then
+    hf_model="$WORK/hf-$m"
+    $BIN train autorag --model "$g" --export-base "$hf_model" >/dev/null 2>"$WORK/export.log" ||
+      { cat "$WORK/export.log" >&2; exit 1; }
+  fi
   echo
   echo "### $m ($g), $NEW new tokens per prompt, $DEVICE, $threads threads"
   echo
@@ -111,7 +122,7 @@ for m in $MODELS; do
     fi
     if [[ $HF == 1 && $DEVICE == cpu && -x $ST_PY ]]; then
       for mode in --internals ""; do
-        line=$("$ST_PY" scripts/bench_generate_peers.py hf "$g" "$WORK/p.jsonl" "$b" "$NEW" $mode 2>/dev/null | tail -1) || line=""
+        line=$("$ST_PY" scripts/bench_generate_peers.py hf "$hf_model" "$WORK/p.jsonl" "$b" "$NEW" $mode 2>/dev/null | tail -1) || line=""
         rate=$(sed -E 's/.*: ([0-9.]+) generated tok\/s.*/\1/' <<<"$line")
         rss=$(sed -E 's/.*peak rss ([0-9]+) MiB.*/\1/' <<<"$line")
         name="transformers f32$([[ -n $mode ]] && echo ' (internals, eager)' || echo ' (sdpa)')"
@@ -127,7 +138,7 @@ for m in $MODELS; do
     fi
   done
   if [[ $HF == 1 && $DEVICE != cpu && $DECODE == 1 ]]; then
-    "${PEER_PY:-python3}" scripts/bench_generate_peers.py hf-cuda "$g" "$WORK/all.jsonl" "$BATCHES" "$NEW" "$HF_DTYPES" \
+    "${PEER_PY:-python3}" scripts/bench_generate_peers.py hf-cuda "$hf_model" "$WORK/all.jsonl" "$BATCHES" "$NEW" "$HF_DTYPES" \
       2>"$WORK/hf.log" ||
       { echo "| transformers | | | failed: $(tail -1 "$WORK/hf.log") | |"; }
   fi

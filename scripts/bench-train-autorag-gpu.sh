@@ -91,11 +91,17 @@ def rate(rows):
 # steady state: the updates after the first fifth (kernel compilation and allocator growth happen early)
 skip = max(1, len(h) // 5)
 secs = sum(x["secs"] for x in h); toks = sum(x["tokens"] for x in h)
-print(f"| trainer | updates | tokens | train s | tokens/s | tokens/s, updates {skip + 1}+ | peak GPU MiB (nvidia-smi) | valid loss first -> last |")
-print("|---|---:|---:|---:|---:|---:|---:|---|")
-print(f"| ragtime (burn 0.21, CUDA, {dtype}) | {len(h)} | {toks} | {secs:.1f} | {toks/secs:.0f} | {rate(h[skip:]):.0f} | {peak('ragtime')} | {r['valid'][0]['loss']:.4f} -> {r['valid'][-1]['loss']:.4f} |")
+# the allocators' own peaks: burn's pool (live tensors at most, reserved; sampled by the trainer) and PyTorch's
+def most(key):
+    v = [x[key] for x in h if x.get(key) is not None]
+    return f"{max(v):.0f}" if v else "?"
 s = t["summary"]
-print(f"| PyTorch {s['torch']} + transformers ({torch_dtype}, SDPA) | {s['updates']} | {s['tokens']} | {s['train_secs']:.1f} | {s['tokens_per_s']:.0f} | {rate(th[skip:]):.0f} | {peak('torch')} | {t['valid'][0]['loss']:.4f} -> {t['valid'][-1]['loss']:.4f} |")
+pool_r = f"{most('gpu_in_use_mib')} / {most('gpu_reserved_mib')}"
+pool_t = f"{s.get('peak_allocated_mib', float('nan')):.0f} / {s.get('peak_reserved_mib', float('nan')):.0f}"
+print(f"| trainer | updates | tokens | train s | tokens/s | tokens/s, updates {skip + 1}+ | peak GPU MiB (nvidia-smi) | peak in use / reserved MiB (allocator) | valid loss first -> last |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|---|")
+print(f"| ragtime (burn 0.21, CUDA, {dtype}) | {len(h)} | {toks} | {secs:.1f} | {toks/secs:.0f} | {rate(h[skip:]):.0f} | {peak('ragtime')} | {pool_r} | {r['valid'][0]['loss']:.4f} -> {r['valid'][-1]['loss']:.4f} |")
+print(f"| PyTorch {s['torch']} + transformers ({torch_dtype}, SDPA) | {s['updates']} | {s['tokens']} | {s['train_secs']:.1f} | {s['tokens_per_s']:.0f} | {rate(th[skip:]):.0f} | {peak('torch')} | {pool_t} | {t['valid'][0]['loss']:.4f} -> {t['valid'][-1]['loss']:.4f} |")
 print()
 print("| update | ragtime loss | torch loss | ragtime |g| | torch |g| |")
 print("|---:|---:|---:|---:|---:|")

@@ -4,7 +4,7 @@
       transformers' batched `generate` (float32, left padding, greedy, exactly NEW new tokens per prompt) over
       the prompts of PROMPTS (one JSON string per line), B at a time; --internals asks for every step's
       attentions and hidden states (what ragtime captures), eager attention; otherwise sdpa.
-  python bench_generate_peers.py hf-cuda GGUF PROMPTS "B1 B2 ..." NEW ["f32 bf16"]
+  python bench_generate_peers.py hf-cuda MODEL PROMPTS "B1 B2 ..." NEW ["f32 bf16"]
       transformers on the GPU: the model loaded once, copied to the GPU per dtype (float32, bfloat16, or those named), then for each B the first B
       prompts as one batched `generate` (left padding, greedy, exactly NEW new tokens), with internals (eager
       attention, `output_attentions`/`output_hidden_states`) and without (sdpa), after an untimed warm-up of
@@ -12,6 +12,10 @@
   python bench_generate_peers.py llamacpp GGUF PROMPTS 1 NEW
       llama.cpp (llama-cpp-python) on the same GGUF, one prompt at a time (its high-level API decodes one
       sequence), greedy, NEW tokens, threads = the process's CPUs.
+
+GGUF/MODEL (transformers): a GGUF file, which transformers de-quantizes (and whose tokenizer it converts) itself,
+or a Hugging Face folder of the same weights (`ragtime train autorag --model GGUF --export-base DIR`), which loads
+in seconds.
 
 Prints one line: `prompts N, generated G tokens in S s: R generated tok/s; peak rss M MiB`.
 """
@@ -28,18 +32,27 @@ def peak_mib():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def hf(gguf, prompts, b, new, internals):
-    import torch
+def load(path, **kw):
+    """Tokenizer and model from a GGUF file (de-quantized by transformers) or a Hugging Face folder (such as
+    ragtime's export of the same GGUF: `ragtime train autorag --model GGUF --export-base DIR`)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    d, f = os.path.split(os.path.abspath(gguf))
-    tok = AutoTokenizer.from_pretrained(d, gguf_file=f)
+    if os.path.isdir(path):
+        tok, model = AutoTokenizer.from_pretrained(path), AutoModelForCausalLM.from_pretrained(path, **kw)
+    else:
+        d, f = os.path.split(os.path.abspath(path))
+        tok = AutoTokenizer.from_pretrained(d, gguf_file=f)
+        model = AutoModelForCausalLM.from_pretrained(d, gguf_file=f, **kw)
     tok.padding_side = "left"
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
-    model = AutoModelForCausalLM.from_pretrained(
-        d, gguf_file=f, dtype=torch.float32, attn_implementation="eager" if internals else "sdpa"
-    ).eval()
+    return tok, model.eval()
+
+
+def hf(gguf, prompts, b, new, internals):
+    import torch
+
+    tok, model = load(gguf, dtype=torch.float32, attn_implementation="eager" if internals else "sdpa")
     kw = dict(output_attentions=True, output_hidden_states=True, return_dict_in_generate=True) if internals else {}
     generated = 0
     with torch.inference_mode():
@@ -58,17 +71,11 @@ def hf(gguf, prompts, b, new, internals):
 
 def hf_cuda(gguf, prompts, batches, new, dtypes):
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    d, f = os.path.split(os.path.abspath(gguf))
-    tok = AutoTokenizer.from_pretrained(d, gguf_file=f)
-    tok.padding_side = "left"
-    if tok.pad_token is None:
-        tok.pad_token = tok.eos_token
-    # The GGUF is de-quantized once (slow for large files); each dtype gets a copy on the GPU, and the attention
-    # implementation is switched in place (eager with internals, sdpa without).
+    # The model is loaded once; each dtype gets a copy on the GPU, and the attention implementation is switched
+    # in place (eager with internals, sdpa without).
     t0 = time.perf_counter()
-    base = AutoModelForCausalLM.from_pretrained(d, gguf_file=f, dtype=torch.float32, attn_implementation="eager").eval()
+    tok, base = load(gguf, dtype=torch.float32, attn_implementation="eager")
     print(f"hf-cuda: loaded {gguf} in {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
     for dtype, name in ((torch.float32, "f32"), (torch.bfloat16, "bf16")):
         if name not in dtypes:

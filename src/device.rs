@@ -110,6 +110,31 @@ pub fn peak_rss_mib() -> Option<f64> {
     Some(kib / 1024.0)
 }
 
+/// Memory of burn's pool on a CUDA device: bytes held by live tensors, and bytes reserved from the driver (what
+/// `nvidia-smi` sees, less the driver's own). `None` on any other device. It counts what the program has queued,
+/// not what the GPU has run, so reading it costs no wait for the GPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolMemory {
+    pub in_use: u64,
+    pub reserved: u64,
+}
+
+/// [`PoolMemory`] of `device` when it is a CUDA device (any backend's device type may be passed).
+pub fn pool_memory<D: 'static>(device: &D) -> Option<PoolMemory> {
+    #[cfg(feature = "cuda")]
+    {
+        use burn_cubecl::cubecl::Runtime;
+        let dev = (device as &dyn std::any::Any).downcast_ref::<burn::backend::cuda::CudaDevice>()?;
+        let u = burn_cubecl::cubecl::cuda::CudaRuntime::client(dev).memory_usage().ok()?;
+        Some(PoolMemory { in_use: u.bytes_in_use, reserved: u.bytes_reserved })
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        let _ = device;
+        None
+    }
+}
+
 /// Training generic over burn's autodiff backend: [`train_on`] picks the backend and device from a [`DeviceKind`].
 pub trait TrainJob {
     type Output;
@@ -159,6 +184,12 @@ mod tests {
             let t = burn::tensor::Tensor::<B, 1>::from_floats(self.0.as_slice(), device);
             Ok(t.sum().into_scalar().elem())
         }
+    }
+
+    #[test]
+    fn pool_memory_is_none_off_cuda() {
+        let cpu: burn::tensor::Device<burn::backend::Flex> = Default::default();
+        assert_eq!(pool_memory(&cpu), None);
     }
 
     #[test]

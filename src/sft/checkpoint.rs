@@ -36,6 +36,13 @@ pub struct StepLog {
     pub tokens: usize,
     pub target_tokens: usize,
     pub secs: f64,
+    /// On CUDA: the most bytes burn's pool held in live tensors during the update (sampled after each forward,
+    /// backward and the optimizer step), in MiB.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_in_use_mib: Option<f64>,
+    /// On CUDA: the bytes burn's pool had reserved from the driver at the end of the update, in MiB.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_reserved_mib: Option<f64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

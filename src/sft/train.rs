@@ -131,19 +131,33 @@ pub fn train<AB: AutodiffBackend>(
         let tokens: usize = micro.iter().map(|b| b.tokens).sum();
         let t0 = Instant::now();
         let mut loss_sum = 0.0;
+        // burn's pool on CUDA, sampled where the live tensors peak: after a forward (activations kept for the
+        // backward), after a backward (gradients) and after the optimizer step
+        let mut in_use: Option<u64> = None;
+        let mut sample = || {
+            if let Some(m) = crate::device::pool_memory(device) {
+                in_use = Some(in_use.unwrap_or(0).max(m.in_use));
+            }
+        };
         for b in &micro {
             if cfg.gradient_checkpointing {
                 loss_sum +=
                     backward_checkpointed(&model, cfg.dtype, &rope, &rope_eval, b, n_targets, &mut grads, device);
+                sample();
                 continue;
             }
             // the gradients of the cast copy's parameters flow through the casts to the f32 ones
             let loss = nll_sum(&in_dtype(model.clone(), dtype), &rope, b, device).div_scalar(n_targets as f64);
             loss_sum += scalar(loss.clone().inner());
+            sample();
             grads.add::<AB, _>(&model, loss.backward());
+            sample();
         }
         let (m, norm) = opt.step::<AB, _>(model, &mut grads, lr);
         model = m;
+        sample();
+        let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
+        let reserved = crate::device::pool_memory(device).map(|m| mib(m.reserved));
         state.step += 1;
         let row = StepLog {
             step: state.step,
@@ -154,12 +168,18 @@ pub fn train<AB: AutodiffBackend>(
             tokens,
             target_tokens: n_targets,
             secs: t0.elapsed().as_secs_f64(),
+            gpu_in_use_mib: in_use.map(mib),
+            gpu_reserved_mib: reserved,
         };
         if cfg.log_every > 0 && (state.step.is_multiple_of(cfg.log_every) || state.step == total) {
             let shapes: Vec<String> = micro.iter().map(|b| format!("{}x{}", b.b, b.t)).collect();
             let rss = crate::device::peak_rss_mib().map(|m| format!("  peak rss {m:.0} MiB")).unwrap_or_default();
+            let gpu = match (row.gpu_in_use_mib, row.gpu_reserved_mib) {
+                (Some(u), Some(r)) => format!("  gpu pool {u:.0} MiB in use at most, {r:.0} reserved"),
+                _ => String::new(),
+            };
             log(&format!(
-                "step {:>5}/{total}  epoch {}  loss {:.4}  lr {:.2e}  |g| {:.3}  {} tok ({} target)  {:.0} tok/s  batches {}{rss}",
+                "step {:>5}/{total}  epoch {}  loss {:.4}  lr {:.2e}  |g| {:.3}  {} tok ({} target)  {:.0} tok/s  batches {}{rss}{gpu}",
                 row.step,
                 row.epoch,
                 row.loss,
