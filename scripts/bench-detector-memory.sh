@@ -5,7 +5,8 @@
 # (scripts/fake_label_store.rs). Prints one Markdown table.
 #
 #   scripts/bench-detector-memory.sh [ROWS...]      (default: 50000 100000 200000; WORK=dir keeps the stores,
-#                                                    HIDDEN=896, BUFFER=16384, EPOCHS=1)
+#                                                    HIDDEN=896, BUFFER=16384, EPOCHS=1; EPOCHS=2 separates a
+#                                                    GPU's kernel compilation, in the first epoch, from the second)
 #
 # MODES="stream" leaves out the all-in-memory rows. DEVICES="cpu cuda" trains each store on each device
 # (`train detector --device`; default cpu): on a GPU the peak RSS is the host's. BIN and FAKE name prebuilt
@@ -23,8 +24,8 @@ if [[ -z ${BIN:-} || -z ${FAKE:-} ]]; then
   cargo build --release -q --bin ragtime --example fake_label_store
   BIN=target/release/ragtime FAKE=target/release/examples/fake_label_store
 fi
-echo "| rows | store on disk | device | mode | wall s | peak RSS MiB | test ROC-AUC |"
-echo "|---:|---:|---|---|---:|---:|---:|"
+echo "| rows | store on disk | device | mode | wall s | epoch s (first, last) | peak RSS MiB | test ROC-AUC |"
+echo "|---:|---:|---|---|---:|---:|---:|---:|"
 for n in "${ROWS[@]}"; do
   store="$WORK/rows-$n"
   [[ -f "$store/_manifest.json" ]] || "$FAKE" "$store" "$n" "$HIDDEN" >/dev/null
@@ -45,10 +46,14 @@ for n in "${ROWS[@]}"; do
         wall=$(awk "BEGIN{printf \"%.2f\", $(date +%s.%N) - $t0}") kb=""
       fi
       auc=$(awk '$1 == "test" {for (i = 1; i < NF; i++) if ($i == "ROC-AUC") print $(i + 1)}' "$WORK/stdout")
+      # the epoch table's last column (on a GPU the first epoch includes compiling the kernels)
+      epochs=$(awk -F'|' '$1 ~ /^ *[0-9]+ +[0-9.]+ *$/ {split($5, a, " "); s = s (s ? ", " : "") a[1]} END {print s}' \
+        "$WORK/stdout" "$WORK/stderr")
+      [[ $epochs == *,* ]] && epochs="${epochs%%,*}, ${epochs##*, }"
       label=$mode
       [[ $mode == stream ]] && label="stream (buffer $BUFFER rows)"
       rss=$([[ -n $kb ]] && awk "BEGIN{printf \"%.0f\", $kb / 1024}" || echo -)
-      printf '| %s | %s | %s | %s | %s | %s | %s |\n' "$n" "$size" "$dev" "$label" "$wall" "$rss" "$auc"
+      printf '| %s | %s | %s | %s | %s | %s | %s | %s |\n' "$n" "$size" "$dev" "$label" "$wall" "$epochs" "$rss" "$auc"
     done
   done
 done

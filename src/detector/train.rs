@@ -117,6 +117,10 @@ pub struct EpochLog {
     /// Mean training loss over the epoch's batches.
     pub loss: f64,
     pub metrics: BTreeMap<Split, Metrics>,
+    /// Wall time of the epoch: its training steps and the evaluation of its metrics (on a GPU, the first epoch
+    /// includes compiling the kernels).
+    #[serde(default)]
+    pub secs: f64,
 }
 
 /// What training did, stored in `detector.json`.
@@ -338,6 +342,8 @@ pub(super) struct Run<B: AutodiffBackend> {
     batches: usize,
     history: Vec<EpochLog>,
     best: Option<(usize, f64, Mlp<B::InnerBackend>)>,
+    /// When the current epoch began.
+    epoch_start: std::time::Instant,
 }
 
 impl<B: AutodiffBackend> Run<B> {
@@ -362,8 +368,8 @@ impl<B: AutodiffBackend> Run<B> {
             .init::<B, Mlp<B>>();
         let loss_fn = CrossEntropyLossConfig::new().with_weights(Some(class_weights.to_vec())).init::<B>(device);
         log(&format!(
-            "{:>5} {:>8} | {:^27} | {:^27} | {:^27}",
-            "epoch", "loss", "train acc  f1   roc   pr", "valid acc  f1   roc   pr", "test acc  f1   roc   pr"
+            "{:>5} {:>8} | {:^27} | {:^27} | {:^27} | {:>7}",
+            "epoch", "loss", "train acc  f1   roc   pr", "valid acc  f1   roc   pr", "test acc  f1   roc   pr", "secs"
         ));
         Run {
             cfg: cfg.clone(),
@@ -376,6 +382,7 @@ impl<B: AutodiffBackend> Run<B> {
             batches: 0,
             history: Vec::new(),
             best: None,
+            epoch_start: std::time::Instant::now(),
         }
     }
 
@@ -415,8 +422,10 @@ impl<B: AutodiffBackend> Run<B> {
         let cell = |m: &Metrics| format!("{:.3} {:.3} {:.3} {:.3}", m.accuracy, m.f1, m.roc_auc, m.pr_auc);
         let valid_auc = metrics[&Split::Valid].roc_auc;
         let improved = self.best.as_ref().is_none_or(|(_, b, _)| valid_auc > *b);
+        let secs = self.epoch_start.elapsed().as_secs_f64();
+        self.epoch_start = std::time::Instant::now();
         log(&format!(
-            "{epoch:>5} {loss:>8.4} | {:^27} | {:^27} | {:^27}{}",
+            "{epoch:>5} {loss:>8.4} | {:^27} | {:^27} | {:^27} | {secs:>7.2}{}",
             cell(&metrics[&Split::Train]),
             cell(&metrics[&Split::Valid]),
             cell(&metrics[&Split::Test]),
@@ -425,7 +434,7 @@ impl<B: AutodiffBackend> Run<B> {
         if improved {
             self.best = Some((epoch, valid_auc, eval));
         }
-        self.history.push(EpochLog { epoch, loss, metrics });
+        self.history.push(EpochLog { epoch, loss, metrics, secs });
     }
 
     /// The kept network and its detector, with the report of the run.
