@@ -132,11 +132,12 @@ pub fn train<AB: AutodiffBackend>(
         let t0 = Instant::now();
         let mut loss_sum = 0.0;
         // burn's pool on CUDA, sampled where the live tensors peak: after a forward (activations kept for the
-        // backward), after a backward (gradients) and after the optimizer step
-        let mut in_use: Option<u64> = None;
+        // backward), after a backward (gradients) and after the optimizer step; (most bytes in use, bytes
+        // reserved at the last sample)
+        let mut pool: Option<(u64, u64)> = None;
         let mut sample = || {
             if let Some(m) = crate::device::pool_memory(device) {
-                in_use = Some(in_use.unwrap_or(0).max(m.in_use));
+                pool = Some((pool.map_or(0, |p| p.0).max(m.in_use), m.reserved));
             }
         };
         for b in &micro {
@@ -157,7 +158,6 @@ pub fn train<AB: AutodiffBackend>(
         model = m;
         sample();
         let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
-        let reserved = crate::device::pool_memory(device).map(|m| mib(m.reserved));
         state.step += 1;
         let row = StepLog {
             step: state.step,
@@ -168,8 +168,8 @@ pub fn train<AB: AutodiffBackend>(
             tokens,
             target_tokens: n_targets,
             secs: t0.elapsed().as_secs_f64(),
-            gpu_in_use_mib: in_use.map(mib),
-            gpu_reserved_mib: reserved,
+            gpu_in_use_mib: pool.map(|p| mib(p.0)),
+            gpu_reserved_mib: pool.map(|p| mib(p.1)),
         };
         if cfg.log_every > 0 && (state.step.is_multiple_of(cfg.log_every) || state.step == total) {
             let shapes: Vec<String> = micro.iter().map(|b| format!("{}x{}", b.b, b.t)).collect();
