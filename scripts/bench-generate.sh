@@ -67,6 +67,8 @@ for q in qs:
     print(json.dumps(f"Answer the question in one short sentence.\nQuestion: {q}?\nAnswer:"))
 PY
 threads=$(nproc)
+# seconds since $1 (a `date +%s.%N` reading), one decimal
+since() { awk "BEGIN{printf \"%.1f\", $(date +%s.%N) - $1}"; }
 for m in $MODELS; do
   g="${GGUF[$m]}" batches="$BATCHES"
   [[ -f $g ]] || { echo "bench-generate: $g missing (scripts/setup.sh --model $m); skipped" >&2; continue; }
@@ -89,7 +91,7 @@ for m in $MODELS; do
       t0=$(date +%s.%N)
       $BIN generate --model "$g" --device "$DEVICE" --dtype "$dt" --prompts "$WORK/all.jsonl" --batch "$max_b" \
         --max-new-tokens 4 --ignore-eos >/dev/null 2>"$WORK/warm.log" || { cat "$WORK/warm.log" >&2; exit 1; }
-      echo "| (untimed warm-up, $dt: kernel compilation + load, $max_b prompts, 4 tokens: $(awk "BEGIN{printf \"%.1f\", $(date +%s.%N) - $t0}") s) | | | | |"
+      echo "| (untimed warm-up, $dt: kernel compilation + load, $max_b prompts, 4 tokens: $(since "$t0") s) | | | | |"
     done
   fi
   for b in $batches; do
@@ -154,7 +156,7 @@ for m in $MODELS; do
       t0=$(date +%s.%N)
       $BIN synth hallucination --model "$g" --device "$DEVICE" --wiki "${RAGTIME_DATA:-../shared/data}/wiki/dump_train" \
         --out "$WORK/synth" --limit "$n" --batch "$b" >"$WORK/synth.out" 2>"$WORK/synth.log" || { tail -3 "$WORK/synth.log" >&2; continue; }
-      wall=$(awk "BEGIN{printf \"%.1f\", $(date +%s.%N) - $t0}")
+      wall=$(since "$t0")
       rate=$(grep -E 'examples/s' "$WORK/synth.log" | tail -1 | sed -E 's/.*, ([0-9.]+) examples\/s.*/\1/')
       ex=$(head -1 "$WORK/synth.out" | sed -E 's/.*: ([0-9]+) articles, ([0-9]+) examples.*/\2/')
       echo "| $b | $n | $ex | $rate | $wall |"
@@ -173,7 +175,7 @@ for m in $MODELS; do
       $BIN synth autorag --model "$g" --device "$DEVICE" --dataset "${RAGTIME_DATA:-../shared/data}/qa/bioasq" \
         --layout bioasq --index "$idx" --out "$WORK/autorag" --limit "$n" --samples "$k" --batch "$b" \
         >"$WORK/autorag.out" 2>"$WORK/autorag.log" || { tail -3 "$WORK/autorag.log" >&2; continue; }
-      wall=$(awk "BEGIN{printf \"%.1f\", $(date +%s.%N) - $t0}")
+      wall=$(since "$t0")
       read -r tried kept < <(python3 -c 'import json,sys; s=json.load(open(sys.argv[1])); print(s["tried"], s["kept"])' \
         "$WORK/autorag/stats.json")
       echo "| $b | $tried | $kept | $(awk "BEGIN{printf \"%.2f\", $tried / $wall}") | $wall |"
