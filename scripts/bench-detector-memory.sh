@@ -20,6 +20,10 @@ BUFFER=${BUFFER:-16384}
 EPOCHS=${EPOCHS:-1}
 WORK=${WORK:-$(mktemp -d)}
 DEVICES=${DEVICES:-cpu}
+MODES=${MODES:-memory stream}
+for mode in $MODES; do
+  [[ $mode == memory || $mode == stream ]] || { echo "bench-detector-memory: MODES: '$mode': expected memory and/or stream" >&2; exit 2; }
+done
 if [[ -z ${BIN:-} || -z ${FAKE:-} ]]; then
   cargo build --release -q --bin ragtime --example fake_label_store
   BIN=target/release/ragtime FAKE=target/release/examples/fake_label_store
@@ -31,7 +35,7 @@ for n in "${ROWS[@]}"; do
   [[ -f "$store/_manifest.json" ]] || "$FAKE" "$store" "$n" "$HIDDEN" >/dev/null
   size=$(du -sh "$store" | cut -f1)
   for dev in $DEVICES; do
-    for mode in ${MODES:-memory stream}; do
+    for mode in $MODES; do
       out="$WORK/det-$n-$mode-$dev"
       rm -rf "$out"
       flags=()

@@ -47,6 +47,9 @@ DEVICE="${DEVICE:-cpu}"
 DTYPES="${DTYPES:-f32}"
 HF="${HF:-1}"
 DECODE="${DECODE:-1}"
+HF_FROM="${HF_FROM:-export}"
+[[ $DECODE == 0 || $DECODE == 1 ]] || { echo "bench-generate: DECODE=$DECODE: expected 0 or 1" >&2; exit 2; }
+[[ $HF_FROM == export || $HF_FROM == gguf ]] || { echo "bench-generate: HF_FROM=$HF_FROM: expected export or gguf" >&2; exit 2; }
 HF_DTYPES="${HF_DTYPES:-f32 bf16}"
 CACHE="${RAGTIME_CACHE:-$HOME/.cache/ragtime}"
 ST_PY="$CACHE/st-venv/bin/python"
@@ -75,7 +78,7 @@ for m in $MODELS; do
   # what transformers loads: ragtime's Hugging Face export of the GGUF (the same de-quantized weights; loads in
   # seconds), or with HF_FROM=gguf the GGUF itself (transformers de-quantizes it and converts its tokenizer)
   hf_model="$g"
-  if [[ $HF == 1 && $DECODE == 1 && ${HF_FROM:-export} == export && ($DEVICE != cpu || -x $ST_PY) ]]; then
+  if [[ $HF == 1 && $DECODE == 1 && $HF_FROM == export && ($DEVICE != cpu || -x $ST_PY) ]]; then
     hf_model="$WORK/hf-$m"
     $BIN train autorag --model "$g" --export-base "$hf_model" >/dev/null 2>"$WORK/export.log" ||
       { cat "$WORK/export.log" >&2; exit 1; }
