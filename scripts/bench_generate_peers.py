@@ -4,11 +4,15 @@
       transformers' batched `generate` (float32, left padding, greedy, exactly NEW new tokens per prompt) over
       the prompts of PROMPTS (one JSON string per line), B at a time; --internals asks for every step's
       attentions and hidden states (what ragtime captures), eager attention; otherwise sdpa.
-  python bench_generate_peers.py hf-cuda MODEL PROMPTS "B1 B2 ..." NEW ["f32 bf16"]
-      transformers on the GPU: the model loaded once, copied to the GPU per dtype (float32, bfloat16, or those named), then for each B the first B
-      prompts as one batched `generate` (left padding, greedy, exactly NEW new tokens), with internals (eager
-      attention, `output_attentions`/`output_hidden_states`) and without (sdpa), after an untimed warm-up of
-      the same shape. Prints one Markdown table row per run: engine, B, prompts, tok/s, peak GPU MiB.
+  python bench_generate_peers.py hf-cuda MODEL PROMPTS "B1 B2 ..." NEW ["f32 bf16"] [--compile]
+      transformers on the GPU: the model loaded once, copied to the GPU per dtype (float32, bfloat16, or those
+      named), then for each B the first B prompts as one batched `generate` (left padding, greedy, exactly NEW new
+      tokens), with internals (eager attention, `output_attentions`/`output_hidden_states`) and without (sdpa),
+      after an untimed warm-up of the same shape. --compile adds, in bfloat16, the same runs with transformers'
+      static KV cache and the model's forward compiled by `torch.compile(mode="reduce-overhead", fullgraph=True)`
+      (the recipe of transformers' LLM-optimization guide; two untimed warm-ups per shape: compilation and CUDA
+      graph capture); a run that fails says so in its row. Prints one Markdown table row per run: engine, B,
+      prompts, tok/s, peak GPU MiB.
   python bench_generate_peers.py llamacpp GGUF PROMPTS 1 NEW
       llama.cpp (llama-cpp-python) on the same GGUF, one prompt at a time (its high-level API decodes one
       sequence), greedy, NEW tokens, threads = the process's CPUs.
@@ -69,7 +73,38 @@ def hf(gguf, prompts, b, new, internals):
     return generated, dt
 
 
-def hf_cuda(gguf, prompts, batches, new, dtypes):
+def set_attention(model, impl):
+    if hasattr(model, "set_attn_implementation"):
+        model.set_attn_implementation(impl)
+    else:
+        model.config._attn_implementation = impl
+
+
+def timed_generate(model, tok, prompts, b, new, internals, warmups=1, **extra):
+    """One batched `generate` of the first b prompts after `warmups` untimed runs of the same shape: (generated
+    tokens, seconds, peak GPU MiB)."""
+    import torch
+
+    kw = dict(output_attentions=True, output_hidden_states=True, return_dict_in_generate=True) if internals else {}
+    enc = tok(prompts[:b], return_tensors="pt", padding=True).to("cuda")
+    run = lambda: model.generate(
+        **enc, max_new_tokens=new, min_new_tokens=new, do_sample=False, pad_token_id=tok.pad_token_id, **kw, **extra
+    )
+    with torch.inference_mode():
+        for _ in range(warmups):
+            run()
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        t0 = time.perf_counter()
+        out = run()
+        torch.cuda.synchronize()
+        dt = time.perf_counter() - t0
+    seqs = out.sequences if internals else out
+    g = (seqs.shape[1] - enc.input_ids.shape[1]) * seqs.shape[0]
+    return g, dt, torch.cuda.max_memory_allocated() / 2**20
+
+
+def hf_cuda(gguf, prompts, batches, new, dtypes, compiled):
     import torch
 
     # The model is loaded once; each dtype gets a copy on the GPU, and the attention implementation is switched
@@ -80,35 +115,40 @@ def hf_cuda(gguf, prompts, batches, new, dtypes):
     for dtype, name in ((torch.float32, "f32"), (torch.bfloat16, "bf16")):
         if name not in dtypes:
             continue
-        on_gpu = copy.deepcopy(base).to(device="cuda", dtype=dtype)
+        model = copy.deepcopy(base).to(device="cuda", dtype=dtype)
         for internals in (True, False):
-            impl = "eager" if internals else "sdpa"
-            if hasattr(on_gpu, "set_attn_implementation"):
-                on_gpu.set_attn_implementation(impl)
-            else:
-                on_gpu.config._attn_implementation = impl
-            model = on_gpu
-            kw = dict(output_attentions=True, output_hidden_states=True, return_dict_in_generate=True) if internals else {}
+            set_attention(model, "eager" if internals else "sdpa")
+            mode = "internals, eager" if internals else "sdpa"
             for b in batches:
-                enc = tok(prompts[:b], return_tensors="pt", padding=True).to("cuda")
-                run = lambda: model.generate(
-                    **enc, max_new_tokens=new, min_new_tokens=new, do_sample=False, pad_token_id=tok.pad_token_id, **kw
-                )
-                with torch.inference_mode():
-                    run()  # warm-up, same shape
-                    torch.cuda.synchronize()
-                    torch.cuda.reset_peak_memory_stats()
-                    t0 = time.perf_counter()
-                    out = run()
-                    torch.cuda.synchronize()
-                    dt = time.perf_counter() - t0
-                seqs = out.sequences if internals else out
-                g = (seqs.shape[1] - enc.input_ids.shape[1]) * seqs.shape[0]
-                mode = "internals, eager" if internals else "sdpa"
-                peak = torch.cuda.max_memory_allocated() / 2**20
+                g, dt, peak = timed_generate(model, tok, prompts, b, new, internals)
                 print(f"| transformers {name} ({mode}) | {b} | {b} | {g / dt:.1f} | {peak:.0f} (GPU) |", flush=True)
-        del model, on_gpu
+        if compiled and name == "bf16":
+            compiled_rows(model, tok, prompts, batches, new, name)
+        del model
         torch.cuda.empty_cache()
+
+
+def compiled_rows(model, tok, prompts, batches, new, name):
+    """transformers' static KV cache with the forward pass compiled, with internals and without."""
+    import torch
+
+    # generate's own compilation of a static cache's decoding step is turned off where the version has it, so
+    # that only the compiled forward below runs
+    model.generation_config.disable_compile = True
+    eager_forward = model.forward
+    model.forward = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True)
+    for internals in (True, False):
+        set_attention(model, "eager" if internals else "sdpa")
+        mode = "static cache, torch.compile, " + ("internals, eager" if internals else "sdpa")
+        for b in batches:
+            try:
+                g, dt, peak = timed_generate(model, tok, prompts, b, new, internals, 2, cache_implementation="static")
+                rate, mem = f"{g / dt:.1f}", f"{peak:.0f} (GPU)"
+            except Exception as e:  # a version or mode that does not compile: the row says so
+                print(f"hf-cuda: {mode}, B {b}: {e!r}", file=sys.stderr, flush=True)
+                rate, mem = f"failed: {type(e).__name__}", "-"
+            print(f"| transformers {name} ({mode}) | {b} | {b} | {rate} | {mem} |", flush=True)
+    model.forward = eager_forward
 
 
 def llamacpp(gguf, prompts, new):
@@ -143,11 +183,13 @@ def llamacpp(gguf, prompts, new):
 def main():
     if sys.argv[1] == "hf-cuda":
         prompts = [json.loads(l) for l in open(sys.argv[3], encoding="utf-8") if l.strip()]
-        dtypes = sys.argv[6].split() if len(sys.argv) > 6 else ("f32", "bf16")
+        args = [a for a in sys.argv[6:] if a != "--compile"]
+        dtypes = args[0].split() if args else ("f32", "bf16")
         unknown = [d for d in dtypes if d not in ("f32", "bf16")]
         if unknown or not dtypes:
             raise SystemExit(f"hf-cuda: dtypes {' '.join(unknown) or '(none)'}: expected f32 and/or bf16 (HF_DTYPES)")
-        hf_cuda(sys.argv[2], prompts, [int(b) for b in sys.argv[4].split()], int(sys.argv[5]), dtypes)
+        batches = [int(b) for b in sys.argv[4].split()]
+        hf_cuda(sys.argv[2], prompts, batches, int(sys.argv[5]), dtypes, "--compile" in sys.argv[6:])
         return
     peer, gguf, prompts_file, b, new = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
     prompts = [json.loads(l) for l in open(prompts_file, encoding="utf-8") if l.strip()]
