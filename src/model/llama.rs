@@ -9,9 +9,10 @@
 
 use burn::module::{Module, ModuleMapper, Param};
 use burn::prelude::Backend;
-use burn::tensor::activation::{silu, softmax};
-use burn::tensor::{Bool, DType, Int, Tensor, TensorData};
+use burn::tensor::activation::silu;
+use burn::tensor::{DType, Int, Tensor, TensorData};
 
+use super::attention;
 use super::config::ModelConfig;
 
 /// `y = x W + b` with `W` stored `[in, out]` (the transpose of Hugging Face's `[out, in]`), plus an optional
@@ -307,22 +308,14 @@ impl<B: Backend> Attention<B> {
             Some((c, layer)) => c.append(layer, start, k, v), // [b, kv, keys, hd]
             None => (k, v),
         };
-        let keys = k.dims()[2];
         // Group the query heads that share a key/value head: [b, kv, rep * t, hd]
         let q = q.reshape([b, kvh, rep * t, hd]);
-        let scores = q.matmul(k.swap_dims(2, 3)).mul_scalar(1.0 / (hd as f64).sqrt()); // [b, kv, rep*t, keys]
-        let mut scores = scores.reshape([b, h, t, keys]);
-        if t > 1 {
-            // causal: query i (position start+i) sees keys 0..=start+i
-            let mask: Vec<bool> = (0..t).flat_map(|i| (0..keys).map(move |j| j > start + i)).collect();
-            let mask = Tensor::<B, 2, Bool>::from_data(TensorData::new(mask, [t, keys]), &scores.device());
-            scores = scores.mask_fill(mask.unsqueeze::<4>(), f32::NEG_INFINITY);
-        }
-        // softmax in f32 whatever the model computes in, as transformers does for a bf16 model
-        let dtype = scores.dtype();
-        let probs = to_dtype(softmax(to_dtype(scores, DType::F32), 3), dtype); // [b, h, t, keys]
-        let kept = keep_probs.then(|| probs.clone());
-        let out = probs.reshape([b, kvh, rep * t, keys]).matmul(v); // [b, kv, rep*t, hd]
+        let (out, kept) = if keep_probs {
+            let probs = attention::probs(q, k, start, t); // [b, h, t, keys]
+            (attention::apply(probs.clone(), v), Some(probs))
+        } else {
+            (attention::causal(q, k, v, start, t), None)
+        }; // [b, kv, rep*t, hd]
         let out = out.reshape([b, h, t, hd]).swap_dims(1, 2).reshape([b, t, h * hd]);
         (self.o_proj.forward(out), kept)
     }

@@ -9,6 +9,7 @@
 //! s.truncate(3);                                 // rewind: keep positions 0..3, no recomputation
 //! ```
 
+pub mod attention;
 pub mod config;
 pub mod engine;
 pub mod gguf;

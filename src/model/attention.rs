@@ -1,0 +1,250 @@
+//! Causal grouped-query attention of the reference decoder, `softmax(Q K^T / sqrt(hd) + causal mask) V` with the
+//! softmax in f32, in two forms:
+//!
+//! - [`probs`] then a product with V, in burn's tensor ops: what inference runs, and what it captures (the
+//!   probabilities). Under autodiff every intermediate its backward reads stays alive until the backward pass:
+//!   the exponentials and the probabilities, two `[b, h, t, keys]` tensors per layer, in f32.
+//! - on an autodiff backend, [`causal`] is one autodiff operation whose backward recomputes the probabilities from
+//!   q and k (one more `Q K^T` product and softmax per layer) instead of keeping them. It keeps q, k and v, which
+//!   are `[.., t, hd]`, so a layer's attention keeps memory linear in t rather than quadratic, as PyTorch's
+//!   `scaled_dot_product_attention` kernels do. For SmolLM2 (30 layers, 9 heads) on 8 rows of 1,024 tokens the
+//!   two kept tensors are 18 GB in f32.
+//!
+//! The backward pass, per query row, with `P = softmax(S)`, `S = scale Q K^T + mask`, `O = P V`:
+//!
+//! ```text
+//! dV = P^T dO        dP = dO V^T        dS = P * (dP - rowsum(P * dP))
+//! dQ = scale dS K    dK = scale dS^T Q
+//! ```
+//!
+//! `dS` is formed in f32 from the f32 probabilities, as the composed ops' softmax backward does; the products run in
+//! the model's dtype. Masked keys have `P = 0`, so their `dS` is 0.
+//!
+//! burn's own `module::attention` on an autodiff backend falls back to the composed ops (it keeps the same
+//! intermediates), so the recomputing operation is written here with burn-autodiff's `Backward` interface. It is
+//! used for the autodiff backends `train autorag` runs on (`Autodiff<Flex>`, and `Autodiff<Cuda>` in a CUDA build),
+//! found by type; any other backend gets the composed ops.
+
+use std::any::{Any, TypeId};
+
+use burn::prelude::Backend;
+use burn::tensor::activation::softmax;
+use burn::tensor::{Bool, DType, Tensor, TensorData, TensorPrimitive};
+use burn_autodiff::checkpoint::base::Checkpointer;
+use burn_autodiff::checkpoint::strategy::NoCheckpointing;
+use burn_autodiff::grads::Gradients;
+use burn_autodiff::ops::{Backward, Ops, OpsKind};
+use burn_autodiff::Autodiff;
+
+use super::llama::to_dtype;
+
+/// Attention probabilities in f32: `[b, h, t, keys]` from `q [b, kv, rep * t, hd]` (the query heads that share a
+/// key/value head, grouped) and `k [b, kv, keys, hd]`, the queries at positions `start..start + t`.
+fn probs_f32<B: Backend>(q: Tensor<B, 4>, k: Tensor<B, 4>, start: usize, t: usize) -> Tensor<B, 4> {
+    let [b, kv, rows, hd] = q.dims();
+    let keys = k.dims()[2];
+    let h = kv * rows / t;
+    let scores = q.matmul(k.swap_dims(2, 3)).mul_scalar(1.0 / (hd as f64).sqrt()); // [b, kv, rep*t, keys]
+    let mut scores = scores.reshape([b, h, t, keys]);
+    if t > 1 {
+        // causal: query i (position start+i) sees keys 0..=start+i
+        let mask: Vec<bool> = (0..t).flat_map(|i| (0..keys).map(move |j| j > start + i)).collect();
+        let mask = Tensor::<B, 2, Bool>::from_data(TensorData::new(mask, [t, keys]), &scores.device());
+        scores = scores.mask_fill(mask.unsqueeze::<4>(), f32::NEG_INFINITY);
+    }
+    softmax(to_dtype(scores, DType::F32), 3)
+}
+
+/// Attention probabilities `[b, h, t, keys]` in q's dtype (the softmax computed in f32, as transformers does for a
+/// bf16 model). Shapes as [`causal`].
+pub fn probs<B: Backend>(q: Tensor<B, 4>, k: Tensor<B, 4>, start: usize, t: usize) -> Tensor<B, 4> {
+    let dtype = q.dtype();
+    to_dtype(probs_f32(q, k, start, t), dtype)
+}
+
+/// `P V` for probabilities `[b, h, t, keys]` and `v [b, kv, keys, hd]`: `[b, kv, rep * t, hd]`.
+pub fn apply<B: Backend>(probs: Tensor<B, 4>, v: Tensor<B, 4>) -> Tensor<B, 4> {
+    let [b, h, t, keys] = probs.dims();
+    let kv = v.dims()[1];
+    probs.reshape([b, kv, h / kv * t, keys]).matmul(v)
+}
+
+/// Causal attention: `q [b, kv, rep * t, hd]` (queries at positions `start..start + t`, the `rep` query heads of
+/// each key/value head grouped), `k`, `v [b, kv, keys, hd]` -> `[b, kv, rep * t, hd]`. On `train autorag`'s
+/// autodiff backends, one operation whose backward recomputes the probabilities (module docs).
+pub fn causal<B: Backend>(q: Tensor<B, 4>, k: Tensor<B, 4>, v: Tensor<B, 4>, start: usize, t: usize) -> Tensor<B, 4> {
+    let (q, k, v) = match recomputing::<B, burn::backend::Flex>(q, k, v, start, t) {
+        Ok(out) => return out,
+        Err(qkv) => qkv,
+    };
+    #[cfg(feature = "cuda")]
+    let (q, k, v) = match recomputing::<B, burn::backend::Cuda>(q, k, v, start, t) {
+        Ok(out) => return out,
+        Err(qkv) => qkv,
+    };
+    apply(probs(q, k, start, t), v)
+}
+
+/// An autodiff backend's float tensor over inner backend `I`.
+type AdTensor<I> = <Autodiff<I> as burn::tensor::backend::BackendTypes>::FloatTensorPrimitive;
+
+type Qkv<B> = (Tensor<B, 4>, Tensor<B, 4>, Tensor<B, 4>);
+
+/// When `B` is `Autodiff<I>`, the recomputing operation; otherwise the inputs back, untouched.
+fn recomputing<B: Backend, I: Backend>(
+    q: Tensor<B, 4>,
+    k: Tensor<B, 4>,
+    v: Tensor<B, 4>,
+    start: usize,
+    t: usize,
+) -> Result<Tensor<B, 4>, Qkv<B>> {
+    if TypeId::of::<B::FloatTensorPrimitive>() != TypeId::of::<AdTensor<I>>() {
+        return Err((q, k, v));
+    }
+    let inner = |x: Tensor<B, 4>| -> AdTensor<I> { cast(x.into_primitive().tensor()) };
+    let out = recomputing_op::<I>(inner(q), inner(k), inner(v), start, t);
+    Ok(Tensor::from_primitive(TensorPrimitive::Float(cast::<_, B::FloatTensorPrimitive>(out))))
+}
+
+/// A value of type `T` as type `U`, which the caller has checked is the same type.
+fn cast<T: 'static, U: 'static>(x: T) -> U {
+    *(Box::new(x) as Box<dyn Any>).downcast::<U>().expect("the same type, checked by TypeId")
+}
+
+/// The autodiff operation: forward as [`probs`] + [`apply`]; the backward keeps q, k, v only.
+fn recomputing_op<I: Backend>(q: AdTensor<I>, k: AdTensor<I>, v: AdTensor<I>, start: usize, t: usize) -> AdTensor<I> {
+    let forward = |q: I::FloatTensorPrimitive, k: I::FloatTensorPrimitive, v: I::FloatTensorPrimitive| {
+        let (q, k, v) = (float::<I>(q), float::<I>(k), float::<I>(v));
+        apply(probs(q, k, start, t), v).into_primitive().tensor()
+    };
+    match RecomputeAttention.prepare::<NoCheckpointing>([q.node.clone(), k.node.clone(), v.node.clone()]).compute_bound().stateful() {
+        OpsKind::Tracked(prep) => {
+            let out = forward(q.primitive.clone(), k.primitive.clone(), v.primitive.clone());
+            prep.finish((q.primitive, k.primitive, v.primitive, start, t), out)
+        }
+        OpsKind::UnTracked(prep) => prep.finish(forward(q.primitive, k.primitive, v.primitive)),
+    }
+}
+
+fn float<I: Backend>(p: I::FloatTensorPrimitive) -> Tensor<I, 4> {
+    Tensor::from_primitive(TensorPrimitive::Float(p))
+}
+
+#[derive(Debug)]
+struct RecomputeAttention;
+
+impl<I: Backend> Backward<I, 3> for RecomputeAttention {
+    /// q, k, v and the query positions (start, t).
+    type State = (I::FloatTensorPrimitive, I::FloatTensorPrimitive, I::FloatTensorPrimitive, usize, usize);
+
+    fn backward(self, ops: Ops<Self::State, 3>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let [q_node, k_node, v_node] = ops.parents;
+        let grad = float::<I>(grads.consume::<I>(&ops.node)); // dO: [b, kv, rep*t, hd]
+        let (q, k, v, start, t) = ops.state;
+        let (q, k, v) = (float::<I>(q), float::<I>(k), float::<I>(v));
+        let dtype = q.dtype();
+        let [b, kv, rows, hd] = q.dims();
+        let keys = k.dims()[2];
+        let h = kv * rows / t;
+        let scale = 1.0 / (hd as f64).sqrt();
+
+        let p32 = probs_f32(q.clone(), k.clone(), start, t); // [b, h, t, keys]
+        let p = to_dtype(p32.clone(), dtype).reshape([b, kv, rows, keys]);
+        if let Some(node) = v_node {
+            let dv = p.swap_dims(2, 3).matmul(grad.clone()); // [b, kv, keys, hd]
+            grads.register::<I>(node.id, dv.into_primitive().tensor());
+        }
+        if q_node.is_none() && k_node.is_none() {
+            return;
+        }
+        let dp = to_dtype(grad.matmul(v.swap_dims(2, 3)), DType::F32).reshape([b, h, t, keys]); // dO V^T
+        let row = (dp.clone() * p32.clone()).sum_dim(3); // [b, h, t, 1]
+        let ds = to_dtype(p32 * (dp - row), dtype).reshape([b, kv, rows, keys]).mul_scalar(scale);
+        if let Some(node) = k_node {
+            let dk = ds.clone().swap_dims(2, 3).matmul(q); // [b, kv, keys, hd]
+            grads.register::<I>(node.id, dk.into_primitive().tensor());
+        }
+        if let Some(node) = q_node {
+            let dq = ds.matmul(k); // [b, kv, rep*t, hd]
+            grads.register::<I>(node.id, dq.into_primitive().tensor());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn::backend::{Autodiff, Flex};
+    use burn::tensor::Distribution;
+
+    type AB = Autodiff<Flex>;
+
+    /// Hand-worked: one head, two queries, two keys, hd 1. Query 0 sees key 0 only; query 1 sees both with scores
+    /// q1 k0 = 1 and q1 k1 = 2 (scale 1), so P1 = softmax(1, 2) = (0.2689, 0.7311).
+    #[test]
+    fn hand_worked_two_tokens() {
+        let dev = Default::default();
+        let q = Tensor::<AB, 4>::from_data(TensorData::new(vec![0.5f32, 1.0], [1, 1, 2, 1]), &dev).require_grad();
+        let k = Tensor::<AB, 4>::from_data(TensorData::new(vec![1.0f32, 2.0], [1, 1, 2, 1]), &dev).require_grad();
+        let v = Tensor::<AB, 4>::from_data(TensorData::new(vec![3.0f32, 5.0], [1, 1, 2, 1]), &dev).require_grad();
+        let out = causal(q.clone(), k.clone(), v.clone(), 0, 2);
+        let o = out.clone().into_data().to_vec::<f32>().unwrap();
+        let (p0, p1) = (1.0 / (1.0 + 1f32.exp()), 1f32.exp() / (1.0 + 1f32.exp()));
+        assert!((o[0] - 3.0).abs() < 1e-6 && (o[1] - (3.0 * p0 + 5.0 * p1)).abs() < 1e-5, "{o:?}");
+        // loss = o0 + o1: dV = (1 + p0, p1); dS1 = P1 * (V - O1) (dO = 1), dQ1 = dS1 . K, dK = q1 dS1
+        let grads = out.sum().backward();
+        let g = |x: &Tensor<AB, 4>| x.grad(&grads).unwrap().into_data().to_vec::<f32>().unwrap();
+        let o1 = 3.0 * p0 + 5.0 * p1;
+        let (ds0, ds1) = (p0 * (3.0 - o1), p1 * (5.0 - o1));
+        let close = |a: &[f32], b: &[f32]| a.iter().zip(b).all(|(x, y)| (x - y).abs() < 1e-5);
+        assert!(close(&g(&v), &[1.0 + p0, p1]), "dv {:?}", g(&v));
+        assert!(close(&g(&q), &[0.0, ds0 * 1.0 + ds1 * 2.0]), "dq {:?}", g(&q));
+        assert!(close(&g(&k), &[ds0 * 1.0, ds1 * 1.0]), "dk {:?}", g(&k));
+    }
+
+    /// The recomputing operation against the composed ops under autodiff: grouped heads (kv 2, rep 3), queries
+    /// after a prefix (start 3, so keys = 3 + t), f32 and bf16.
+    #[test]
+    fn recomputing_backward_equals_the_composed_ops() {
+        let dev = Default::default();
+        for (dtype, tol) in [(DType::F32, 1e-5), (DType::BF16, 2e-2)] {
+            let (b, kv, rep, t, start, hd) = (2, 2, 3, 5, 3, 8);
+            let keys = start + t;
+            let rnd = |shape: [usize; 4]| {
+                Tensor::<Flex, 4>::random(shape, Distribution::Normal(0.0, 1.0), &dev).cast(dtype)
+            };
+            let (q0, k0, v0) = (rnd([b, kv, rep * t, hd]), rnd([b, kv, keys, hd]), rnd([b, kv, keys, hd]));
+            let w = rnd([b, kv, rep * t, hd]); // a loss that weights each output differently
+            let run = |recompute: bool| {
+                let lift = |x: &Tensor<Flex, 4>| Tensor::<AB, 4>::from_inner(x.clone()).require_grad();
+                let (q, k, v) = (lift(&q0), lift(&k0), lift(&v0));
+                let out = if recompute {
+                    causal(q.clone(), k.clone(), v.clone(), start, t)
+                } else {
+                    apply(probs(q.clone(), k.clone(), start, t), v.clone())
+                };
+                let loss = (to_dtype(out.clone(), DType::F32) * Tensor::from_inner(w.clone().cast(DType::F32))).sum();
+                let grads = loss.backward();
+                let vec = |x: Tensor<Flex, 4>| x.cast(DType::F32).into_data().to_vec::<f32>().unwrap();
+                [vec(out.inner()), vec(q.grad(&grads).unwrap()), vec(k.grad(&grads).unwrap()), vec(v.grad(&grads).unwrap())]
+            };
+            let (ours, composed) = (run(true), run(false));
+            for (name, (a, c)) in ["out", "dq", "dk", "dv"].iter().zip(ours.iter().zip(&composed)) {
+                let scale = c.iter().fold(1f32, |m, x| m.max(x.abs()));
+                let worst = a.iter().zip(c).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
+                assert!(worst <= tol * scale, "{dtype:?} {name}: off by {worst} (scale {scale})");
+            }
+        }
+    }
+
+    /// Without autodiff (inference), `causal` is the composed ops.
+    #[test]
+    fn inference_backend_uses_the_composed_ops() {
+        let dev = Default::default();
+        let rnd = |shape: [usize; 4]| Tensor::<Flex, 4>::random(shape, Distribution::Normal(0.0, 1.0), &dev);
+        let (q, k, v) = (rnd([1, 1, 4, 4]), rnd([1, 1, 4, 4]), rnd([1, 1, 4, 4]));
+        let a = causal(q.clone(), k.clone(), v.clone(), 0, 4).into_data();
+        let b = apply(probs(q, k, 0, 4), v).into_data();
+        assert_eq!(a, b);
+    }
+}
