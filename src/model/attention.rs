@@ -117,7 +117,11 @@ fn recomputing_op<I: Backend>(q: AdTensor<I>, k: AdTensor<I>, v: AdTensor<I>, st
         let (q, k, v) = (float::<I>(q), float::<I>(k), float::<I>(v));
         apply(probs(q, k, start, t), v).into_primitive().tensor()
     };
-    match RecomputeAttention.prepare::<NoCheckpointing>([q.node.clone(), k.node.clone(), v.node.clone()]).compute_bound().stateful() {
+    match RecomputeAttention
+        .prepare::<NoCheckpointing>([q.node.clone(), k.node.clone(), v.node.clone()])
+        .compute_bound()
+        .stateful()
+    {
         OpsKind::Tracked(prep) => {
             let out = forward(q.primitive.clone(), k.primitive.clone(), v.primitive.clone());
             prep.finish((q.primitive, k.primitive, v.primitive, start, t), out)
@@ -210,9 +214,8 @@ mod tests {
         for (dtype, tol) in [(DType::F32, 1e-5), (DType::BF16, 2e-2)] {
             let (b, kv, rep, t, start, hd) = (2, 2, 3, 5, 3, 8);
             let keys = start + t;
-            let rnd = |shape: [usize; 4]| {
-                Tensor::<Flex, 4>::random(shape, Distribution::Normal(0.0, 1.0), &dev).cast(dtype)
-            };
+            let rnd =
+                |shape: [usize; 4]| Tensor::<Flex, 4>::random(shape, Distribution::Normal(0.0, 1.0), &dev).cast(dtype);
             let (q0, k0, v0) = (rnd([b, kv, rep * t, hd]), rnd([b, kv, keys, hd]), rnd([b, kv, keys, hd]));
             let w = rnd([b, kv, rep * t, hd]); // a loss that weights each output differently
             let run = |recompute: bool| {
@@ -226,7 +229,12 @@ mod tests {
                 let loss = (to_dtype(out.clone(), DType::F32) * Tensor::from_inner(w.clone().cast(DType::F32))).sum();
                 let grads = loss.backward();
                 let vec = |x: Tensor<Flex, 4>| x.cast(DType::F32).into_data().to_vec::<f32>().unwrap();
-                [vec(out.inner()), vec(q.grad(&grads).unwrap()), vec(k.grad(&grads).unwrap()), vec(v.grad(&grads).unwrap())]
+                [
+                    vec(out.inner()),
+                    vec(q.grad(&grads).unwrap()),
+                    vec(k.grad(&grads).unwrap()),
+                    vec(v.grad(&grads).unwrap()),
+                ]
             };
             let (ours, composed) = (run(true), run(false));
             for (name, (a, c)) in ["out", "dq", "dk", "dv"].iter().zip(ours.iter().zip(&composed)) {
