@@ -23,19 +23,17 @@
 //! burn's own `module::attention` on an autodiff backend falls back to the composed ops (it keeps the same
 //! intermediates), so the recomputing operation is written here with burn-autodiff's `Backward` interface. It is
 //! used for the autodiff backends `train autorag` runs on (`Autodiff<Flex>`, and `Autodiff<Cuda>` in a CUDA build),
-//! found by type; any other backend gets the composed ops.
-
-use std::any::{Any, TypeId};
+//! found by type ([`super::autodiff_ops`]); any other backend gets the composed ops.
 
 use burn::prelude::Backend;
 use burn::tensor::activation::softmax;
-use burn::tensor::{Bool, DType, Tensor, TensorData, TensorPrimitive};
+use burn::tensor::{Bool, DType, Tensor, TensorData};
 use burn_autodiff::checkpoint::base::Checkpointer;
 use burn_autodiff::checkpoint::strategy::NoCheckpointing;
 use burn_autodiff::grads::Gradients;
 use burn_autodiff::ops::{Backward, Ops, OpsKind};
-use burn_autodiff::Autodiff;
 
+use super::autodiff_ops::{dispatch, float, inner, outer, prim, AutodiffOp};
 use super::llama::to_dtype;
 
 /// Attention probabilities in f32: `[b, h, t, keys]` from `q [b, kv, rep * t, hd]` (the query heads that share a
@@ -73,65 +71,42 @@ pub fn apply<B: Backend>(probs: Tensor<B, 4>, v: Tensor<B, 4>) -> Tensor<B, 4> {
 /// each key/value head grouped), `k`, `v [b, kv, keys, hd]` -> `[b, kv, rep * t, hd]`. On `train autorag`'s
 /// autodiff backends, one operation whose backward recomputes the probabilities (module docs).
 pub fn causal<B: Backend>(q: Tensor<B, 4>, k: Tensor<B, 4>, v: Tensor<B, 4>, start: usize, t: usize) -> Tensor<B, 4> {
-    let (q, k, v) = match recomputing::<B, burn::backend::Flex>(q, k, v, start, t) {
-        Ok(out) => return out,
-        Err(qkv) => qkv,
-    };
-    #[cfg(feature = "cuda")]
-    let (q, k, v) = match recomputing::<B, burn::backend::Cuda>(q, k, v, start, t) {
-        Ok(out) => return out,
-        Err(qkv) => qkv,
-    };
-    apply(probs(q, k, start, t), v)
+    dispatch(Causal { q, k, v, start, t })
 }
 
-/// An autodiff backend's float tensor over inner backend `I`.
-type AdTensor<I> = <Autodiff<I> as burn::tensor::backend::BackendTypes>::FloatTensorPrimitive;
-
-type Qkv<B> = (Tensor<B, 4>, Tensor<B, 4>, Tensor<B, 4>);
-
-/// When `B` is `Autodiff<I>`, the recomputing operation; otherwise the inputs back, untouched.
-fn recomputing<B: Backend, I: Backend>(
+struct Causal<B: Backend> {
     q: Tensor<B, 4>,
     k: Tensor<B, 4>,
     v: Tensor<B, 4>,
     start: usize,
     t: usize,
-) -> Result<Tensor<B, 4>, Qkv<B>> {
-    if TypeId::of::<B::FloatTensorPrimitive>() != TypeId::of::<AdTensor<I>>() {
-        return Err((q, k, v));
+}
+
+impl<B: Backend> AutodiffOp<B> for Causal<B> {
+    type Output = Tensor<B, 4>;
+
+    fn fallback(self) -> Tensor<B, 4> {
+        apply(probs(self.q, self.k, self.start, self.t), self.v)
     }
-    let inner = |x: Tensor<B, 4>| -> AdTensor<I> { cast(x.into_primitive().tensor()) };
-    let out = recomputing_op::<I>(inner(q), inner(k), inner(v), start, t);
-    Ok(Tensor::from_primitive(TensorPrimitive::Float(cast::<_, B::FloatTensorPrimitive>(out))))
-}
 
-/// A value of type `T` as type `U`, which the caller has checked is the same type.
-fn cast<T: 'static, U: 'static>(x: T) -> U {
-    *(Box::new(x) as Box<dyn Any>).downcast::<U>().expect("the same type, checked by TypeId")
-}
-
-/// The autodiff operation: forward as [`probs`] + [`apply`]; the backward keeps q, k, v only.
-fn recomputing_op<I: Backend>(q: AdTensor<I>, k: AdTensor<I>, v: AdTensor<I>, start: usize, t: usize) -> AdTensor<I> {
-    let forward = |q: I::FloatTensorPrimitive, k: I::FloatTensorPrimitive, v: I::FloatTensorPrimitive| {
-        let (q, k, v) = (float::<I>(q), float::<I>(k), float::<I>(v));
-        apply(probs(q, k, start, t), v).into_primitive().tensor()
-    };
-    match RecomputeAttention
-        .prepare::<NoCheckpointing>([q.node.clone(), k.node.clone(), v.node.clone()])
-        .compute_bound()
-        .stateful()
-    {
-        OpsKind::Tracked(prep) => {
-            let out = forward(q.primitive.clone(), k.primitive.clone(), v.primitive.clone());
-            prep.finish((q.primitive, k.primitive, v.primitive, start, t), out)
-        }
-        OpsKind::UnTracked(prep) => prep.finish(forward(q.primitive, k.primitive, v.primitive)),
+    /// Forward as [`probs`] + [`apply`]; the backward keeps q, k, v only.
+    fn autodiff<I: Backend>(self) -> Tensor<B, 4> {
+        let (start, t) = (self.start, self.t);
+        let (q, k, v) = (inner::<B, I, 4>(self.q), inner::<B, I, 4>(self.k), inner::<B, I, 4>(self.v));
+        let forward = |q, k, v| prim(apply(probs(float::<I, 4>(q), float(k), start, t), float(v)));
+        let out = match RecomputeAttention
+            .prepare::<NoCheckpointing>([q.node.clone(), k.node.clone(), v.node.clone()])
+            .compute_bound()
+            .stateful()
+        {
+            OpsKind::Tracked(prep) => {
+                let out = forward(q.primitive.clone(), k.primitive.clone(), v.primitive.clone());
+                prep.finish((q.primitive, k.primitive, v.primitive, start, t), out)
+            }
+            OpsKind::UnTracked(prep) => prep.finish(forward(q.primitive, k.primitive, v.primitive)),
+        };
+        outer::<B, I, 4>(out)
     }
-}
-
-fn float<I: Backend>(p: I::FloatTensorPrimitive) -> Tensor<I, 4> {
-    Tensor::from_primitive(TensorPrimitive::Float(p))
 }
 
 #[derive(Debug)]
@@ -143,9 +118,9 @@ impl<I: Backend> Backward<I, 3> for RecomputeAttention {
 
     fn backward(self, ops: Ops<Self::State, 3>, grads: &mut Gradients, _: &mut Checkpointer) {
         let [q_node, k_node, v_node] = ops.parents;
-        let grad = float::<I>(grads.consume::<I>(&ops.node)); // dO: [b, kv, rep*t, hd]
+        let grad = float::<I, 4>(grads.consume::<I>(&ops.node)); // dO: [b, kv, rep*t, hd]
         let (q, k, v, start, t) = ops.state;
-        let (q, k, v) = (float::<I>(q), float::<I>(k), float::<I>(v));
+        let (q, k, v) = (float::<I, 4>(q), float::<I, 4>(k), float::<I, 4>(v));
         let dtype = q.dtype();
         let [b, kv, rows, hd] = q.dims();
         let keys = k.dims()[2];
@@ -156,7 +131,7 @@ impl<I: Backend> Backward<I, 3> for RecomputeAttention {
         let p = to_dtype(p32.clone(), dtype).reshape([b, kv, rows, keys]);
         if let Some(node) = v_node {
             let dv = p.swap_dims(2, 3).matmul(grad.clone()); // [b, kv, keys, hd]
-            grads.register::<I>(node.id, dv.into_primitive().tensor());
+            grads.register::<I>(node.id, prim(dv));
         }
         if q_node.is_none() && k_node.is_none() {
             return;
@@ -166,11 +141,11 @@ impl<I: Backend> Backward<I, 3> for RecomputeAttention {
         let ds = to_dtype(p32 * (dp - row), dtype).reshape([b, kv, rows, keys]).mul_scalar(scale);
         if let Some(node) = k_node {
             let dk = ds.clone().swap_dims(2, 3).matmul(q); // [b, kv, keys, hd]
-            grads.register::<I>(node.id, dk.into_primitive().tensor());
+            grads.register::<I>(node.id, prim(dk));
         }
         if let Some(node) = q_node {
             let dq = ds.matmul(k); // [b, kv, rep*t, hd]
-            grads.register::<I>(node.id, dq.into_primitive().tensor());
+            grads.register::<I>(node.id, prim(dq));
         }
     }
 }

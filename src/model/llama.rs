@@ -9,11 +9,11 @@
 
 use burn::module::{Module, ModuleMapper, Param};
 use burn::prelude::Backend;
-use burn::tensor::activation::silu;
 use burn::tensor::{DType, Int, Tensor, TensorData};
 
 use super::attention;
 use super::config::ModelConfig;
+use super::swiglu::swiglu;
 
 /// `y = x W + b` with `W` stored `[in, out]` (the transpose of Hugging Face's `[out, in]`), plus an optional
 /// low-rank adapter `scale * (x A) B` during LoRA fine-tuning (`None` for inference: no cost).
@@ -99,7 +99,7 @@ pub struct Mlp<B: Backend> {
 
 impl<B: Backend> Mlp<B> {
     pub fn forward(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
-        self.down_proj.forward(silu(self.gate_proj.forward(x.clone())) * self.up_proj.forward(x))
+        self.down_proj.forward(swiglu(self.gate_proj.forward(x.clone()), self.up_proj.forward(x)))
     }
 }
 

@@ -10,6 +10,7 @@
 //! ```
 
 pub mod attention;
+pub(crate) mod autodiff_ops;
 pub mod config;
 pub mod engine;
 pub mod gguf;
@@ -18,6 +19,7 @@ pub mod params;
 pub mod quant;
 pub mod safetensors;
 pub mod sampling;
+pub mod swiglu;
 pub mod tokenizer;
 pub mod weights;
 
