@@ -34,7 +34,7 @@ use burn_autodiff::grads::Gradients;
 use burn_autodiff::ops::{Backward, Ops, OpsKind};
 
 use super::autodiff_ops::{dispatch, float, inner, outer, prim, AutodiffOp};
-use super::llama::to_dtype;
+use super::dtype::to_dtype;
 
 /// Attention probabilities in f32: `[b, h, t, keys]` from `q [b, kv, rep * t, hd]` (the query heads that share a
 /// key/value head, grouped) and `k [b, kv, keys, hd]`, the queries at positions `start..start + t`.

@@ -13,6 +13,7 @@ use burn::tensor::{DType, Int, Tensor, TensorData};
 
 use super::attention;
 use super::config::ModelConfig;
+pub use super::dtype::to_dtype;
 use super::swiglu::swiglu;
 
 /// `y = x W + b` with `W` stored `[in, out]` (the transpose of Hugging Face's `[out, in]`), plus an optional
@@ -137,15 +138,6 @@ impl<B: Backend> ModuleMapper<B> for CastParams {
 /// asked for f32 keeps its own tensors, with no cast in the graph.
 pub fn in_dtype<B: Backend, M: Module<B>>(module: M, dtype: DType) -> M {
     module.map(&mut CastParams(dtype))
-}
-
-/// `x` in `dtype`; `x` itself where it is already (under autodiff no cast joins the graph).
-pub fn to_dtype<B: Backend, const D: usize>(x: Tensor<B, D>, dtype: DType) -> Tensor<B, D> {
-    if x.dtype() == dtype {
-        x
-    } else {
-        x.cast(dtype)
-    }
 }
 
 /// Precomputed RoPE tables, `[max_pos, head_dim]` each (frequencies repeated over both halves, as transformers).

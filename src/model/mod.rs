@@ -12,6 +12,7 @@
 pub mod attention;
 pub(crate) mod autodiff_ops;
 pub mod config;
+pub mod dtype;
 pub mod engine;
 pub mod gguf;
 pub mod llama;
