@@ -26,32 +26,32 @@ read -ra extra <<<"${EXTRA:-}"
 
 rows=()
 for named in $BINS; do
-bin_name="${named%%=*}" BIN="${named#*=}"
-[[ -x $BIN ]] || { echo "bench-train-memory: BINS: '$BIN' is not an executable" >&2; exit 2; }
-for mode in $MODES; do
-  flags=()
-  case "$mode" in
-    plain) ;;
-    checkpointed) flags=(--gradient-checkpointing) ;;
-    *) echo "bench-train-memory: unknown mode '$mode' (plain, checkpointed)" >&2; exit 2 ;;
-  esac
-  run="$OUT/run-$bin_name-$mode"
-  rm -rf "$run"
-  log="$OUT/$bin_name-$mode.log"
-  /usr/bin/time -f "%M %e" -o "$OUT/$bin_name-$mode.time" "$BIN" train autorag --model "$MODEL" ${TOKENIZER:+--tokenizer "$TOKENIZER"} \
-    --data "$OUT/data" --out "$run" --max-len "$MAXLEN" --batch-size "$BATCH" --grad-accum 1 --max-steps "$STEPS" \
-    --epochs 1 --valid-fraction 0 --eval-every 1000 --save-every 1000 --lr 5e-5 --warmup-ratio 0 "${extra[@]}" "${flags[@]}" \
-    >"$log" 2>&1 || { tail -20 "$log"; exit 1; }
-  rm -rf "$run"
-  read -r rss_kb secs <"$OUT/$bin_name-$mode.time"
-  # step lines: "step 2/3  epoch 1  loss 1.2345  ... 1234 tok (...)  56 tok/s  batches 1x2048  peak rss 3671 MiB"
-  field() { grep -E '^step ' "$log" | awk -v k="$1" '{for(i=1;i<NF;i++) if($i==k) print $(i+1)}'; }
-  losses=$(field loss | paste -sd' ' -)
-  toks=$(grep -E '^step ' "$log" | awk 'NR>1 {for(i=2;i<=NF;i++) if($i=="tok/s") {s+=$(i-1); n++}} END {if(n) printf "%.0f", s/n; else print "-"}')
-  shapes=$(field batches | paste -sd, -)
-  train_peak=$(field rss | tail -1 | awk '{printf "%.2f", $1/1024}')
-  rows+=("| $bin_name | $mode | $shapes | $train_peak | $(awk -v k="$rss_kb" 'BEGIN {printf "%.2f", k/1048576}') | $toks | $secs | $losses |")
-done
+  bin_name="${named%%=*}" BIN="${named#*=}"
+  [[ -x $BIN ]] || { echo "bench-train-memory: BINS: '$BIN' is not an executable" >&2; exit 2; }
+  for mode in $MODES; do
+    flags=()
+    case "$mode" in
+      plain) ;;
+      checkpointed) flags=(--gradient-checkpointing) ;;
+      *) echo "bench-train-memory: unknown mode '$mode' (plain, checkpointed)" >&2; exit 2 ;;
+    esac
+    run="$OUT/run-$bin_name-$mode"
+    rm -rf "$run"
+    log="$OUT/$bin_name-$mode.log"
+    /usr/bin/time -f "%M %e" -o "$OUT/$bin_name-$mode.time" "$BIN" train autorag --model "$MODEL" ${TOKENIZER:+--tokenizer "$TOKENIZER"} \
+      --data "$OUT/data" --out "$run" --max-len "$MAXLEN" --batch-size "$BATCH" --grad-accum 1 --max-steps "$STEPS" \
+      --epochs 1 --valid-fraction 0 --eval-every 1000 --save-every 1000 --lr 5e-5 --warmup-ratio 0 "${extra[@]}" "${flags[@]}" \
+      >"$log" 2>&1 || { tail -20 "$log"; exit 1; }
+    rm -rf "$run"
+    read -r rss_kb secs <"$OUT/$bin_name-$mode.time"
+    # step lines: "step 2/3  epoch 1  loss 1.2345  ... 1234 tok (...)  56 tok/s  batches 1x2048  peak rss 3671 MiB"
+    field() { grep -E '^step ' "$log" | awk -v k="$1" '{for(i=1;i<NF;i++) if($i==k) print $(i+1)}'; }
+    losses=$(field loss | paste -sd' ' -)
+    toks=$(grep -E '^step ' "$log" | awk 'NR>1 {for(i=2;i<=NF;i++) if($i=="tok/s") {s+=$(i-1); n++}} END {if(n) printf "%.0f", s/n; else print "-"}')
+    shapes=$(field batches | paste -sd, -)
+    train_peak=$(field rss | tail -1 | awk '{printf "%.2f", $1/1024}')
+    rows+=("| $bin_name | $mode | $shapes | $train_peak | $(awk -v k="$rss_kb" 'BEGIN {printf "%.2f", k/1048576}') | $toks | $secs | $losses |")
+  done
 done
 
 echo
