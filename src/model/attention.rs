@@ -153,6 +153,7 @@ impl<I: Backend> Backward<I, 3> for RecomputeAttention {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::autodiff_ops::assert_close;
     use burn::backend::{Autodiff, Flex};
     use burn::tensor::Distribution;
 
@@ -212,11 +213,7 @@ mod tests {
                 ]
             };
             let (ours, composed) = (run(true), run(false));
-            for (name, (a, c)) in ["out", "dq", "dk", "dv"].iter().zip(ours.iter().zip(&composed)) {
-                let scale = c.iter().fold(1f32, |m, x| m.max(x.abs()));
-                let worst = a.iter().zip(c).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
-                assert!(worst <= tol * scale, "{dtype:?} {name}: off by {worst} (scale {scale})");
-            }
+            assert_close(&format!("{dtype:?}"), &["out", "dq", "dk", "dv"], &ours, &composed, tol);
         }
     }
 

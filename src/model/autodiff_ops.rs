@@ -65,3 +65,13 @@ pub(crate) fn prim<I: Backend, const D: usize>(x: Tensor<I, D>) -> I::FloatTenso
 fn same_type<T: 'static, U: 'static>(x: T) -> U {
     *(Box::new(x) as Box<dyn Any>).downcast::<U>().expect("the same type, checked by TypeId")
 }
+
+/// Test helper: each of `ours` within `tol` times the largest magnitude (at least 1) of its `composed` twin.
+#[cfg(test)]
+pub(crate) fn assert_close(what: &str, names: &[&str], ours: &[Vec<f32>], composed: &[Vec<f32>], tol: f32) {
+    for (name, (a, c)) in names.iter().zip(ours.iter().zip(composed)) {
+        let scale = c.iter().fold(1f32, |m, x| m.max(x.abs()));
+        let worst = a.iter().zip(c).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
+        assert!(worst <= tol * scale, "{what} {name}: off by {worst} (scale {scale})");
+    }
+}

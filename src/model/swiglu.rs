@@ -81,6 +81,7 @@ impl<I: Backend> Backward<I, 2> for SwiGluBackward {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::autodiff_ops::assert_close;
     use burn::backend::{Autodiff, Flex};
     use burn::tensor::{DType, Distribution, TensorData};
 
@@ -121,11 +122,7 @@ mod tests {
                 [vec(h.inner()), vec(g.grad(&grads).unwrap()), vec(u.grad(&grads).unwrap())]
             };
             let (ours, composed) = (run(true), run(false));
-            for (name, (a, c)) in ["h", "dg", "du"].iter().zip(ours.iter().zip(&composed)) {
-                let scale = c.iter().fold(1f32, |m, x| m.max(x.abs()));
-                let worst = a.iter().zip(c).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
-                assert!(worst <= tol * scale, "{dtype:?} {name}: off by {worst} (scale {scale})");
-            }
+            assert_close(&format!("{dtype:?}"), &["h", "dg", "du"], &ours, &composed, tol);
         }
     }
 }
