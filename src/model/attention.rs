@@ -29,11 +29,10 @@ use burn::prelude::Backend;
 use burn::tensor::activation::softmax;
 use burn::tensor::{Bool, DType, Tensor, TensorData};
 use burn_autodiff::checkpoint::base::Checkpointer;
-use burn_autodiff::checkpoint::strategy::NoCheckpointing;
 use burn_autodiff::grads::Gradients;
-use burn_autodiff::ops::{Backward, Ops, OpsKind};
+use burn_autodiff::ops::{Backward, Ops};
 
-use super::autodiff_ops::{dispatch, float, inner, outer, prim, AutodiffOp};
+use super::autodiff_ops::{dispatch, float, inner, outer, prim, record, AutodiffOp};
 use super::dtype::to_dtype;
 
 /// Attention probabilities in f32: `[b, h, t, keys]` from `q [b, kv, rep * t, hd]` (the query heads that share a
@@ -92,19 +91,12 @@ impl<B: Backend> AutodiffOp<B> for Causal<B> {
     /// Forward as [`probs`] + [`apply`]; the backward keeps q, k, v only.
     fn autodiff<I: Backend>(self) -> Tensor<B, 4> {
         let (start, t) = (self.start, self.t);
-        let (q, k, v) = (inner::<B, I, 4>(self.q), inner::<B, I, 4>(self.k), inner::<B, I, 4>(self.v));
-        let forward = |q, k, v| prim(apply(probs(float::<I, 4>(q), float(k), start, t), float(v)));
-        let out = match RecomputeAttention
-            .prepare::<NoCheckpointing>([q.node.clone(), k.node.clone(), v.node.clone()])
-            .compute_bound()
-            .stateful()
-        {
-            OpsKind::Tracked(prep) => {
-                let out = forward(q.primitive.clone(), k.primitive.clone(), v.primitive.clone());
-                prep.finish((q.primitive, k.primitive, v.primitive, start, t), out)
-            }
-            OpsKind::UnTracked(prep) => prep.finish(forward(q.primitive, k.primitive, v.primitive)),
-        };
+        let out = record(
+            RecomputeAttention,
+            [inner::<B, I, 4>(self.q), inner::<B, I, 4>(self.k), inner::<B, I, 4>(self.v)],
+            |[q, k, v]| prim(apply(probs(float::<I, 4>(q), float(k), start, t), float(v))),
+            |[q, k, v]| (q, k, v, start, t),
+        );
         outer::<B, I, 4>(out)
     }
 }

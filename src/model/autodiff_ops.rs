@@ -11,6 +11,8 @@ use std::any::{Any, TypeId};
 
 use burn::prelude::Backend;
 use burn::tensor::{Tensor, TensorPrimitive};
+use burn_autodiff::checkpoint::strategy::NoCheckpointing;
+use burn_autodiff::ops::{Backward, OpsKind};
 use burn_autodiff::Autodiff;
 
 /// An autodiff backend's float tensor over inner backend `I`.
@@ -49,6 +51,25 @@ pub(crate) fn inner<B: Backend, I: Backend, const D: usize>(x: Tensor<B, D>) -> 
 /// The inverse of [`inner`].
 pub(crate) fn outer<B: Backend, I: Backend, const D: usize>(x: AdTensor<I>) -> Tensor<B, D> {
     Tensor::from_primitive(TensorPrimitive::Float(same_type::<_, B::FloatTensorPrimitive>(x)))
+}
+
+/// Records `op` in the autodiff graph over `inputs`: `forward` computes the output from the inputs' primitives and,
+/// when a gradient is wanted, `state` makes the backward's state from them (what it keeps).
+pub(crate) fn record<I: Backend, O: Backward<I, N>, const N: usize>(
+    op: O,
+    inputs: [AdTensor<I>; N],
+    forward: impl FnOnce([I::FloatTensorPrimitive; N]) -> I::FloatTensorPrimitive,
+    state: impl FnOnce([I::FloatTensorPrimitive; N]) -> O::State,
+) -> AdTensor<I> {
+    let nodes = inputs.each_ref().map(|x| x.node.clone());
+    let prims = inputs.map(|x| x.primitive);
+    match op.prepare::<NoCheckpointing>(nodes).compute_bound().stateful() {
+        OpsKind::Tracked(prep) => {
+            let out = forward(prims.clone());
+            prep.finish(state(prims), out)
+        }
+        OpsKind::UnTracked(prep) => prep.finish(forward(prims)),
+    }
 }
 
 /// A primitive of the inner backend as a tensor.

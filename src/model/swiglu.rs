@@ -14,11 +14,10 @@ use burn::prelude::Backend;
 use burn::tensor::activation::{sigmoid, silu};
 use burn::tensor::Tensor;
 use burn_autodiff::checkpoint::base::Checkpointer;
-use burn_autodiff::checkpoint::strategy::NoCheckpointing;
 use burn_autodiff::grads::Gradients;
-use burn_autodiff::ops::{Backward, Ops, OpsKind};
+use burn_autodiff::ops::{Backward, Ops};
 
-use super::autodiff_ops::{dispatch, float, inner, outer, prim, AutodiffOp};
+use super::autodiff_ops::{dispatch, float, inner, outer, prim, record, AutodiffOp};
 
 /// `silu(gate) * up`, both `[b, t, intermediate]`.
 pub fn swiglu<B: Backend>(gate: Tensor<B, 3>, up: Tensor<B, 3>) -> Tensor<B, 3> {
@@ -38,19 +37,12 @@ impl<B: Backend> AutodiffOp<B> for SwiGlu<B> {
     }
 
     fn autodiff<I: Backend>(self) -> Tensor<B, 3> {
-        let (g, u) = (inner::<B, I, 3>(self.gate), inner::<B, I, 3>(self.up));
-        let forward = |g, u| prim(silu(float::<I, 3>(g)) * float::<I, 3>(u));
-        let out = match SwiGluBackward
-            .prepare::<NoCheckpointing>([g.node.clone(), u.node.clone()])
-            .compute_bound()
-            .stateful()
-        {
-            OpsKind::Tracked(prep) => {
-                let out = forward(g.primitive.clone(), u.primitive.clone());
-                prep.finish((g.primitive, u.primitive), out)
-            }
-            OpsKind::UnTracked(prep) => prep.finish(forward(g.primitive, u.primitive)),
-        };
+        let out = record(
+            SwiGluBackward,
+            [inner::<B, I, 3>(self.gate), inner::<B, I, 3>(self.up)],
+            |[g, u]| prim(silu(float::<I, 3>(g)) * float::<I, 3>(u)),
+            |[g, u]| (g, u),
+        );
         outer::<B, I, 3>(out)
     }
 }
