@@ -853,6 +853,7 @@ fn dialogue_seed() -> &'static Vec<(PathBuf, Vec<u8>)> {
                 sample: 0,
                 samples: 1,
                 rejected: vec![],
+                kept_samples: vec![],
             };
             let d = Dialogue {
                 id: id.clone(),
@@ -866,7 +867,7 @@ fn dialogue_seed() -> &'static Vec<(PathBuf, Vec<u8>)> {
                 iterations: 1,
                 final_answer: "A".into(),
             };
-            s.record(&a, kept.then_some(&d)).unwrap();
+            s.record(&a, if kept { std::slice::from_ref(&d) } else { &[] }).unwrap();
         }
         s.finish().unwrap();
         snapshot(dir.path())

@@ -41,6 +41,10 @@ pub struct Args {
     /// Method config with a [synth] table (default: configs/autorag.toml).
     #[arg(long)]
     pub config: Option<PathBuf>,
+    /// Override a method-config value, e.g. `--set synth.reasoning_temperature=0.7` (repeatable; the settings
+    /// used are recorded in OUT/config.json).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub overrides: Vec<String>,
     /// Only the first N questions.
     #[arg(long)]
     pub limit: Option<usize>,
@@ -62,6 +66,11 @@ pub struct Args {
     /// (overrides the config's [synth] samples; 1 = one sample, the paper's setting).
     #[arg(long, value_parser = super::ranges::int::<1, 1000>)]
     pub samples: Option<usize>,
+    /// Distinct passing samples kept per question, at most (overrides the config's [synth] keep; 1 = the first,
+    /// the paper's one dialogue per question; more needs --samples at least as large). Samples are distinct when
+    /// their queries differ.
+    #[arg(long, value_parser = super::ranges::int::<1, 1000>)]
+    pub keep: Option<usize>,
     /// Folder of the Auto-RAG prompt files (default: <shared data>/fewshot/autorag).
     #[arg(long)]
     pub prompts: Option<PathBuf>,
@@ -72,8 +81,8 @@ pub struct Args {
     pub batch: Option<usize>,
 }
 
-/// What one question gave: its attempt and, when kept, its dialogue.
-type Synthesized = (ragtime::autorag::synth::Attempt, Option<ragtime::autorag::dialogue::Dialogue>);
+/// What one question gave: its attempt and the dialogues kept (none, one, or up to `[synth] keep`).
+type Synthesized = (ragtime::autorag::synth::Attempt, Vec<ragtime::autorag::dialogue::Dialogue>);
 
 /// Synthesizes `todo` on the `batch.lanes() / lanes_per_slot` question slots of `batch`: slot k's teacher
 /// generator on lane `lanes_per_slot * k` (and its query generator from `qgen(k)`: the next lane, or a session of
@@ -125,7 +134,7 @@ pub fn run(args: Args) -> Result<()> {
         examples.truncate(n);
     }
     let config_path = args.config.clone().unwrap_or_else(|| config::default_path("autorag"));
-    let mc = MethodConfig::load(&config_path, Some(&spec.name), &[], config::AUTORAG_TABLES)?;
+    let mc = MethodConfig::load(&config_path, Some(&spec.name), &args.overrides, config::AUTORAG_TABLES)?;
     let mut cfg: SynthConfig = mc.section("synth")?;
     if let Some(t) = args.max_iter {
         cfg.max_iter = t;
@@ -139,12 +148,24 @@ pub fn run(args: Args) -> Result<()> {
     if let Some(k) = args.samples {
         cfg.samples = k;
     }
+    if let Some(m) = args.keep {
+        cfg.keep = m;
+    }
     anyhow::ensure!(
         (1..=1000).contains(&cfg.samples),
         "{}: [synth] samples = {}: expected 1..=1000 (1: one sample, the paper's setting)",
         config_path.display(),
         cfg.samples
     );
+    if !(1..=cfg.samples).contains(&cfg.keep) {
+        let from =
+            if args.keep.is_some() { "--keep".to_string() } else { format!("{}: [synth] keep", config_path.display()) };
+        ragtime::usage_bail!(
+            "{from} = {}: expected 1..={} (at most the samples tried per question, --samples / [synth] samples)",
+            cfg.keep,
+            cfg.samples
+        );
+    }
     anyhow::ensure!(
         cfg.rewrite == "fewshot" || cfg.rewrite == "zeroshot",
         "{}: [synth] rewrite must be fewshot or zeroshot, not {:?}",
@@ -206,8 +227,8 @@ pub fn run(args: Args) -> Result<()> {
     );
     let todo: Vec<&Example> = examples.iter().filter(|e| !store.is_done(&e.id)).collect();
     let mut record = |ex: &Example, r: Result<Synthesized>| -> Result<()> {
-        let (attempt, dialogue) = r?;
-        store.record(&attempt, dialogue.as_ref())?;
+        let (attempt, dialogues) = r?;
+        store.record(&attempt, &dialogues)?;
         eprintln!(
             "{} | {}: {} ({} iterations, answer {:?})",
             store.stats().line(total),

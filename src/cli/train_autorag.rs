@@ -32,6 +32,10 @@ pub struct Args {
     /// Folder with dialogues.jsonl (one Dialogue per line), or the .jsonl file itself.
     #[arg(long, default_value = "datasets/autorag")]
     pub data: PathBuf,
+    /// Only the first N dialogues of --data (in its order, the synthesis order; a question's dialogues are kept
+    /// together): nested training sets for a learning curve.
+    #[arg(long, value_parser = super::ranges::int::<1, 100_000_000>)]
+    pub limit: Option<usize>,
     /// Base model: a .gguf file or a Hugging Face folder.
     #[arg(long, default_value = DEFAULT_MODEL)]
     pub model: PathBuf,
@@ -275,7 +279,10 @@ pub fn run(a: Args) -> Result<()> {
     }
     // the inputs, then the output, before any work: a wrong --data or --out fails at once, and a wrong --data
     // leaves no output directory behind
-    let dialogues = read_dialogues(&data_file)?;
+    let mut dialogues = read_dialogues(&data_file)?;
+    if let Some(n) = a.limit {
+        dialogues = ragtime::sft::first_dialogues(dialogues, n);
+    }
     ragtime::io::claim_output_dir(&a.out, "--out", "autorag fine-tune", "train_report.json")?;
     let data = SftData::prepare(&dialogues, &tok, cfg.max_len, cfg.valid_fraction)?;
     let count = |s: &[ragtime::sft::Example]| {

@@ -60,6 +60,18 @@ pub fn read_dialogues(path: &Path) -> Result<Vec<Dialogue>> {
     Ok(out)
 }
 
+/// The first `n` dialogues of `dialogues` (in file order: the synthesis order), the cut moved on past the
+/// dialogues of the same question (the same id, adjacent as `synth autorag` writes them): nested subsets for a
+/// learning curve.
+pub fn first_dialogues(mut dialogues: Vec<Dialogue>, n: usize) -> Vec<Dialogue> {
+    let mut end = n.min(dialogues.len());
+    while end > 0 && end < dialogues.len() && dialogues[end].id == dialogues[end - 1].id {
+        end += 1;
+    }
+    dialogues.truncate(end);
+    dialogues
+}
+
 /// Messages before the first user turn: Auto-RAG's system prompt.
 const LEAD: usize = 1;
 
@@ -116,7 +128,9 @@ pub fn render(tok: &Tokenizer, d: &Dialogue) -> Result<Example> {
 }
 
 /// Deterministic train/valid split: dialogues sorted by SHA-256 of their id; the first `ceil(fraction * n)`
-/// (at least one when `fraction > 0` and `n >= 2`) are validation. Independent of file order and seed.
+/// (at least one when `fraction > 0` and `n >= 2`) are validation, the cut moved past dialogues that share the
+/// last one's id (several dialogues of one question, `synth autorag --keep`), so a question's dialogues are all
+/// on one side. Independent of file order and seed.
 pub fn split_valid(ids: &[&str], fraction: f64) -> (Vec<usize>, Vec<usize>) {
     let mut order: Vec<(Vec<u8>, usize)> =
         ids.iter().enumerate().map(|(i, id)| (Sha256::digest(id.as_bytes()).to_vec(), i)).collect();
@@ -125,6 +139,9 @@ pub fn split_valid(ids: &[&str], fraction: f64) -> (Vec<usize>, Vec<usize>) {
     let mut nv = (fraction * n as f64).ceil() as usize;
     if fraction > 0.0 && n >= 2 {
         nv = nv.clamp(1, n - 1);
+        // the first cut at or after nv between two ids, else the last before it (0: one id only, no split)
+        let between = |k: &usize| order[*k - 1].0 != order[*k].0;
+        nv = (nv..n).find(between).or_else(|| (1..nv).rev().find(between)).unwrap_or(0);
     } else {
         nv = 0;
     }
@@ -250,6 +267,7 @@ pub fn make_batch(examples: &[&Example], pad_id: u32) -> Batch {
 mod tests {
     use super::*;
     use crate::autorag::dialogue::Turn;
+    use std::collections::HashSet;
 
     fn smollm_tokenizer() -> Option<Tokenizer> {
         Some(Tokenizer::from_file(&crate::testing::require("models/smollm2-135m-instruct/tokenizer.json")?).unwrap())
@@ -396,6 +414,28 @@ mod tests {
         b.sort();
         assert_eq!(a, b);
         assert_eq!(split_valid(&refs[..2], 0.01).1.len(), 1);
+        // first_dialogues: a question's dialogues are not split
+        let d = |id: &str| Dialogue { id: id.into(), ..dialogue() };
+        let ds = vec![d("a"), d("b"), d("b"), d("c")];
+        let ids = |v: Vec<Dialogue>| v.into_iter().map(|x| x.id).collect::<Vec<_>>();
+        assert_eq!(ids(first_dialogues(ds.clone(), 1)), ["a"]);
+        assert_eq!(ids(first_dialogues(ds.clone(), 2)), ["a", "b", "b"]);
+        assert_eq!(ids(first_dialogues(ds.clone(), 9)), ["a", "b", "b", "c"]);
+        assert!(first_dialogues(ds, 0).is_empty());
+        // several dialogues of one question stay on one side: each id three times, cut after whole questions
+        let tripled: Vec<&str> = refs.iter().flat_map(|r| [*r; 3]).collect();
+        let (t, v) = split_valid(&tripled, 0.1);
+        assert_eq!(v.len(), 15, "ceil(0.1 * 150) = 15 = 5 questions");
+        let (vt, vv): (HashSet<&str>, HashSet<&str>) =
+            (t.iter().map(|&i| tripled[i]).collect(), v.iter().map(|&i| tripled[i]).collect());
+        assert!(vt.is_disjoint(&vv) && vv.len() == 5);
+        let (t, v) = split_valid(&tripled, 0.11);
+        assert_eq!((v.len(), t.len()), (18, 132), "ceil(16.5) = 17 moved on to the question's end");
+        assert_eq!(split_valid(&["a", "a", "a"], 0.5), (vec![0, 1, 2], vec![]), "one question: no split");
+        // 0.9 of 3 asks for 2 (at most n - 1): moved on past a question's end, or back when none follows
+        let abb = ["a", "b", "b"];
+        let (t, v) = split_valid(&abb, 0.9);
+        assert!(!t.is_empty() && !v.is_empty() && t.iter().all(|&i| v.iter().all(|&j| abb[i] != abb[j])));
     }
 
     #[test]

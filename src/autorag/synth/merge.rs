@@ -24,7 +24,7 @@ pub fn merge(parts: &[PathBuf], order: &[(u64, usize, &str)], out: &Path) -> Res
     let first = parts.first().ok_or_else(|| anyhow::anyhow!("no parts to merge"))?;
     let config = config_of(first)?;
     let mut attempts: Vec<HashMap<String, Attempt>> = Vec::with_capacity(parts.len());
-    let mut dialogues: Vec<HashMap<String, Dialogue>> = Vec::with_capacity(parts.len());
+    let mut dialogues: Vec<HashMap<String, Vec<Dialogue>>> = Vec::with_capacity(parts.len());
     for p in parts {
         ensure!(
             config_of(p)? == config,
@@ -33,23 +33,27 @@ pub fn merge(parts: &[PathBuf], order: &[(u64, usize, &str)], out: &Path) -> Res
             first.display()
         );
         attempts.push(read_attempts(p)?.into_iter().map(|a| (a.id.clone(), a)).collect());
-        dialogues.push(read_dialogues(p)?.into_iter().map(|d| (d.id.clone(), d)).collect());
+        let mut by_id: HashMap<String, Vec<Dialogue>> = HashMap::new();
+        for d in read_dialogues(p)? {
+            by_id.entry(d.id.clone()).or_default().push(d);
+        }
+        dialogues.push(by_id);
     }
     let mut store = DialogueStore::open(out, &config)?;
     for &(_, part, id) in order {
         let Some(a) = attempts[part].remove(id) else {
             bail!("{}: no attempt for question {id:?}, which its shard marker lists", parts[part].display())
         };
-        let d = dialogues[part].remove(id);
+        let d = dialogues[part].remove(id).unwrap_or_default();
         ensure!(
-            a.kept == d.is_some(),
-            "{}: question {id:?} is {}kept but has {}dialogue",
+            a.dialogue_count() == d.len(),
+            "{}: question {id:?} kept {} dialogue(s) but has {}",
             parts[part].display(),
-            if a.kept { "" } else { "not " },
-            if d.is_some() { "a " } else { "no " }
+            a.dialogue_count(),
+            d.len()
         );
         if !store.is_done(id) {
-            store.record(&a, d.as_ref())?;
+            store.record(&a, &d)?;
         }
     }
     for (p, left) in parts.iter().zip(&attempts) {

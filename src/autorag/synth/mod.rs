@@ -84,6 +84,12 @@ pub struct SynthConfig {
     /// samples only with `reasoning_temperature` > 0; query rewrites always do (`query_temperature`).
     #[serde(skip_serializing_if = "is_one")]
     pub samples: usize,
+    /// Distinct passing samples kept per question, at most (1: the first, the paper's one dialogue per
+    /// question). More than one is rejection-sampling fine-tuning's choice (Yuan et al., 2023: every correct
+    /// sample with distinct reasoning steps); here samples are distinct when their queries differ. Sampling
+    /// stops once this many are kept or `samples` were tried.
+    #[serde(skip_serializing_if = "is_one")]
+    pub keep: usize,
 }
 
 fn is_one(n: &usize) -> bool {
@@ -118,6 +124,7 @@ impl Default for SynthConfig {
             seed: 0,
             reasoning: "2wikimultihopqa".into(),
             samples: 1,
+            keep: 1,
         }
     }
 }
@@ -128,7 +135,8 @@ pub struct Attempt {
     pub id: String,
     pub kept: bool,
     /// `kept`, or why not (the first that applies): `context_full`, `no_answer`, `wrong_answer`,
-    /// `empty_reasoning`, `malformed_query`, `repeated_query`.
+    /// `empty_reasoning`, `malformed_query`, `repeated_query`; with rejection sampling also
+    /// `duplicate_dialogue` (it passed, but its queries are those of a sample kept before).
     pub reason: String,
     /// Queries issued (the chosen candidate of each iteration).
     pub iterations: usize,
@@ -151,10 +159,31 @@ pub struct Attempt {
     /// Samples tried for the question.
     #[serde(default = "one", skip_serializing_if = "is_one")]
     pub samples: usize,
-    /// Why each earlier sample of the question was dropped (its `reason`), in order: with rejection sampling
-    /// the record is the kept sample (or the last), and these are the rest.
+    /// Why each sample of the question other than the recorded one and the kept ones was dropped (its
+    /// `reason`), in order: with rejection sampling the record is the first kept sample (or the last), and
+    /// these are the rest.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub rejected: Vec<String>,
+    /// The samples whose dialogues were kept, when more than one was ([`SynthConfig::keep`]); otherwise empty
+    /// and the kept sample is `sample`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub kept_samples: Vec<usize>,
+}
+
+impl Attempt {
+    /// The samples whose dialogues were kept, in order (none when the question was not kept).
+    pub fn kept_sample_indices(&self) -> Vec<usize> {
+        match (self.kept, self.kept_samples.is_empty()) {
+            (false, _) => vec![],
+            (true, true) => vec![self.sample],
+            (true, false) => self.kept_samples.clone(),
+        }
+    }
+
+    /// How many dialogues the question gave (its lines in dialogues.jsonl).
+    pub fn dialogue_count(&self) -> usize {
+        self.kept_sample_indices().len()
+    }
 }
 
 #[cfg(test)]
@@ -199,6 +228,7 @@ pub(crate) mod fixtures {
             sample: 0,
             samples: 1,
             rejected: vec![],
+            kept_samples: vec![],
         }
     }
 }

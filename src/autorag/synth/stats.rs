@@ -10,7 +10,11 @@ use super::Attempt;
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct Stats {
     pub tried: usize,
+    /// Questions with a kept dialogue.
     pub kept: usize,
+    /// Dialogues kept (more than `kept` when several samples of a question are kept, [`super::SynthConfig::keep`]).
+    #[serde(default)]
+    pub dialogues: usize,
     /// Attempts whose final answer matched the gold (kept, or dropped by a quality filter).
     #[serde(default)]
     pub correct: usize,
@@ -28,7 +32,7 @@ pub struct Stats {
     pub forced_rate: f64,
     pub seconds_per_question: f64,
     /// Rejection sampling: samples tried over all questions, and kept dialogues per sample index (0: the first
-    /// sample passed) — the yield each further sample adds.
+    /// sample) — the yield each further sample adds.
     #[serde(default)]
     pub samples_tried: usize,
     #[serde(default)]
@@ -49,7 +53,10 @@ impl Stats {
             if a.kept {
                 s.kept += 1;
                 *s.iterations_kept.entry(a.iterations).or_default() += 1;
-                *s.kept_by_sample.entry(a.sample).or_default() += 1;
+            }
+            for k in a.kept_sample_indices() {
+                *s.kept_by_sample.entry(k).or_default() += 1;
+                s.dialogues += 1;
             }
             s.samples_tried += a.samples;
             for r in &a.rejected {
@@ -69,10 +76,13 @@ impl Stats {
         s
     }
 
-    /// One progress line: `[12/250] kept 3 (25.0%), correct 4 | iterations of kept {1: 2, 2: 1} | ...`.
+    /// One progress line: `[12/250] kept 3 (25.0%), correct 4 | iterations of kept {1: 2, 2: 1} | ...`, with
+    /// `kept 3 (25.0%, 5 dialogues)` when questions gave several.
     pub fn line(&self, total: usize) -> String {
+        let several =
+            if self.dialogues > self.kept { format!(", {} dialogues", self.dialogues) } else { String::new() };
         format!(
-            "[{}/{}] kept {} ({:.1}%), correct {} | iterations of kept {:?} | sub-answer {:.1}% | {:.1} s/q",
+            "[{}/{}] kept {} ({:.1}%{several}), correct {} | iterations of kept {:?} | sub-answer {:.1}% | {:.1} s/q",
             self.tried,
             total,
             self.kept,
@@ -119,5 +129,14 @@ mod tests {
         assert_eq!(s.kept_by_sample, BTreeMap::from([(0, 1), (2, 1)]));
         let want = BTreeMap::from([("no_answer".to_string(), 1), ("wrong_answer".to_string(), 3)]);
         assert_eq!(s.rejected_reasons, want);
+        assert_eq!(s.dialogues, 2);
+        // several kept samples of question 1 (samples 0 and 3 of 4): two dialogues, one kept question more
+        (a[0].samples, a[0].kept_samples) = (4, vec![0, 3]);
+        a[0].rejected = vec!["wrong_answer".into(), "duplicate_dialogue".into()];
+        let s = Stats::of(&a);
+        assert_eq!((s.tried, s.kept, s.dialogues, s.samples_tried), (4, 2, 3, 4 + 1 + 3 + 3));
+        assert_eq!(s.kept_by_sample, BTreeMap::from([(0, 1), (2, 1), (3, 1)]));
+        assert_eq!(s.rejected_reasons.get("duplicate_dialogue"), Some(&1));
+        assert!(s.line(10).contains("kept 2 (50.0%, 3 dialogues)"), "{}", s.line(10));
     }
 }

@@ -3,16 +3,17 @@
 //! ```text
 //! config.json        the synthesis settings; a re-run with other settings is refused
 //! attempts.jsonl     one Attempt per tried question (kept or not, and why): the commit point
-//! dialogues.jsonl    one Dialogue per kept question (the record `ragtime train autorag` reads)
+//! dialogues.jsonl    the kept dialogues (one per kept question, or several: `[synth] keep`), in question order
+//!                    (the record `ragtime train autorag` reads)
 //! dialogues.parquet  the same dialogues as Parquet, rewritten from dialogues.jsonl at the end of a run
 //! stats.json         yield statistics (Stats), rewritten at the end of a run
 //! ```
 //!
-//! Resuming: a dialogue line is written (and flushed) before its attempt line, so a question counts as done
-//! once its attempt is written. [`DialogueStore::open`] drops a truncated last line of either file and any
-//! dialogue without an attempt (a kill between the two writes), then skips the done questions.
+//! Resuming: a question's dialogue lines are written (and flushed) before its attempt line, so a question counts
+//! as done once its attempt is written. [`DialogueStore::open`] drops a truncated last line of either file and
+//! any dialogue without an attempt (a kill between the writes), then skips the done questions.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -78,20 +79,21 @@ impl DialogueStore {
                 bail!("{}: attempt {} repeats id '{}'", apath.display(), i + 1, a.id);
             }
         }
-        let kept: HashSet<&str> = attempts.iter().filter(|a| a.kept).map(|a| a.id.as_str()).collect();
-        let good: Vec<&Dialogue> = dialogues.iter().filter(|d| kept.contains(d.id.as_str())).collect();
-        let mut ids = HashSet::new();
+        // dialogues of questions with an attempt: exactly as many as each attempt says it kept
+        let want: HashMap<&str, usize> =
+            attempts.iter().filter(|a| a.kept).map(|a| (a.id.as_str(), a.dialogue_count())).collect();
+        let good: Vec<&Dialogue> = dialogues.iter().filter(|d| want.contains_key(d.id.as_str())).collect();
+        let mut have: HashMap<&str, usize> = HashMap::new();
         for d in &good {
-            if !ids.insert(d.id.as_str()) {
-                bail!("{}: two dialogues for id '{}'", dpath.display(), d.id);
-            }
+            *have.entry(d.id.as_str()).or_default() += 1;
         }
-        if good.len() != kept.len() {
+        if let Some((id, n)) = want.iter().find(|(id, n)| have.get(*id).copied().unwrap_or(0) != **n) {
             bail!(
-                "{}: {} kept attempts but {} dialogues for them; the directory is damaged",
+                "{}: question '{id}' kept {n} dialogue(s) by {} but {} has {}; the directory is damaged",
                 dir.display(),
-                kept.len(),
-                good.len()
+                ATTEMPTS_FILE,
+                DIALOGUES_FILE,
+                have.get(id).copied().unwrap_or(0)
             );
         }
         if a_trunc {
@@ -129,18 +131,27 @@ impl DialogueStore {
         &self.attempts
     }
 
-    /// Records one tried question: its dialogue first (when kept), then the attempt (the commit point).
-    pub fn record(&mut self, attempt: &Attempt, dialogue: Option<&Dialogue>) -> Result<()> {
+    /// Records one tried question: its dialogues first (as many as the attempt kept), then the attempt (the
+    /// commit point).
+    pub fn record(&mut self, attempt: &Attempt, dialogues: &[Dialogue]) -> Result<()> {
         if self.done.contains(&attempt.id) {
             bail!("{}: question '{}' is already recorded", self.dir.display(), attempt.id);
         }
-        if attempt.kept != dialogue.is_some() {
-            bail!("attempt '{}': kept = {} but dialogue given = {}", attempt.id, attempt.kept, dialogue.is_some());
+        if attempt.dialogue_count() != dialogues.len() || dialogues.iter().any(|d| d.id != attempt.id) {
+            bail!(
+                "attempt '{}': kept {} dialogue(s) but {} given for it",
+                attempt.id,
+                attempt.dialogue_count(),
+                dialogues.iter().filter(|d| d.id == attempt.id).count()
+            );
         }
-        if let Some(d) = dialogue {
-            let line = serde_json::to_string(d)? + "\n";
+        if !dialogues.is_empty() {
+            let mut lines = String::new();
+            for d in dialogues {
+                lines += &(serde_json::to_string(d)? + "\n");
+            }
             self.dialogues_file
-                .write_all(line.as_bytes())
+                .write_all(lines.as_bytes())
                 .and_then(|_| self.dialogues_file.flush())
                 .with_context(|| format!("{}: cannot write", self.dir.join(DIALOGUES_FILE).display()))?;
         }
@@ -194,10 +205,11 @@ mod tests {
         let cfg = serde_json::json!({"model": "m", "max_iter": 3});
         {
             let mut s = DialogueStore::open(dir.path(), &cfg).unwrap();
-            s.record(&attempt("1", true, 1, vec![None]), Some(&dialogue("1"))).unwrap();
-            s.record(&attempt("2", false, 1, vec![None]), None).unwrap();
-            assert!(s.record(&attempt("2", false, 1, vec![None]), None).is_err());
-            assert!(s.record(&attempt("3", true, 1, vec![None]), None).is_err());
+            s.record(&attempt("1", true, 1, vec![None]), &[dialogue("1")]).unwrap();
+            s.record(&attempt("2", false, 1, vec![None]), &[]).unwrap();
+            assert!(s.record(&attempt("2", false, 1, vec![None]), &[]).is_err());
+            assert!(s.record(&attempt("3", true, 1, vec![None]), &[]).is_err());
+            assert!(s.record(&attempt("3", true, 1, vec![None]), &[dialogue("4")]).is_err());
         }
         // a kill after the dialogue line of "3" but before its attempt, and a half-written attempt line
         let mut f = OpenOptions::new().append(true).open(dir.path().join(DIALOGUES_FILE)).unwrap();
@@ -209,7 +221,7 @@ mod tests {
         let mut s = DialogueStore::open(dir.path(), &cfg).unwrap();
         assert!(s.is_done("1") && s.is_done("2") && !s.is_done("3"));
         assert_eq!(read_dialogues(dir.path()).unwrap().iter().map(|d| d.id.as_str()).collect::<Vec<_>>(), ["1"]);
-        s.record(&attempt("3", true, 1, vec![Some(SubAnswer::Answer)]), Some(&dialogue("3"))).unwrap();
+        s.record(&attempt("3", true, 1, vec![Some(SubAnswer::Answer)]), &[dialogue("3")]).unwrap();
         let stats = s.finish().unwrap();
         assert_eq!((stats.tried, stats.kept), (3, 2));
         let back = read_parquet(&dir.path().join(PARQUET_FILE)).unwrap();
@@ -220,5 +232,42 @@ mod tests {
         fs::write(dir.path().join(ATTEMPTS_FILE), "{\"id\": 1}\n").unwrap();
         let e = DialogueStore::open(dir.path(), &cfg).err().unwrap();
         assert!(format!("{e:#}").contains("attempts.jsonl:1"), "{e:#}");
+    }
+
+    /// Several dialogues of one question (`[synth] keep`): all written before the attempt; a kill between them
+    /// loses the question's partial dialogues, not those recorded before.
+    #[test]
+    fn store_keeps_several_dialogues_per_question() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = serde_json::json!({"keep": 3});
+        let mut two = attempt("1", true, 1, vec![None]);
+        (two.samples, two.kept_samples) = (3, vec![0, 2]);
+        let mut second = dialogue("1");
+        second.final_answer = "a2".into();
+        {
+            let mut s = DialogueStore::open(dir.path(), &cfg).unwrap();
+            assert!(s.record(&two, &[dialogue("1")]).is_err(), "two kept, one given");
+            s.record(&two, &[dialogue("1"), second.clone()]).unwrap();
+        }
+        // killed after the first of question 2's two dialogues
+        let mut f = OpenOptions::new().append(true).open(dir.path().join(DIALOGUES_FILE)).unwrap();
+        writeln!(f, "{}", serde_json::to_string(&dialogue("2")).unwrap()).unwrap();
+        drop(f);
+        let mut s = DialogueStore::open(dir.path(), &cfg).unwrap();
+        assert!(s.is_done("1") && !s.is_done("2"));
+        let mut two2 = two.clone();
+        two2.id = "2".into();
+        s.record(&two2, &[dialogue("2"), dialogue("2")]).unwrap();
+        let stats = s.finish().unwrap();
+        assert_eq!((stats.tried, stats.kept, stats.dialogues), (2, 2, 4));
+        let ids: Vec<String> = read_dialogues(dir.path()).unwrap().into_iter().map(|d| d.id).collect();
+        assert_eq!(ids, ["1", "1", "2", "2"]);
+        assert_eq!(read_dialogues(dir.path()).unwrap()[1], second);
+        // an attempt that says two but one dialogue on disk: damaged, named
+        let lines = fs::read_to_string(dir.path().join(DIALOGUES_FILE)).unwrap();
+        let first3: String = lines.lines().take(3).map(|l| format!("{l}\n")).collect();
+        fs::write(dir.path().join(DIALOGUES_FILE), first3).unwrap();
+        let e = DialogueStore::open(dir.path(), &cfg).err().unwrap();
+        assert!(format!("{e:#}").contains("question '2' kept 2 dialogue(s)"), "{e:#}");
     }
 }

@@ -46,6 +46,84 @@ fn empty_reasoning(r: &str) -> bool {
     re.replace(r.trim(), "").trim().is_empty()
 }
 
+/// The samples of one question (rejection sampling, [`SynthConfig::samples`] and [`SynthConfig::keep`]), taken in
+/// order: a sample that passed every filter is kept unless its queries (SQuAD-normalised) are those of a
+/// sample kept before (`duplicate_dialogue`: it would teach nothing new), until `keep` are kept.
+///
+/// The record is the first kept sample (or the last sample when none passed), with the tokens and seconds of
+/// every sample, how many were tried, the indices of the kept ones when more than one, and why each other
+/// sample was dropped, in order.
+pub struct Samples {
+    keep: usize,
+    record: Option<Attempt>,
+    dialogues: Vec<Dialogue>,
+    kept_samples: Vec<usize>,
+    kept_queries: HashSet<Vec<String>>,
+    rejected: Vec<String>,
+    tried: usize,
+    tokens: usize,
+    seconds: f64,
+}
+
+impl Samples {
+    pub fn new(keep: usize) -> Self {
+        Samples {
+            keep: keep.max(1),
+            record: None,
+            dialogues: vec![],
+            kept_samples: vec![],
+            kept_queries: HashSet::new(),
+            rejected: vec![],
+            tried: 0,
+            tokens: 0,
+            seconds: 0.0,
+        }
+    }
+
+    /// Takes the next sample (its attempt, and its dialogue when it passed); true once `keep` are kept.
+    pub fn push(&mut self, a: Attempt, d: Option<Dialogue>) -> bool {
+        self.tried += 1;
+        self.tokens += a.generated_tokens;
+        self.seconds += a.seconds;
+        let first_kept = self.kept_samples.is_empty();
+        match d {
+            Some(d) if self.kept_queries.insert(a.queries.iter().map(|q| normalize_answer(q)).collect()) => {
+                self.kept_samples.push(a.sample);
+                self.dialogues.push(d);
+                if first_kept {
+                    // the first kept sample becomes the record; a last-sample record it replaces was rejected
+                    if let Some(old) = self.record.replace(a) {
+                        self.rejected.push(old.reason);
+                    }
+                }
+            }
+            d => {
+                let why = if d.is_some() { "duplicate_dialogue".to_string() } else { a.reason.clone() };
+                if first_kept {
+                    // no sample kept yet: this one is the record until a later one is kept
+                    if let Some(old) = self.record.replace(Attempt { reason: why, kept: false, ..a }) {
+                        self.rejected.push(old.reason);
+                    }
+                } else {
+                    self.rejected.push(why);
+                }
+            }
+        }
+        self.dialogues.len() >= self.keep
+    }
+
+    /// The attempt record and the kept dialogues (see the type's doc).
+    pub fn finish(self) -> (Attempt, Vec<Dialogue>) {
+        let mut a = self.record.expect("at least one sample");
+        (a.generated_tokens, a.seconds, a.samples) = (self.tokens, self.seconds, self.tried);
+        a.rejected = self.rejected;
+        if self.kept_samples.len() > 1 {
+            a.kept_samples = self.kept_samples;
+        }
+        (a, self.dialogues)
+    }
+}
+
 impl<'a> Synthesizer<'a> {
     fn messages(&self, turns: &[Turn]) -> Vec<Message> {
         prompts::dialogue_messages(Some(prompts::SYSTEM_PROMPT), &self.prompts.fewshot_messages(), turns)
@@ -107,48 +185,41 @@ impl<'a> Synthesizer<'a> {
         Ok(out)
     }
 
-    /// Runs Algorithm 1 on one question: `tgen` is the teacher's session, `qgen` the query model's.
-    /// One question through Algorithm 1, sampled up to `cfg.samples` times (rejection sampling): the first
-    /// sample kept, else the last one, with the tokens and seconds of all of them and why each earlier one was
-    /// dropped.
+    /// One question through Algorithm 1, sampled up to `cfg.samples` times (rejection sampling) until
+    /// `cfg.keep` distinct samples passed (see [`Samples`]): the attempt record and the dialogues kept.
+    /// `tgen` is the teacher's session, `qgen` the query model's.
     pub fn synthesize(
         &self,
         tgen: &mut ChatGen<'_>,
         qgen: &mut ChatGen<'_, Session<'_>>,
         ex: &Example,
-    ) -> Result<(Attempt, Option<Dialogue>)> {
+    ) -> Result<(Attempt, Vec<Dialogue>)> {
         block_on(self.synthesize_with(tgen, qgen, ex))
     }
 
-    /// [`Synthesizer::synthesize`] on any decoders: on the lanes of a batch, the attempt and dialogue of a
+    /// [`Synthesizer::synthesize`] on any decoders: on the lanes of a batch, the attempt and dialogues of a
     /// session of their own. Each sample starts a new job on both generators (keeping only their anchors).
     pub async fn synthesize_with<T: Decoder, Q: Decoder>(
         &self,
         tgen: &mut ChatGen<'_, T>,
         qgen: &mut ChatGen<'_, Q>,
         ex: &Example,
-    ) -> Result<(Attempt, Option<Dialogue>)> {
+    ) -> Result<(Attempt, Vec<Dialogue>)> {
         if tgen.anchor().is_none() || qgen.anchor().is_none() {
             let (t, q) = self.anchors(tgen, qgen)?;
             tgen.set_anchor(t);
             qgen.set_anchor(q);
         }
-        let (mut tokens, mut seconds, mut rejected) = (0, 0.0, Vec::new());
-        let samples = self.cfg.samples.max(1);
-        for k in 0..samples {
+        let mut samples = Samples::new(self.cfg.keep);
+        for k in 0..self.cfg.samples.max(1) {
             tgen.begin_job();
             qgen.begin_job();
-            let (mut a, d) = self.sample(tgen, qgen, ex, k).await?;
-            tokens += a.generated_tokens;
-            seconds += a.seconds;
-            if a.kept || k + 1 == samples {
-                (a.generated_tokens, a.seconds, a.sample, a.samples) = (tokens, seconds, k, k + 1);
-                a.rejected = rejected;
-                return Ok((a, d));
+            let (a, d) = self.sample(tgen, qgen, ex, k).await?;
+            if samples.push(a, d) {
+                break;
             }
-            rejected.push(a.reason);
         }
-        unreachable!("samples >= 1")
+        Ok(samples.finish())
     }
 
     /// Sample `k` of a question: its own seed (sample 0's is that of a run without rejection sampling).
@@ -301,6 +372,7 @@ impl<'a> Synthesizer<'a> {
             sample: k,
             samples: k + 1,
             rejected: vec![],
+            kept_samples: vec![],
         };
         let dialogue = kept.then(|| Dialogue {
             id: ex.id.clone(),
@@ -318,6 +390,61 @@ impl<'a> Synthesizer<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::autorag::synth::fixtures::{attempt, dialogue};
+
+    /// Sample `k` of question "1": passing (with `queries`) or a wrong answer.
+    fn sample(k: usize, pass: bool, queries: &[&str]) -> (Attempt, Option<Dialogue>) {
+        let mut a = attempt("1", pass, queries.len(), vec![None; queries.len()]);
+        (a.sample, a.samples, a.generated_tokens, a.seconds) = (k, k + 1, 10 + k, 1.0);
+        a.queries = queries.iter().map(|q| q.to_string()).collect();
+        (a.clone(), pass.then(|| dialogue("1")))
+    }
+
+    #[test]
+    fn rejection_sampling_keeps_distinct_passing_samples() {
+        // keep 1 (the default): the first passing sample is the record, the earlier ones rejected
+        let mut s = Samples::new(1);
+        assert!(!s.push(sample(0, false, &["a"]).0, None));
+        assert!(s.push(sample(1, true, &["b"]).0, Some(dialogue("1"))));
+        let (a, d) = s.finish();
+        assert_eq!((a.kept, a.sample, a.samples, d.len()), (true, 1, 2, 1));
+        assert_eq!((a.rejected, a.kept_samples, a.generated_tokens), (vec!["wrong_answer".to_string()], vec![], 21));
+        // none passes: the last sample is the record, the others rejected
+        let mut s = Samples::new(1);
+        for k in 0..3 {
+            let (a, d) = sample(k, false, &["a"]);
+            assert!(!s.push(a, d));
+        }
+        let (a, d) = s.finish();
+        assert_eq!((a.kept, a.sample, a.samples, a.rejected.len(), d.len()), (false, 2, 3, 2, 0));
+        assert_eq!(a.dialogue_count(), 0);
+        // keep 2 of up to 5: sample 0 wrong, 1 kept, 2 passes with 1's queries (duplicate, by normalised text),
+        // 3 wrong, 4 kept with other queries: stop there
+        let mut s = Samples::new(2);
+        let pushes = [
+            sample(0, false, &["x"]),
+            sample(1, true, &["Who is X?"]),
+            sample(2, true, &["who is x"]),
+            sample(3, false, &["y"]),
+            sample(4, true, &["X's birthplace"]),
+        ];
+        let done: Vec<bool> = pushes.into_iter().map(|(a, d)| s.push(a, d)).collect();
+        assert_eq!(done, [false, false, false, false, true]);
+        let (a, d) = s.finish();
+        assert_eq!((a.kept, a.sample, a.samples, d.len()), (true, 1, 5, 2));
+        assert_eq!(a.queries, ["Who is X?"], "the record is the first kept sample");
+        assert_eq!(a.kept_samples, [1, 4]);
+        assert_eq!(a.rejected, ["wrong_answer", "duplicate_dialogue", "wrong_answer"]);
+        assert_eq!(a.generated_tokens, 10 + 11 + 12 + 13 + 14);
+        assert_eq!(a.dialogue_count(), 2);
+        // keep 2 but only one passes: one dialogue, no kept_samples list
+        let mut s = Samples::new(2);
+        s.push(sample(0, true, &["q"]).0, Some(dialogue("1")));
+        s.push(sample(1, false, &["r"]).0, None);
+        let (a, d) = s.finish();
+        assert_eq!((a.sample, a.samples, d.len(), a.kept_samples.len()), (0, 2, 1, 0));
+        assert_eq!(a.rejected, ["wrong_answer"]);
+    }
 
     #[test]
     fn query_cleaning() {
