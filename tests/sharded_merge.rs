@@ -342,4 +342,32 @@ fn sharded_synth_autorag_merges_into_the_dialogues_of_one_process() {
     };
     assert_eq!(stats(&whole), stats(&merged));
     assert_eq!(json(&whole.join("config.json")), json(&merged.join("config.json")));
+
+    // shards may differ in how they compute (a CPU shard with integer products beside the others): the job's
+    // settings leave that out, each part records its own, and the merged config says which part used what
+    let mixed = root.join("mixed");
+    let shard = |i: usize, extra: &[&str]| {
+        let mut a = args(&mixed);
+        a.extend(s(&["--shard", &format!("{i}/3")]));
+        a.extend(s(extra));
+        run_ok(&a);
+    };
+    shard(0, &["--int8-dot"]);
+    shard(1, &[]);
+    shard(2, &[]);
+    assert_eq!(json(&mixed.join("part-00000-of-00003/config.json"))["int8_dot"], true);
+    assert!(json(&mixed.join("job.json")).get("int8_dot").is_none());
+    let merged = root.join("merged-mixed");
+    run_ok(&s(&["merge", p(&mixed), "--out", p(&merged), "-q"]));
+    let config = json(&merged.join("config.json"));
+    assert_eq!(config["part_engines"], serde_json::json!({"part-00000-of-00003": {"int8_dot": true}}));
+    assert!(config.get("int8_dot").is_none());
+    assert_eq!(common::jsonl_without(&merged.join("attempts.jsonl"), &[]).len(), 8);
+    // a shard with other settings of what it computes is still refused
+    let mut a = args(&mixed);
+    a.extend(s(&["--shard", "1/3", "--seed", "5"]));
+    let out = bin().args(&a).output().unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("other settings") && err.contains("synth"), "{err}");
 }

@@ -199,12 +199,18 @@ pub fn run(args: Args) -> Result<()> {
     if args.model.int8_dot {
         config["int8_dot"] = serde_json::Value::Bool(true);
     }
+    // and a precision other than f32 (the batched engine's bf16 or f16)
+    if args.model.dtype != ragtime::model::Precision::F32 {
+        config["dtype"] = serde_json::Value::String(args.model.dtype.to_string());
+    }
     // the output before the models load: a wrong --out fails at once
     use ragtime::autorag::synth::store as dstore;
     let (out, part) = match ragtime::shard::Shard::resolve(args.shard)? {
         None => (args.out.clone(), None),
         Some(s) => {
-            let run = ragtime::shard::ShardRun::begin(&args.out, "--out", s, dstore::OUTPUT_KIND, config.clone())?;
+            // shards may differ in how they compute (a CPU part with integer products beside GPU parts)
+            let run =
+                ragtime::shard::ShardRun::begin_any_engine(&args.out, "--out", s, dstore::OUTPUT_KIND, config.clone())?;
             let order = s.take(&mut examples, |x| &x.id);
             (run.part_dir(), Some((run, order)))
         }

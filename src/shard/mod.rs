@@ -26,6 +26,11 @@
 //!   part-00001-of-00004/ ...
 //! ```
 //!
+//! A job may let its shards differ in how they compute rather than what ([`ENGINE_KEYS`]: the CPU's integer
+//! products, the GPU's precision; [`ShardRun::begin_any_engine`], `synth autorag`, whose dialogues are training
+//! data from any engine): those keys are then not job settings, each part records its own in its directory, and
+//! the merge notes which part used which. The other jobs' shards must agree on them too.
+//!
 //! A shard starts by checking `job.json` (another job's shards in the same directory are refused before any
 //! work) and removing its own old marker; it ends by writing the marker: item and row counts, the SHA-256 of
 //! every file of its part, and the input position of each item so that the merge restores the input order. A
@@ -181,6 +186,21 @@ pub struct Marker {
     pub seconds: f64,
 }
 
+/// Settings keys of how a part computes, not of what it computes (`--int8-dot`, `--dtype`), in which the shards of
+/// a job started by [`ShardRun::begin_any_engine`] may differ (see the module doc).
+pub const ENGINE_KEYS: &[&str] = &["int8_dot", "dtype"];
+
+/// `settings` without the [`ENGINE_KEYS`] (an object's top-level keys; anything else as it is).
+pub fn without_engine_keys(settings: &serde_json::Value) -> serde_json::Value {
+    let mut v = settings.clone();
+    if let Some(m) = v.as_object_mut() {
+        for k in ENGINE_KEYS {
+            m.remove(*k);
+        }
+    }
+    v
+}
+
 /// A shard at work: its part directory, and the marker it leaves when done.
 pub struct ShardRun {
     root: PathBuf,
@@ -195,9 +215,27 @@ impl ShardRun {
     /// settings every shard must share), removes this shard's old marker, and returns the run; the shard's own
     /// output goes to [`ShardRun::part_dir`].
     pub fn begin(root: &Path, flag: &str, shard: Shard, kind: &str, job: serde_json::Value) -> Result<Self> {
+        Self::start(root, flag, shard, kind, job, false)
+    }
+
+    /// As [`ShardRun::begin`] for a job whose shards may differ in the [`ENGINE_KEYS`] (each part records its
+    /// own; the job's merge says which part used what): they are left out of `job.json` and of the comparison.
+    pub fn begin_any_engine(root: &Path, flag: &str, shard: Shard, kind: &str, job: serde_json::Value) -> Result<Self> {
+        Self::start(root, flag, shard, kind, job, true)
+    }
+
+    fn start(
+        root: &Path,
+        flag: &str,
+        shard: Shard,
+        kind: &str,
+        job: serde_json::Value,
+        any_engine: bool,
+    ) -> Result<Self> {
         claim_shared_dir(root, flag, &format!("sharded {kind}"))?;
+        let engine_free = |v: &serde_json::Value| if any_engine { without_engine_keys(v) } else { v.clone() };
         // the split itself is a setting: shards that hash ids another way must not share an output
-        let mut job = job;
+        let mut job = engine_free(&job);
         if let Some(m) = job.as_object_mut() {
             m.insert("shard_hash".into(), serde_json::Value::String(SPLIT.into()));
         }
@@ -221,6 +259,8 @@ impl ShardRun {
             &std::fs::read_to_string(&path).with_context(|| format!("{}: cannot read", path.display()))?,
         )
         .with_context(|| format!("{}: malformed", path.display()))?;
+        // a job.json written before the engine keys were left out still holds them
+        let have = engine_free(&have);
         if have != job {
             bail!(
                 "{flag} {}: its shards were started with other settings ({}); {}; use another {flag} or the same \
@@ -413,6 +453,8 @@ pub fn scan(root: &Path) -> Result<ShardSet> {
         Ok(t) => serde_json::from_str(&t).with_context(|| format!("{}: malformed", job_path.display()))?,
         Err(_) => good[0].job.clone(),
     };
+    // (a job whose shards may differ in them: begin_any_engine; the others' markers all hold the same values)
+    let job = without_engine_keys(&job);
     let kind = good[0].kind.clone();
     let mut problems: Vec<(usize, String)> = Vec::new();
     let mut parts: Vec<(PathBuf, Marker)> = Vec::new();
@@ -429,7 +471,7 @@ pub fn scan(root: &Path) -> Result<ShardSet> {
                     Some(format!("a shard of {}, not of {count}", m.count))
                 } else if m.kind != kind {
                     Some(format!("a {}, not a {kind}", m.kind))
-                } else if m.job != job {
+                } else if without_engine_keys(&m.job) != job {
                     Some(format!("other settings: {}", first_difference(&job, &m.job)))
                 } else {
                     verify_files(&root.join(&name), &m.files).err().map(|e| format!("{e:#}"))

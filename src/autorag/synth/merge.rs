@@ -10,6 +10,7 @@ use anyhow::{bail, ensure, Context, Result};
 use super::store::{read_attempts, read_dialogues, DialogueStore, CONFIG_FILE};
 use super::{Attempt, Stats};
 use crate::autorag::dialogue::Dialogue;
+use crate::shard::{without_engine_keys, ENGINE_KEYS};
 
 fn config_of(part: &Path) -> Result<serde_json::Value> {
     let path = part.join(CONFIG_FILE);
@@ -22,22 +23,35 @@ fn config_of(part: &Path) -> Result<serde_json::Value> {
 /// config and that every attempt of every part is written once.
 pub fn merge(parts: &[PathBuf], order: &[(u64, usize, &str)], out: &Path) -> Result<Stats> {
     let first = parts.first().ok_or_else(|| anyhow::anyhow!("no parts to merge"))?;
-    let config = config_of(first)?;
+    // the parts' settings less how each computed (integer products on a CPU part, a GPU part's precision), which
+    // the merged config lists per part
+    let mut config = without_engine_keys(&config_of(first)?);
+    let mut engines = serde_json::Map::new();
     let mut attempts: Vec<HashMap<String, Attempt>> = Vec::with_capacity(parts.len());
     let mut dialogues: Vec<HashMap<String, Vec<Dialogue>>> = Vec::with_capacity(parts.len());
     for p in parts {
+        let own = config_of(p)?;
         ensure!(
-            config_of(p)? == config,
+            without_engine_keys(&own) == config,
             "{}: its settings differ from {}'s",
             p.join(CONFIG_FILE).display(),
             first.display()
         );
+        let engine: serde_json::Map<String, serde_json::Value> =
+            ENGINE_KEYS.iter().filter_map(|k| own.get(*k).map(|v| (k.to_string(), v.clone()))).collect();
+        if !engine.is_empty() {
+            let name = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            engines.insert(name, serde_json::Value::Object(engine));
+        }
         attempts.push(read_attempts(p)?.into_iter().map(|a| (a.id.clone(), a)).collect());
         let mut by_id: HashMap<String, Vec<Dialogue>> = HashMap::new();
         for d in read_dialogues(p)? {
             by_id.entry(d.id.clone()).or_default().push(d);
         }
         dialogues.push(by_id);
+    }
+    if !engines.is_empty() {
+        config["part_engines"] = serde_json::Value::Object(engines);
     }
     let mut store = DialogueStore::open(out, &config)?;
     for &(_, part, id) in order {
