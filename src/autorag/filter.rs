@@ -71,13 +71,21 @@ pub fn well_formed(queries: &[String], known: &HashSet<String>) -> Vec<usize> {
 
 /// Whether a final answer matches the gold: exact match after SQuAD normalisation, or the answer has at most
 /// `max_words` words and contains a (non yes/no) gold alias as a whole-word sequence ("Reese Witherspoon, the
-/// actress" for "Reese Witherspoon"). Yes/no golds need the first yes/no word of the answer to agree.
-pub fn answer_matches(answer: &str, golds: &[String], max_words: usize) -> bool {
+/// actress" for "Reese Witherspoon"). Yes/no golds need the answer's yes/no word to agree: its first word when
+/// `yes_no_first_word` (so "There is no information on X" is no "no"), else its first yes/no word anywhere (the
+/// evaluation's mapping, [`crate::eval::metrics::yes_no_label`]).
+pub fn answer_matches(answer: &str, golds: &[String], max_words: usize, yes_no_first_word: bool) -> bool {
     if crate::eval::metrics::exact_match(answer, golds) > 0.0 {
         return true;
     }
     if golds.iter().any(|g| is_yes_no(g)) {
-        let label = crate::eval::metrics::yes_no_label(answer, true);
+        let label = if yes_no_first_word {
+            let norm = normalize_answer(answer);
+            let first = norm.split_whitespace().next().unwrap_or("");
+            crate::eval::metrics::yes_no_label(first, true)
+        } else {
+            crate::eval::metrics::yes_no_label(answer, true)
+        };
         return label.is_some_and(|l| golds.iter().any(|g| normalize_answer(g) == l));
     }
     let words = normalize_answer(answer).split_whitespace().count();
@@ -222,14 +230,23 @@ mod tests {
     #[test]
     fn final_answer_match() {
         let g = vec!["Reese Witherspoon".to_string()];
-        assert!(answer_matches("reese witherspoon.", &g, 10));
-        assert!(answer_matches("The actress Reese Witherspoon", &g, 10));
-        // 6 normalised words > 5
-        assert!(!answer_matches("it was played by reese witherspoon", &g, 5));
-        assert!(!answer_matches("Witherspoon", &g, 10));
-        let yn = vec!["no".to_string()];
-        assert!(answer_matches("No, they do not.", &yn, 10));
-        assert!(!answer_matches("Yes, not the same", &yn, 10));
-        assert!(!answer_matches("Indian", &yn, 10));
+        for first in [true, false] {
+            assert!(answer_matches("reese witherspoon.", &g, 10, first));
+            assert!(answer_matches("The actress Reese Witherspoon", &g, 10, first));
+            // 6 normalised words > 5
+            assert!(!answer_matches("it was played by reese witherspoon", &g, 5, first));
+            assert!(!answer_matches("Witherspoon", &g, 10, first));
+            let yn = vec!["no".to_string()];
+            assert!(answer_matches("No, they do not.", &yn, 10, first));
+            assert!(!answer_matches("Yes, not the same", &yn, 10, first));
+            assert!(!answer_matches("Indian", &yn, 10, first));
+        }
+        // the first yes/no word anywhere, or the first word only
+        let no = vec!["no".to_string()];
+        let unsure = "There is no information provided that the research indicates X";
+        assert!(answer_matches(unsure, &no, 10, false));
+        assert!(!answer_matches(unsure, &no, 10, true));
+        assert!(answer_matches("\"No.\" The trial found none", &no, 10, true), "punctuation before it is dropped");
+        assert!(!answer_matches("The answer is no", &no, 10, true));
     }
 }

@@ -72,6 +72,11 @@ pub struct SynthConfig {
     pub drop_malformed_queries: bool,
     /// An answer containing the gold matches when it has at most this many words.
     pub max_answer_words: usize,
+    /// A yes/no answer matches by its first word ("There is no information on X" is no "no"); false: by its
+    /// first yes/no word anywhere, as the evaluation maps answers (how runs made before this setting matched;
+    /// recorded only when true, so they resume with `--set synth.yes_no_first_word=false`).
+    #[serde(skip_serializing_if = "is_false")]
+    pub yes_no_first_word: bool,
     /// Token limits: one reasoning turn, one query, one forced answer.
     pub max_new_tokens: usize,
     pub query_tokens: usize,
@@ -96,6 +101,10 @@ fn is_one(n: &usize) -> bool {
     *n == 1
 }
 
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
 fn is_zero(n: &usize) -> bool {
     *n == 0
 }
@@ -118,6 +127,7 @@ impl Default for SynthConfig {
             drop_repeated_queries: true,
             drop_malformed_queries: true,
             max_answer_words: 10,
+            yes_no_first_word: true,
             max_new_tokens: 200,
             query_tokens: 32,
             answer_tokens: 32,

@@ -338,8 +338,8 @@ impl<'a> Synthesizer<'a> {
             let mut seen = HashSet::new();
             !queries.iter().all(|q| seen.insert(normalize_answer(q)))
         };
-        let correct =
-            !final_answer.is_empty() && filter::answer_matches(&final_answer, &ex.answers, cfg.max_answer_words);
+        let correct = !final_answer.is_empty()
+            && filter::answer_matches(&final_answer, &ex.answers, cfg.max_answer_words, cfg.yes_no_first_word);
         // correctness first, then the quality filters, so stats tell correct-but-filtered dialogues apart
         let reason = if context_full {
             "context_full"
