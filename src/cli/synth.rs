@@ -17,7 +17,7 @@ pub enum SynthCommand {
     /// compare the entity it writes with the real one, store labels and hidden states (Parquet).
     Hallucination(synth_hallucination::Args),
     /// Auto-RAG's iterative-retrieval dialogues (the paper's Algorithm 1), as JSON lines and Parquet.
-    Autorag(synth_autorag::Args),
+    Autorag(Box<synth_autorag::Args>),
     /// Labels from QA itself (Probing-RAG/UAR): closed-book answers to training questions, each generated
     /// sentence labelled by whether the final answer was wrong, with the same hidden-state features (Parquet).
     /// --dataset names a pool of training questions (NQ-open, TriviaQA, ...); HotpotQA and 2WikiMultihopQA are
@@ -28,7 +28,7 @@ pub enum SynthCommand {
 pub fn run(args: SynthArgs) -> Result<()> {
     match args.what {
         SynthCommand::Hallucination(a) => synth_hallucination::run(a),
-        SynthCommand::Autorag(a) => synth_autorag::run(a),
+        SynthCommand::Autorag(a) => synth_autorag::run(*a),
         SynthCommand::QaLabels(a) => synth_qa_labels::run(a),
     }
 }
