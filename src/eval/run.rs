@@ -275,10 +275,11 @@ impl RunWriter {
 }
 
 /// Running averages for the progress line of `ragtime eval`.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct Progress {
     pub total: usize,
     pub done: usize,
+    start: std::time::Instant,
     updates: usize,
     em: f64,
     f1: f64,
@@ -291,13 +292,31 @@ pub struct Progress {
 impl Progress {
     /// `total`: questions in this run (resumed ones included); `already`: predictions already written.
     pub fn new(total: usize, already: usize) -> Self {
-        Progress { total, done: already, ..Default::default() }
+        Progress {
+            total,
+            done: already,
+            start: std::time::Instant::now(),
+            updates: 0,
+            em: 0.0,
+            f1: 0.0,
+            acc: 0.0,
+            acc_n: 0,
+            retrievals: 0,
+            seconds: 0.0,
+        }
     }
 
     /// Adds one new prediction and returns the progress line, e.g.
     /// `[12/250] EM 0.417 F1 0.512 acc - | 1.25 retrievals/q | 3.20 s/q | ETA 12m 46s` (averages over the
-    /// predictions made by this process).
+    /// predictions made by this process; s/q is each question's own time, which lanes answering several
+    /// questions at once overlap, so the ETA comes from the wall-clock time since the process started).
     pub fn update(&mut self, r: &PredictionRecord) -> String {
+        let wall = self.start.elapsed().as_secs_f64();
+        self.update_at(r, wall)
+    }
+
+    /// [`Progress::update`] with `wall` seconds since the start.
+    pub fn update_at(&mut self, r: &PredictionRecord, wall: f64) -> String {
         self.done += 1;
         self.updates += 1;
         let k = self.updates as f64;
@@ -310,7 +329,7 @@ impl Progress {
         self.retrievals += r.retrievals.len();
         self.seconds += r.seconds;
         let acc = if self.acc_n == 0 { "-".to_string() } else { format!("{:.3}", self.acc / self.acc_n as f64) };
-        let eta = (self.seconds / k * self.total.saturating_sub(self.done) as f64).round() as u64;
+        let eta = (wall / k * self.total.saturating_sub(self.done) as f64).round() as u64;
         format!(
             "[{}/{}] EM {:.3} F1 {:.3} acc {acc} | {:.2} retrievals/q | {:.2} s/q | ETA {}m {:02}s",
             self.done,
@@ -588,13 +607,18 @@ pub(crate) mod tests {
         fake_run(&run, "dragin").unwrap();
         let recs = read_predictions(&run).unwrap();
         // Resumed after 10 of 14 questions; two new predictions: q1 (EM 1, 2 retrievals, 1.5 s) and q2 (EM 0,
-        // F1 6/7, 1 retrieval, 0.5 s). EM 1/2, F1 (1 + 6/7)/2 = 13/14 = 0.929, 1.5 retrievals/q, 1 s/q,
-        // 2 questions left -> ETA 2 s.
+        // F1 6/7, 1 retrieval, 0.5 s). EM 1/2, F1 (1 + 6/7)/2 = 13/14 = 0.929, 1.5 retrievals/q, 1 s/q; answered
+        // on lanes at once, both done 1.5 s after the start: 0.75 s each, 2 questions left -> ETA 1.5 s -> 2 s.
         let mut p = Progress::new(14, 10);
-        p.update(&recs[0]);
-        let line = p.update(&recs[1]);
+        p.update_at(&recs[0], 1.5);
+        let line = p.update_at(&recs[1], 1.5);
         assert_eq!(line, "[12/14] EM 0.500 F1 0.929 acc - | 1.50 retrievals/q | 1.00 s/q | ETA 0m 02s");
-        let line = p.update(&recs[2]);
+        let line = p.update_at(&recs[1], 30.0);
+        assert!(line.ends_with("ETA 0m 10s"), "30 s for 3 questions, one left: {line}");
+        let mut p = Progress::new(14, 10);
+        p.update_at(&recs[0], 1.0);
+        p.update_at(&recs[1], 2.0);
+        let line = p.update_at(&recs[2], 3.0);
         assert!(line.starts_with("[13/14] EM 0.667") && line.contains("acc 1.000"), "{line}");
     }
 
