@@ -20,7 +20,8 @@
 #     CURVE="2 all" EPOCHS=1 TEST=2 DATASETS=hotpotqa scripts/autorag-at-scale.sh    # the pipeline on given dialogues
 #
 # Env: MODEL (teacher and student, checkpoints/qwen2.5-coder-0.5b-instruct.gguf; the paper's setting of a model
-#      trained on dialogues it could have written), DEVICE (cpu), BATCH (lanes of synth and eval; default the
+#      trained on dialogues it could have written), TOKENIZER (a tokenizer.json for the fine-tunes, when the GGUF
+#      should not ship its own vocabulary), DEVICE (cpu), BATCH (lanes of synth and eval; default the
 #      device's), SAMPLES (4), KEEP (2), TEMP (reasoning temperature, 0.7), SHARD_COUNT (4), SHARDS (all),
 #      LIMIT (first N pool questions), DIALOGUES (a dialogues.jsonl or folder: skip step 1), CURVE ("100 300 all"),
 #      EPOCHS (5), TRAIN_ARGS (more `train autorag` flags, e.g. "--lora 16" or "--dtype bf16 --static-shapes"),
