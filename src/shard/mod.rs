@@ -190,15 +190,26 @@ pub struct Marker {
 /// a job started by [`ShardRun::begin_any_engine`] may differ (see the module doc).
 pub const ENGINE_KEYS: &[&str] = &["int8_dot", "dtype"];
 
-/// `settings` without the [`ENGINE_KEYS`] (an object's top-level keys; anything else as it is).
-pub fn without_engine_keys(settings: &serde_json::Value) -> serde_json::Value {
+/// `settings` without the [`ENGINE_KEYS`] (an object's top-level keys; anything else as it is), and the
+/// engine keys it had with their values.
+pub fn split_engine_keys(
+    settings: &serde_json::Value,
+) -> (serde_json::Value, serde_json::Map<String, serde_json::Value>) {
     let mut v = settings.clone();
+    let mut engine = serde_json::Map::new();
     if let Some(m) = v.as_object_mut() {
         for k in ENGINE_KEYS {
-            m.remove(*k);
+            if let Some(x) = m.remove(*k) {
+                engine.insert(k.to_string(), x);
+            }
         }
     }
-    v
+    (v, engine)
+}
+
+/// `settings` without the [`ENGINE_KEYS`] ([`split_engine_keys`]).
+pub fn without_engine_keys(settings: &serde_json::Value) -> serde_json::Value {
+    split_engine_keys(settings).0
 }
 
 /// A shard at work: its part directory, and the marker it leaves when done.

@@ -10,7 +10,7 @@ use anyhow::{bail, ensure, Context, Result};
 use super::store::{read_attempts, read_dialogues, DialogueStore, CONFIG_FILE};
 use super::{Attempt, Stats};
 use crate::autorag::dialogue::Dialogue;
-use crate::shard::{without_engine_keys, ENGINE_KEYS};
+use crate::shard::{split_engine_keys, without_engine_keys};
 
 fn config_of(part: &Path) -> Result<serde_json::Value> {
     let path = part.join(CONFIG_FILE);
@@ -30,15 +30,8 @@ pub fn merge(parts: &[PathBuf], order: &[(u64, usize, &str)], out: &Path) -> Res
     let mut attempts: Vec<HashMap<String, Attempt>> = Vec::with_capacity(parts.len());
     let mut dialogues: Vec<HashMap<String, Vec<Dialogue>>> = Vec::with_capacity(parts.len());
     for p in parts {
-        let own = config_of(p)?;
-        ensure!(
-            without_engine_keys(&own) == config,
-            "{}: its settings differ from {}'s",
-            p.join(CONFIG_FILE).display(),
-            first.display()
-        );
-        let engine: serde_json::Map<String, serde_json::Value> =
-            ENGINE_KEYS.iter().filter_map(|k| own.get(*k).map(|v| (k.to_string(), v.clone()))).collect();
+        let (own, engine) = split_engine_keys(&config_of(p)?);
+        ensure!(own == config, "{}: its settings differ from {}'s", p.join(CONFIG_FILE).display(), first.display());
         if !engine.is_empty() {
             let name = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
             engines.insert(name, serde_json::Value::Object(engine));

@@ -97,17 +97,13 @@ impl Samples {
                     }
                 }
             }
-            d => {
-                let why = if d.is_some() { "duplicate_dialogue".to_string() } else { a.reason.clone() };
-                if first_kept {
-                    // no sample kept yet: this one is the record until a later one is kept
-                    if let Some(old) = self.record.replace(Attempt { reason: why, kept: false, ..a }) {
-                        self.rejected.push(old.reason);
-                    }
-                } else {
-                    self.rejected.push(why);
+            // no sample kept yet (so no duplicate either): this one is the record until a later one is kept
+            _ if first_kept => {
+                if let Some(old) = self.record.replace(a) {
+                    self.rejected.push(old.reason);
                 }
             }
+            d => self.rejected.push(if d.is_some() { "duplicate_dialogue".to_string() } else { a.reason }),
         }
         self.dialogues.len() >= self.keep
     }
