@@ -7,6 +7,7 @@
 //! - [`corpus`]: readers for text collections (WikiExtractor dumps, ...).
 //! - [`step`]: what the decoder hands a controller for every generated token.
 //! - [`trigger`] (when to retrieve), [`query`] (what to ask), [`retrieval`] (where from).
+//! - [`progress`]: rate and time left of a long job, for its progress lines.
 //! - [`shard`]: the shard contract of the long jobs (which items a shard takes, markers, the scan before a merge).
 
 // Unit tests look at paths directly; the code they test asks `io::probe` instead (clippy.toml).
@@ -23,6 +24,7 @@ pub mod entities;
 pub mod eval;
 pub mod io;
 pub mod model;
+pub mod progress;
 pub mod prompt;
 pub mod qa;
 pub mod query;

@@ -11,7 +11,6 @@
 //! DIR/runs/*` reads it like any other run.
 
 use std::path::PathBuf;
-use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use clap::Args as ClapArgs;
@@ -19,6 +18,7 @@ use clap::Args as ClapArgs;
 use ragtime::eval::plot::{group, pareto_svg};
 use ragtime::eval::run::{Progress, RunWriter, CONFIG_FILE, OUTPUT_KIND};
 use ragtime::eval::sweep::{self, calibrated_path, Calibrated, Setting, SweepRecord, DEFAULT_BUDGETS};
+use ragtime::progress::{hms, Clock};
 use ragtime::retrieval::Retriever;
 
 use super::eval::Method;
@@ -207,7 +207,7 @@ pub fn run(args: Args) -> Result<()> {
         examples.len(),
         out.display()
     );
-    let t0 = Instant::now();
+    let clock = Clock::new();
     // settings swept into this directory by earlier sweeps of other controllers stay in sweep.jsonl and the plot
     let ours: Vec<String> = plan.iter().map(|(s, _)| format!("runs/{}", s.dir_name())).collect();
     let earlier: Vec<SweepRecord> = if ragtime::io::is_file(&out.join(RECORDS_FILE))? {
@@ -266,18 +266,17 @@ pub fn run(args: Args) -> Result<()> {
         )?;
         let summary = writer.finish()?;
         let rec = SweepRecord::new(setting, &format!("runs/{name}"), &summary);
-        let elapsed = t0.elapsed().as_secs_f64();
-        let eta = elapsed / (i + 1) as f64 * (plan.len() - i - 1) as f64;
+        let (_, left) = clock.rate(i + 1, plan.len() - i - 1);
         eprintln!(
-            "sweep [{}/{}] {}: F1 {:.3}{}, {:.2} retrievals/question ({:.0} s elapsed, ~{:.0} s to go)",
+            "sweep [{}/{}] {}: F1 {:.3}{}, {:.2} retrievals/question ({} elapsed, ETA {})",
             i + 1,
             plan.len(),
             setting.label(),
             rec.f1,
             rec.accuracy.map(|a| format!(", accuracy {a:.3}")).unwrap_or_default(),
             rec.retrievals_per_question,
-            elapsed,
-            eta
+            hms(clock.elapsed()),
+            hms(left)
         );
         records.push(rec);
         // write after every setting, so an interrupted sweep leaves what it measured

@@ -233,18 +233,18 @@ pub fn run(args: Args) -> Result<()> {
     );
     let todo: Vec<&Example> = examples.iter().filter(|e| !store.is_done(&e.id)).collect();
     // the rate of this process on the wall clock (questions on lanes overlap, so s/q is no rate)
-    let (start, left) = (std::time::Instant::now(), todo.len());
+    let (clock, left) = (ragtime::progress::Clock::new(), todo.len());
     let mut done_now = 0usize;
     let mut record = |ex: &Example, r: Result<Synthesized>| -> Result<()> {
         let (attempt, dialogues) = r?;
         store.record(&attempt, &dialogues)?;
         done_now += 1;
-        let per_q = start.elapsed().as_secs_f64() / done_now as f64;
+        let (per_s, eta) = clock.rate(done_now, left.saturating_sub(done_now));
         eprintln!(
-            "{} | {:.2} q/min, ETA {:.0} min | {}: {} ({} iterations, answer {:?})",
+            "{} | {:.2} q/min, ETA {} | {}: {} ({} iterations, answer {:?})",
             store.stats().line(total),
-            60.0 / per_q.max(1e-9),
-            per_q * left.saturating_sub(done_now) as f64 / 60.0,
+            60.0 * per_s,
+            ragtime::progress::hms(eta),
             ex.id,
             attempt.reason,
             attempt.iterations,

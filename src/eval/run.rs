@@ -279,7 +279,7 @@ impl RunWriter {
 pub struct Progress {
     pub total: usize,
     pub done: usize,
-    start: std::time::Instant,
+    clock: crate::progress::Clock,
     updates: usize,
     em: f64,
     f1: f64,
@@ -295,7 +295,7 @@ impl Progress {
         Progress {
             total,
             done: already,
-            start: std::time::Instant::now(),
+            clock: crate::progress::Clock::new(),
             updates: 0,
             em: 0.0,
             f1: 0.0,
@@ -311,7 +311,7 @@ impl Progress {
     /// predictions made by this process; s/q is each question's own time, which lanes answering several
     /// questions at once overlap, so the ETA comes from the wall-clock time since the process started).
     pub fn update(&mut self, r: &PredictionRecord) -> String {
-        let wall = self.start.elapsed().as_secs_f64();
+        let wall = self.clock.elapsed();
         self.update_at(r, wall)
     }
 
@@ -329,17 +329,16 @@ impl Progress {
         self.retrievals += r.retrievals.len();
         self.seconds += r.seconds;
         let acc = if self.acc_n == 0 { "-".to_string() } else { format!("{:.3}", self.acc / self.acc_n as f64) };
-        let eta = (wall / k * self.total.saturating_sub(self.done) as f64).round() as u64;
+        let (_, left) = crate::progress::rate_at(wall, self.updates, self.total.saturating_sub(self.done));
         format!(
-            "[{}/{}] EM {:.3} F1 {:.3} acc {acc} | {:.2} retrievals/q | {:.2} s/q | ETA {}m {:02}s",
+            "[{}/{}] EM {:.3} F1 {:.3} acc {acc} | {:.2} retrievals/q | {:.2} s/q | ETA {}",
             self.done,
             self.total,
             self.em / k,
             self.f1 / k,
             self.retrievals as f64 / k,
             self.seconds / k,
-            eta / 60,
-            eta % 60
+            crate::progress::hms(left)
         )
     }
 }

@@ -114,6 +114,8 @@ pub fn train<AB: AutodiffBackend>(
 
     let mut grads = GradAccum::<AB::InnerBackend>::default();
     let mut finished = true;
+    // time left from this process's own updates (a resumed run's earlier ones ran elsewhere, at another rate)
+    let (clock, first_step) = (crate::progress::Clock::new(), state.step);
     while state.step < total {
         if cfg.stop_after.is_some_and(|s| state.step >= s) {
             finished = false;
@@ -179,7 +181,7 @@ pub fn train<AB: AutodiffBackend>(
                 _ => String::new(),
             };
             log(&format!(
-                "step {:>5}/{total}  epoch {}  loss {:.4}  lr {:.2e}  |g| {:.3}  {} tok ({} target)  {:.0} tok/s  batches {}{rss}{gpu}",
+                "step {:>5}/{total}  epoch {}  loss {:.4}  lr {:.2e}  |g| {:.3}  {} tok ({} target)  {:.0} tok/s  ETA {}  batches {}{rss}{gpu}",
                 row.step,
                 row.epoch,
                 row.loss,
@@ -188,6 +190,7 @@ pub fn train<AB: AutodiffBackend>(
                 row.tokens,
                 row.target_tokens,
                 row.tokens as f64 / row.secs.max(1e-9),
+                crate::progress::hms(clock.rate(state.step - first_step, total - state.step).1),
                 shapes.join(","),
             ));
         }

@@ -37,7 +37,6 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
@@ -308,7 +307,7 @@ pub use crate::shard::Shard;
 
 /// Progress of a run, one stderr line per article.
 pub struct Progress {
-    start: Instant,
+    clock: crate::progress::Clock,
     pub total: usize,
     pub done_before: usize,
     pub articles: usize,
@@ -318,24 +317,24 @@ pub struct Progress {
 
 impl Progress {
     pub fn new(total: usize, done_before: usize) -> Self {
-        Progress { start: Instant::now(), total, done_before, articles: 0, examples: 0, hallucinated: 0 }
+        Progress { clock: crate::progress::Clock::new(), total, done_before, articles: 0, examples: 0, hallucinated: 0 }
     }
 
     pub fn update(&mut self, examples: &[HalluExample]) -> String {
         self.articles += 1;
         self.examples += examples.len();
         self.hallucinated += examples.iter().filter(|e| e.label == 1).count();
-        let secs = self.start.elapsed().as_secs_f64().max(1e-9);
-        let rate = self.examples as f64 / secs;
+        let secs = self.clock.elapsed();
         let left = self.total.saturating_sub(self.done_before + self.articles);
-        let eta = if self.articles > 0 { secs / self.articles as f64 * left as f64 } else { 0.0 };
+        let (_, eta) = crate::progress::rate_at(secs, self.articles, left);
+        let (rate, _) = crate::progress::rate_at(secs, self.examples, 0);
         let pct = if self.examples > 0 { 100.0 * self.hallucinated as f64 / self.examples as f64 } else { 0.0 };
         format!(
-            "[{}/{}] {} examples this run ({pct:.1}% hallucinated), {rate:.2} examples/s, ETA {:.0} min",
+            "[{}/{}] {} examples this run ({pct:.1}% hallucinated), {rate:.2} examples/s, ETA {}",
             self.done_before + self.articles,
             self.total,
             self.examples,
-            eta / 60.0
+            crate::progress::hms(eta)
         )
     }
 }
