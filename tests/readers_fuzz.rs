@@ -850,6 +850,7 @@ fn dialogue_seed() -> &'static Vec<(PathBuf, Vec<u8>)> {
                 answer_correct: kept,
                 generated_tokens: 10,
                 seconds: 2.0,
+                forward_tokens: 120,
                 sample: 0,
                 samples: 1,
                 rejected: vec![],

@@ -163,6 +163,10 @@ pub struct Attempt {
     /// Tokens generated and seconds spent on the question, over all its samples.
     pub generated_tokens: usize,
     pub seconds: f64,
+    /// Tokens the model ran forward for the question, over all its samples: prompts (without the cached
+    /// prefixes it kept) and generated tokens, of the teacher and the query model (0 in runs that predate it).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub forward_tokens: usize,
     /// Which sample this attempt is (0-based; rejection sampling, [`SynthConfig::samples`]).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub sample: usize,
@@ -235,6 +239,7 @@ pub(crate) mod fixtures {
             answer_correct: kept || id == "4",
             generated_tokens: 10,
             seconds: 2.0,
+            forward_tokens: 0,
             sample: 0,
             samples: 1,
             rejected: vec![],

@@ -31,6 +31,12 @@ pub struct Stats {
     /// Share of attempts whose answer was forced.
     pub forced_rate: f64,
     pub seconds_per_question: f64,
+    /// What a question costs the model, over all its samples: tokens generated, and tokens run forward (prompts
+    /// past the cached prefixes, plus the generated ones; 0 when the attempts predate the count).
+    #[serde(default)]
+    pub generated_tokens_per_question: f64,
+    #[serde(default)]
+    pub forward_tokens_per_question: f64,
     /// Rejection sampling: samples tried over all questions, and kept dialogues per sample index (0: the first
     /// sample) — the yield each further sample adds.
     #[serde(default)]
@@ -47,6 +53,7 @@ impl Stats {
     pub fn of(attempts: &[Attempt]) -> Stats {
         let mut s = Stats { tried: attempts.len(), ..Default::default() };
         let (mut queries, mut hits, mut forced, mut secs) = (0usize, 0usize, 0usize, 0f64);
+        let (mut generated, mut forward) = (0usize, 0usize);
         for a in attempts {
             *s.reasons.entry(a.reason.clone()).or_default() += 1;
             *s.iterations_tried.entry(a.iterations).or_default() += 1;
@@ -67,12 +74,16 @@ impl Stats {
             forced += a.forced_answer as usize;
             s.correct += a.answer_correct as usize;
             secs += a.seconds;
+            generated += a.generated_tokens;
+            forward += a.forward_tokens;
         }
         let div = |a: f64, b: usize| if b == 0 { 0.0 } else { a / b as f64 };
         s.yield_rate = div(s.kept as f64, s.tried);
         s.sub_answer_rate = div(hits as f64, queries);
         s.forced_rate = div(forced as f64, s.tried);
         s.seconds_per_question = div(secs, s.tried);
+        s.generated_tokens_per_question = div(generated as f64, s.tried);
+        s.forward_tokens_per_question = div(forward as f64, s.tried);
         s
     }
 
@@ -119,6 +130,12 @@ mod tests {
         assert_eq!(s.reasons, BTreeMap::from([("kept".to_string(), 2), ("wrong_answer".to_string(), 2)]));
         assert!((s.forced_rate - 0.5).abs() < 1e-12);
         assert_eq!(Stats::of(&[]).yield_rate, 0.0);
+        // cost per question: 10 generated tokens each (the fixture); forward tokens 0 (not counted) on three,
+        // 400 on one -> 100 per question
+        assert_eq!((s.generated_tokens_per_question, s.forward_tokens_per_question), (10.0, 0.0));
+        let mut b = a.clone();
+        b[1].forward_tokens = 400;
+        assert_eq!(Stats::of(&b).forward_tokens_per_question, 100.0);
         // rejection sampling: question 3 kept at its third sample, question 4 given up after three
         let mut a = a;
         (a[2].sample, a[2].samples, a[3].sample, a[3].samples) = (2, 3, 2, 3);

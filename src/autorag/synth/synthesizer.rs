@@ -62,6 +62,7 @@ pub struct Samples {
     rejected: Vec<String>,
     tried: usize,
     tokens: usize,
+    forward: usize,
     seconds: f64,
 }
 
@@ -76,6 +77,7 @@ impl Samples {
             rejected: vec![],
             tried: 0,
             tokens: 0,
+            forward: 0,
             seconds: 0.0,
         }
     }
@@ -84,6 +86,7 @@ impl Samples {
     pub fn push(&mut self, a: Attempt, d: Option<Dialogue>) -> bool {
         self.tried += 1;
         self.tokens += a.generated_tokens;
+        self.forward += a.forward_tokens;
         self.seconds += a.seconds;
         let first_kept = self.kept_samples.is_empty();
         match d {
@@ -111,7 +114,8 @@ impl Samples {
     /// The attempt record and the kept dialogues (see the type's doc).
     pub fn finish(self) -> (Attempt, Vec<Dialogue>) {
         let mut a = self.record.expect("at least one sample");
-        (a.generated_tokens, a.seconds, a.samples) = (self.tokens, self.seconds, self.tried);
+        (a.generated_tokens, a.forward_tokens, a.seconds, a.samples) =
+            (self.tokens, self.forward, self.seconds, self.tried);
         a.rejected = self.rejected;
         if self.kept_samples.len() > 1 {
             a.kept_samples = self.kept_samples;
@@ -228,6 +232,7 @@ impl<'a> Synthesizer<'a> {
     ) -> Result<(Attempt, Option<Dialogue>)> {
         let t0 = std::time::Instant::now();
         let gen0 = tgen.generated + qgen.generated;
+        let fwd0 = tgen.forward_tokens() + qgen.forward_tokens();
         let cfg = &self.cfg;
         // sample k > 0: the seed mixed with k by SplitMix64's increment, so samples never share a stream
         let mix = (k as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
@@ -365,6 +370,7 @@ impl<'a> Synthesizer<'a> {
             answer_correct: correct,
             generated_tokens: tgen.generated + qgen.generated - gen0,
             seconds: t0.elapsed().as_secs_f64(),
+            forward_tokens: tgen.forward_tokens() + qgen.forward_tokens() - fwd0,
             sample: k,
             samples: k + 1,
             rejected: vec![],
@@ -391,7 +397,7 @@ mod tests {
     /// Sample `k` of question "1": passing (with `queries`) or a wrong answer.
     fn sample(k: usize, pass: bool, queries: &[&str]) -> (Attempt, Option<Dialogue>) {
         let mut a = attempt("1", pass, queries.len(), vec![None; queries.len()]);
-        (a.sample, a.samples, a.generated_tokens, a.seconds) = (k, k + 1, 10 + k, 1.0);
+        (a.sample, a.samples, a.generated_tokens, a.forward_tokens, a.seconds) = (k, k + 1, 10 + k, 100 * k, 1.0);
         a.queries = queries.iter().map(|q| q.to_string()).collect();
         (a.clone(), pass.then(|| dialogue("1")))
     }
@@ -432,6 +438,7 @@ mod tests {
         assert_eq!(a.kept_samples, [1, 4]);
         assert_eq!(a.rejected, ["wrong_answer", "duplicate_dialogue", "wrong_answer"]);
         assert_eq!(a.generated_tokens, 10 + 11 + 12 + 13 + 14);
+        assert_eq!(a.forward_tokens, 100 * (1 + 2 + 3 + 4), "every sample's forward tokens");
         assert_eq!(a.dialogue_count(), 2);
         // keep 2 but only one passes: one dialogue, no kept_samples list
         let mut s = Samples::new(2);
