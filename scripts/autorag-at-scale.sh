@@ -19,8 +19,10 @@
 #   DIALOGUES=docs/results/autorag-hotpotqa-qwen-teacher/dialogues.jsonl MODEL=checkpoints/smollm2-135m-instruct-q4_1.gguf \
 #     CURVE="2 all" EPOCHS=1 TEST=2 DATASETS=hotpotqa scripts/autorag-at-scale.sh    # the pipeline on given dialogues
 #
-# Env: MODEL (teacher and student, checkpoints/qwen2.5-coder-0.5b-instruct.gguf; the paper's setting of a model
-#      trained on dialogues it could have written), TOKENIZER (a tokenizer.json for the fine-tunes, when the GGUF
+# Env: MODEL (the student, and the teacher unless TEACHER is set: checkpoints/qwen2.5-coder-0.5b-instruct.gguf,
+#      the paper's setting of a model trained on dialogues it could have written), TEACHER (another synthesis
+#      model, e.g. checkpoints/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf: about twice the dialogues per question,
+#      docs/autorag.md; default MODEL), TOKENIZER (a tokenizer.json for the fine-tunes, when the GGUF
 #      should not ship its own vocabulary), DEVICE (cpu), BATCH (lanes of synth and eval; default the
 #      device's), SAMPLES (4), KEEP (2), TEMP (reasoning temperature, 0.7), SHARD_COUNT (4), SHARDS (all),
 #      LIMIT (first N pool questions), DIALOGUES (a dialogues.jsonl or folder: skip step 1), CURVE ("100 300 all"),
@@ -30,6 +32,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODEL="${MODEL:-checkpoints/qwen2.5-coder-0.5b-instruct.gguf}"
+TEACHER="${TEACHER:-$MODEL}"
 DEVICE="${DEVICE:-cpu}"
 SAMPLES="${SAMPLES:-4}" KEEP="${KEEP:-2}" TEMP="${TEMP:-0.7}"
 SHARD_COUNT="${SHARD_COUNT:-4}"
@@ -63,7 +66,7 @@ else
   [[ -n ${LIMIT:-} ]] && limit=(--limit "$LIMIT")
   for i in $SHARDS; do
     echo "autorag-at-scale: synthesis, shard $i/$SHARD_COUNT"
-    if ! "$BIN" synth autorag --model "$MODEL" "${dev[@]}" "${int8[@]}" "${lanes[@]}" --dataset "$SHARED/qa/bioasq" \
+    if ! "$BIN" synth autorag --model "$TEACHER" "${dev[@]}" "${int8[@]}" "${lanes[@]}" --dataset "$SHARED/qa/bioasq" \
       --layout bioasq --index indexes/bioasq --out "$OUT/dialogues" --shard "$i/$SHARD_COUNT" "${limit[@]}" \
       --samples "$SAMPLES" --keep "$KEEP" --set "synth.reasoning_temperature=$TEMP" >"$OUT/synth-$i.json" \
       2>>"$OUT/synth-$i.log"; then
