@@ -81,8 +81,12 @@ fn algorithm2_retrieves_new_passages_and_forces_an_answer() {
     assert!(a.turns[2].input.starts_with("Retrieved Document_2: "));
     assert!(a.turns[2].output.contains("Final Answer:"), "{:?}", a.turns[2].output);
     assert!(a.generated_tokens > 0 && a.generated_tokens <= 3 * 6 + 4);
-    // a second question reuses the cached system prompt + exemplars: far fewer forward tokens
+    // a second question reuses the cached system prompt + exemplars; the exemplars' own pass (the first question
+    // ran it) counts for neither question, so a question's count does not depend on what ran before it
+    let raw = |main: &ChatGen<'_>, aux: &ChatGen<'_>| main.decoder.forward_tokens + aux.decoder.forward_tokens;
+    let raw_a = raw(&main, &aux);
     let b = rag.answer(&mut main, &mut aux, "What is the capital of Germany?").unwrap();
+    assert_eq!(b.forward_tokens, raw(&main, &aux) - raw_a, "no exemplar pass in the second question");
     let prefix = lm
         .tokenizer
         .encode(
@@ -99,12 +103,8 @@ fn algorithm2_retrieves_new_passages_and_forces_an_answer() {
         .unwrap()
         .len();
     assert!(prefix > 200, "exemplar prefix {prefix} tokens");
-    assert!(
-        b.forward_tokens + prefix <= a.forward_tokens + 50,
-        "second {} first {} prefix {prefix}",
-        b.forward_tokens,
-        a.forward_tokens
-    );
+    // the first question ran the exemplar passes (the main and the query model's anchors) beside what it counts
+    assert!(raw_a >= a.forward_tokens + prefix, "ran {raw_a}, counted {}, prefix {prefix}", a.forward_tokens);
     // the same question in a fresh session gives the same dialogue (cache reuse changes nothing)
     let mut fresh = ChatGen::new(&lm);
     let mut fresh_aux = ChatGen::new(&lm);

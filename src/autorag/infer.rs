@@ -50,6 +50,8 @@ pub struct ChatGen<'l, D: Decoder = Session<'l>> {
     new_job: bool,
     /// Tokens generated (all calls).
     pub generated: usize,
+    /// Tokens of the anchor's own passes (see [`ChatGen::forward_tokens`]).
+    anchor_fed: usize,
     /// Generated tokens with the entropy of the distribution each was drawn from (all calls), for traces.
     pub trace: Vec<(String, f32)>,
 }
@@ -74,7 +76,7 @@ impl<'l> ChatGen<'l, Session<'l>> {
 
 impl<'l, D: Decoder> ChatGen<'l, D> {
     pub fn on(lm: &'l Lm, decoder: D) -> Self {
-        ChatGen { lm, decoder, anchor: None, new_job: false, generated: 0, trace: Vec::new() }
+        ChatGen { lm, decoder, anchor: None, new_job: false, generated: 0, anchor_fed: 0, trace: Vec::new() }
     }
 
     /// The tokens every job's first prompt starts with, if set.
@@ -91,9 +93,11 @@ impl<'l, D: Decoder> ChatGen<'l, D> {
         self.new_job = true;
     }
 
-    /// Tokens the model has run forward on this decoder (prefill + decode).
+    /// Tokens the model has run forward on this decoder (prefill + decode), less the anchor's own passes: the
+    /// anchor is encoded once per decoder, by whichever job finds it missing, so leaving it out makes a job's
+    /// count the same whether it ran first, after a resume, or on any lane of a batch (as the RAG loop counts).
     pub fn forward_tokens(&self) -> usize {
-        self.decoder.forward_tokens()
+        self.decoder.forward_tokens() - self.anchor_fed
     }
 
     /// Renders `messages` with the chat template, opens an assistant turn, appends `prefix` (text the turn
@@ -117,7 +121,13 @@ impl<'l, D: Decoder> ChatGen<'l, D> {
         }
         // at least the last prompt token is fed, for the distribution of the first new one
         let anchor = self.anchor.as_deref().unwrap_or(&[]);
+        let anchor_cached = self.decoder.ids().starts_with(anchor);
+        let before = self.decoder.forward_tokens();
         feed_prompt(&mut self.decoder, anchor, self.new_job, &ids, ids.len() - 1, ids.len()).await?;
+        if !anchor_cached && self.decoder.ids().starts_with(anchor) {
+            // the anchor was encoded by a pass of its own (feed_prompt), at most what this call fed
+            self.anchor_fed += anchor.len().min(self.decoder.forward_tokens() - before);
+        }
         self.new_job = false;
         let mut text = String::new();
         for _ in 0..max_new {
