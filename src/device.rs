@@ -135,6 +135,43 @@ pub fn pool_memory<D: 'static>(device: &D) -> Option<PoolMemory> {
     }
 }
 
+/// Exclusive use of burn's process-wide training state, held while a graph that will be differentiated is built
+/// and run backward, and while the backend's seeded generator (`B::seed`) draws.
+///
+/// burn 0.21 keeps both per process, not per thread. A `backward()` ends by sweeping the process-wide registry of
+/// autodiff graphs, and can free a node of a graph that another thread is building at that moment (while
+/// `cat` copies its inputs, for one), so that thread's parameter silently gets no gradient (burn#5573, fixed after
+/// 0.21). And a seeded run's initialisation and dropout draw from the one generator that every `Tensor::random`
+/// in the process draws from. Two trainings on two threads of one process would each be wrong now and then, with
+/// no error. So the trainers ([`crate::sft::train()`], [`crate::detector::train()`] and its streaming twin) hold
+/// this for their whole run, and so must any other code (tests) that calls `backward()` or draws random tensors.
+/// Re-entrant: a thread that holds it may take it again.
+pub fn autodiff_exclusive() -> AutodiffGuard {
+    let depth = AUTODIFF_HELD.with(std::cell::Cell::get);
+    let lock = (depth == 0).then(|| AUTODIFF.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
+    AUTODIFF_HELD.with(|h| h.set(depth + 1));
+    AutodiffGuard { _lock: lock }
+}
+
+static AUTODIFF: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+thread_local! {
+    /// How many [`AutodiffGuard`]s this thread holds.
+    static AUTODIFF_HELD: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// Held by [`autodiff_exclusive`]; releases on drop (the thread's outermost guard releases the lock).
+#[must_use = "the lock is released when the guard is dropped"]
+pub struct AutodiffGuard {
+    _lock: Option<std::sync::MutexGuard<'static, ()>>,
+}
+
+impl Drop for AutodiffGuard {
+    fn drop(&mut self) {
+        AUTODIFF_HELD.with(|h| h.set(h.get() - 1));
+    }
+}
+
 /// Training generic over burn's autodiff backend: [`train_on`] picks the backend and device from a [`DeviceKind`].
 pub trait TrainJob {
     type Output;
@@ -190,6 +227,75 @@ mod tests {
     fn pool_memory_is_none_off_cuda() {
         let cpu: burn::tensor::Device<burn::backend::Flex> = Default::default();
         assert_eq!(pool_memory(&cpu), None);
+    }
+
+    #[test]
+    fn autodiff_exclusive_is_reentrant_and_excludes_other_threads() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let entered = std::sync::Arc::new(AtomicBool::new(false));
+        let outer = autodiff_exclusive();
+        let inner = autodiff_exclusive(); // the same thread again: no deadlock
+        let other = {
+            let entered = entered.clone();
+            std::thread::spawn(move || {
+                let _g = autodiff_exclusive();
+                entered.store(true, Ordering::SeqCst);
+            })
+        };
+        drop(inner);
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        assert!(!entered.load(Ordering::SeqCst), "another thread entered while this one held the lock");
+        drop(outer);
+        other.join().unwrap();
+        assert!(entered.load(Ordering::SeqCst));
+        // released: this thread takes it again
+        drop(autodiff_exclusive());
+    }
+
+    /// burn#5573 under load: half the threads reuse a leaf after a backward (as a trainer reuses its parameters)
+    /// and `cat` a product of it, the window in which another thread's backward can free the product's node,
+    /// while the other half run backward passes; each thread holds the lock for a round. Every gradient must
+    /// arrive whole. `RAGTIME_TEST_UNGUARDED=1` runs the same rounds without the lock: on 2 cores about a third
+    /// of the reusing rounds then lose the product's share of the gradient, with no error.
+    #[test]
+    fn concurrent_training_threads_keep_every_gradient() {
+        use burn::backend::{Autodiff, Flex};
+        use burn::tensor::Tensor;
+        type AB = Autodiff<Flex>;
+        let guarded = std::env::var("RAGTIME_TEST_UNGUARDED").is_err();
+        let n = 512;
+        let lost = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let threads: Vec<_> = (0..12)
+            .map(|k| {
+                let lost = lost.clone();
+                std::thread::spawn(move || {
+                    let dev = Default::default();
+                    for round in 0..100 {
+                        let _g = guarded.then(autodiff_exclusive);
+                        let leaf = Tensor::<AB, 2>::ones([n, n], &dev).require_grad();
+                        if k % 2 == 0 {
+                            // a throwaway backward drops the leaf's graph; the next op starts a one-node graph
+                            let _ = leaf.clone().sum().backward();
+                            // `cat` drops its inputs' handles before it registers its own step: while it
+                            // copies, `x`'s node looks unused to another thread's sweep
+                            let x = leaf.clone().mul_scalar(2.0);
+                            let y = Tensor::cat(vec![x, leaf.clone()], 0).sum();
+                            // d y / d leaf = 2 + 1 in every element
+                            let g = leaf.grad(&y.backward()).map(|g| g.sum().into_scalar());
+                            if g != Some(3.0 * (n * n) as f32) {
+                                lost.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                            }
+                        } else {
+                            let _ = (leaf * (round as f32)).sum().backward();
+                        }
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert_eq!(lost.load(std::sync::atomic::Ordering::SeqCst), 0, "gradients lost");
     }
 
     #[test]

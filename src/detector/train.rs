@@ -344,6 +344,8 @@ pub(super) struct Run<B: AutodiffBackend> {
     best: Option<(usize, f64, Mlp<B::InnerBackend>)>,
     /// When the current epoch began.
     epoch_start: std::time::Instant,
+    /// Held from the seed to the end of the run (see [`crate::device::autodiff_exclusive`]).
+    _exclusive: crate::device::AutodiffGuard,
 }
 
 impl<B: AutodiffBackend> Run<B> {
@@ -359,6 +361,7 @@ impl<B: AutodiffBackend> Run<B> {
         let n = sizes[&Split::Train].examples as f32;
         let pos = sizes[&Split::Train].hallucinated as f32;
         let class_weights = [n / (2.0 * (n - pos)), n / (2.0 * pos)];
+        let exclusive = crate::device::autodiff_exclusive();
         B::seed(device, cfg.seed);
         let mlp = MlpConfig { input: dim, hidden_layers: cfg.hidden_layers.clone(), dropout: cfg.dropout };
         let model: Mlp<B> = mlp.init(device);
@@ -383,6 +386,7 @@ impl<B: AutodiffBackend> Run<B> {
             history: Vec::new(),
             best: None,
             epoch_start: std::time::Instant::now(),
+            _exclusive: exclusive,
         }
     }
 

@@ -155,6 +155,7 @@ mod tests {
     /// q1 k0 = 1 and q1 k1 = 2 (scale 1), so P1 = softmax(1, 2) = (0.2689, 0.7311).
     #[test]
     fn hand_worked_two_tokens() {
+        let _exclusive = crate::device::autodiff_exclusive();
         let dev = Default::default();
         let q = Tensor::<AB, 4>::from_data(TensorData::new(vec![0.5f32, 1.0], [1, 1, 2, 1]), &dev).require_grad();
         let k = Tensor::<AB, 4>::from_data(TensorData::new(vec![1.0f32, 2.0], [1, 1, 2, 1]), &dev).require_grad();
@@ -178,6 +179,7 @@ mod tests {
     /// after a prefix (start 3, so keys = 3 + t), f32 and bf16.
     #[test]
     fn recomputing_backward_equals_the_composed_ops() {
+        let _exclusive = crate::device::autodiff_exclusive();
         let dev = Default::default();
         for (dtype, tol) in [(DType::F32, 1e-5), (DType::BF16, 2e-2)] {
             let (b, kv, rep, t, start, hd) = (2, 2, 3, 5, 3, 8);
@@ -212,6 +214,7 @@ mod tests {
     /// Without autodiff (inference), `causal` is the composed ops.
     #[test]
     fn inference_backend_uses_the_composed_ops() {
+        let _exclusive = crate::device::autodiff_exclusive();
         let dev = Default::default();
         let rnd = |shape: [usize; 4]| Tensor::<Flex, 4>::random(shape, Distribution::Normal(0.0, 1.0), &dev);
         let (q, k, v) = (rnd([1, 1, 4, 4]), rnd([1, 1, 4, 4]), rnd([1, 1, 4, 4]));

@@ -83,6 +83,7 @@ mod tests {
     /// dg = u * 1/2 = 1. At g = 1: s = 0.7311, du = 0.7311, dg = 3 * 0.7311 * (1 + 0.2689) = 2.7828.
     #[test]
     fn hand_worked() {
+        let _exclusive = crate::device::autodiff_exclusive();
         let dev = Default::default();
         let g = Tensor::<AB, 3>::from_data(TensorData::new(vec![0.0f32, 1.0], [1, 1, 2]), &dev).require_grad();
         let u = Tensor::<AB, 3>::from_data(TensorData::new(vec![2.0f32, 3.0], [1, 1, 2]), &dev).require_grad();
@@ -100,6 +101,7 @@ mod tests {
     /// The operation's gradients against burn's composed `silu(g) * u`, f32 and bf16.
     #[test]
     fn backward_equals_the_composed_ops() {
+        let _exclusive = crate::device::autodiff_exclusive();
         let dev = Default::default();
         for (dtype, tol) in [(DType::F32, 1e-6), (DType::BF16, 1e-2)] {
             let rnd = |s: f64| Tensor::<Flex, 3>::random([2, 3, 16], Distribution::Normal(0.0, s), &dev).cast(dtype);

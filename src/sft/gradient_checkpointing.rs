@@ -96,6 +96,7 @@ mod tests {
     /// parameter, the tied embedding included) and for LoRA (adapters only), on a padded two-row batch.
     #[test]
     fn checkpointed_gradients_equal_the_plain_ones() {
+        let _exclusive = crate::device::autodiff_exclusive();
         let Some((mcfg, w, data)) = setup() else { return };
         let dev = Default::default();
         // two dialogues of different lengths: the shorter one is padded

@@ -274,6 +274,7 @@ mod tests {
 
     #[test]
     fn adamw_matches_the_pytorch_formula_with_accumulation_and_clipping() {
+        let _exclusive = crate::device::autodiff_exclusive();
         let cfg = AdamWConfig { beta1: 0.9, beta2: 0.99, eps: 1e-8, weight_decay: 0.1, clip_norm: None };
         let mut opt = AdamW::<Flex>::new(cfg);
         let mut acc = GradAccum::<Flex>::default();
@@ -328,6 +329,7 @@ mod tests {
 
     #[test]
     fn state_round_trips() {
+        let _exclusive = crate::device::autodiff_exclusive();
         let mut opt = AdamW::<Flex>::new(AdamWConfig::default());
         let mut acc = GradAccum::<Flex>::default();
         let m = toy();

@@ -47,6 +47,7 @@ pub fn train<AB: AutodiffBackend>(
     device: &AB::Device,
     log: &mut dyn FnMut(&str),
 ) -> Result<Trained<AB::InnerBackend>> {
+    let _exclusive = crate::device::autodiff_exclusive();
     cfg.validate()?;
     let fp = fingerprint(cfg, model_cfg, data);
     let updates = plan(data, cfg)?;
