@@ -121,13 +121,8 @@ impl<'l, D: Decoder> ChatGen<'l, D> {
         }
         // at least the last prompt token is fed, for the distribution of the first new one
         let anchor = self.anchor.as_deref().unwrap_or(&[]);
-        let anchor_cached = self.decoder.ids().starts_with(anchor);
-        let before = self.decoder.forward_tokens();
-        feed_prompt(&mut self.decoder, anchor, self.new_job, &ids, ids.len() - 1, ids.len()).await?;
-        if !anchor_cached && self.decoder.ids().starts_with(anchor) {
-            // the anchor was encoded by a pass of its own (feed_prompt), at most what this call fed
-            self.anchor_fed += anchor.len().min(self.decoder.forward_tokens() - before);
-        }
+        let fed = feed_prompt(&mut self.decoder, anchor, self.new_job, &ids, ids.len() - 1, ids.len()).await?;
+        self.anchor_fed += fed.anchor_pass;
         self.new_job = false;
         let mut text = String::new();
         for _ in 0..max_new {

@@ -68,9 +68,18 @@ impl Decoder for Session<'_> {
     }
 }
 
-/// Feeds the prompt `ids` into `s`, keeping at most `keep_max` of the positions the cache already holds, and
-/// returns the steps of `ids[steps_from..]` (`keep_max <= steps_from`). `new_job`: the first prompt of a job (a
-/// question, an article).
+/// What [`feed_prompt`] ran.
+pub struct Fed {
+    /// The steps of `ids[steps_from..]`.
+    pub steps: Vec<TokenStep>,
+    /// Tokens of the anchor's own pass, 0 when the cache held the anchor. The pass is run once per decoder, by
+    /// whichever job finds the anchor missing, so a job's count of forward tokens leaves it out: the count is then
+    /// the same whether the job ran first, after a resume, or on any lane of a batch.
+    pub anchor_pass: usize,
+}
+
+/// Feeds the prompt `ids` into `s`, keeping at most `keep_max` of the positions the cache already holds
+/// (`keep_max <= steps_from`). `new_job`: the first prompt of a job (a question, an article).
 ///
 /// What may be kept: the engine's numbers for a position depend, in their last bits, on how the positions before
 /// it were cut into forward passes (a pass of a few rows takes other kernel paths than a long one). A job must
@@ -85,20 +94,23 @@ pub async fn feed_prompt<D: Decoder>(
     ids: &[u32],
     keep_max: usize,
     steps_from: usize,
-) -> Result<Vec<TokenStep>> {
+) -> Result<Fed> {
     let anchored = !anchor.is_empty() && anchor.len() <= keep_max && ids.starts_with(anchor);
     let mut keep = common_prefix(&s.ids(), ids).min(keep_max);
     if new_job {
         keep = keep.min(if anchored { anchor.len() } else { 0 });
     }
     // so that cached anchor positions were always computed by the anchor's own pass
+    let mut anchor_pass = 0;
     if anchored && keep < anchor.len() {
         s.truncate(0);
         s.feed(anchor, anchor.len()).await?;
         keep = anchor.len();
+        anchor_pass = anchor.len();
     }
     s.truncate(keep);
-    s.feed(&ids[keep..], steps_from - keep).await
+    let steps = s.feed(&ids[keep..], steps_from - keep).await?;
+    Ok(Fed { steps, anchor_pass })
 }
 
 /// Length of the longest common prefix of `a` and `b`.
@@ -307,5 +319,72 @@ impl Decoder for Lane<'_, '_> {
     }
     fn pick(&self, sampler: &mut Sampler) -> Result<u32> {
         self.batch.sessions[self.idx].borrow().pick(sampler)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A decoder that records each forward pass (the ids fed) and nothing else.
+    #[derive(Default)]
+    struct Recorder {
+        cache: Vec<u32>,
+        passes: Vec<Vec<u32>>,
+    }
+
+    impl Decoder for Recorder {
+        fn ids(&self) -> Vec<u32> {
+            self.cache.clone()
+        }
+        fn len(&self) -> usize {
+            self.cache.len()
+        }
+        fn forward_tokens(&self) -> usize {
+            self.passes.iter().map(Vec::len).sum()
+        }
+        fn truncate(&mut self, len: usize) {
+            self.cache.truncate(len);
+        }
+        async fn feed(&mut self, ids: &[u32], steps_from: usize) -> Result<Vec<TokenStep>> {
+            let start = self.cache.len();
+            self.cache.extend_from_slice(ids);
+            self.passes.push(ids.to_vec());
+            Ok((steps_from..ids.len())
+                .map(|i| TokenStep { pos: start + i, id: ids[i], ..Default::default() })
+                .collect())
+        }
+        fn pick(&self, _: &mut Sampler) -> Result<u32> {
+            unreachable!()
+        }
+    }
+
+    /// Anchor `[1, 2, 3]`. Job A's first prompt `[1, 2, 3, 10, 11]`: the anchor gets a pass of its own (3 tokens,
+    /// reported), then `[10, 11]`. A's next prompt `[1, 2, 3, 10, 12]` keeps the common prefix (4) and feeds `[12]`.
+    /// Job B's first prompt `[1, 2, 3, 10, 11]` shares 4 positions with the cache but keeps only the anchor: it feeds
+    /// `[10, 11]`, and no anchor pass. A prompt that does not start with the anchor keeps nothing of another job.
+    #[test]
+    fn jobs_keep_only_the_anchor_and_report_its_own_pass() {
+        let anchor = [1, 2, 3];
+        let mut d = Recorder::default();
+        let run = |d: &mut Recorder, new_job: bool, ids: &[u32]| {
+            block_on(feed_prompt(d, &anchor, new_job, ids, ids.len() - 1, ids.len() - 1)).unwrap()
+        };
+        let a1 = run(&mut d, true, &[1, 2, 3, 10, 11]);
+        assert_eq!(d.passes, vec![vec![1, 2, 3], vec![10, 11]]);
+        assert_eq!(a1.anchor_pass, 3);
+        assert_eq!(a1.steps.iter().map(|s| (s.pos, s.id)).collect::<Vec<_>>(), vec![(4, 11)]);
+        let a2 = run(&mut d, false, &[1, 2, 3, 10, 12]);
+        assert_eq!((d.passes.last().unwrap().clone(), a2.anchor_pass), (vec![12], 0));
+        let b1 = run(&mut d, true, &[1, 2, 3, 10, 11]);
+        assert_eq!((d.passes.last().unwrap().clone(), b1.anchor_pass), (vec![10, 11], 0));
+        assert_eq!(d.cache, vec![1, 2, 3, 10, 11]);
+        // a job's forward tokens less its anchor passes do not depend on what the decoder did before
+        let mut fresh = Recorder::default();
+        let b_alone = run(&mut fresh, true, &[1, 2, 3, 10, 11]);
+        assert_eq!(fresh.forward_tokens() - b_alone.anchor_pass, 2);
+        // not anchored: a new job starts from an empty cache
+        let c = run(&mut d, true, &[1, 2, 9]);
+        assert_eq!((d.passes.last().unwrap().clone(), c.anchor_pass), (vec![1, 2, 9], 0));
     }
 }

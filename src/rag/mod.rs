@@ -131,7 +131,7 @@ impl<'a> RagLoop<'a> {
         question: &str,
         docs: &[Passage],
         kept: &[u32],
-    ) -> Result<Vec<TokenStep>> {
+    ) -> Result<batch::Fed> {
         let mut ids = self.lm.tokenizer.encode(&self.prompt.build(question, docs, ""), true)?;
         let prompt_len = ids.len();
         ids.extend_from_slice(kept);
@@ -207,11 +207,10 @@ impl<'a> RagLoop<'a> {
         }
         let anchor = self.anchor()?;
         // The exemplars (the anchor) are encoded once per session, by whichever question finds them missing; that
-        // pass is not counted, so a question's forward tokens are the same whether it came first in a run, after
-        // a resume, or in any lane of a batch.
-        let anchor_cached = s.ids().starts_with(&anchor);
-        let mut tokens = self.rebuild(s, &anchor, true, question, &docs, &[]).await?;
-        let setup = if anchor_cached || !s.ids().starts_with(&anchor) { 0 } else { anchor.len() };
+        // pass is not counted (`Fed::anchor_pass`).
+        let fed = self.rebuild(s, &anchor, true, question, &docs, &[]).await?;
+        let mut setup = fed.anchor_pass;
+        let mut tokens = fed.steps;
         let mut scores: Vec<Option<f32>> = Vec::new();
         let mut stopped = false;
         while !stopped && tokens.len() < self.cfg.max_new_tokens {
@@ -266,7 +265,9 @@ impl<'a> RagLoop<'a> {
                         out.retrievals.push(Retrieval { token_pos: keep, query: q, passages: docs.clone() });
                         let kept: Vec<u32> = tokens[..keep.min(tokens.len())].iter().map(|t| t.id).collect();
                         scores.truncate(kept.len());
-                        tokens = self.rebuild(s, &anchor, false, question, &docs, &kept).await?;
+                        let fed = self.rebuild(s, &anchor, false, question, &docs, &kept).await?;
+                        setup += fed.anchor_pass;
+                        tokens = fed.steps;
                         stopped = false;
                         continue;
                     }
@@ -285,7 +286,9 @@ impl<'a> RagLoop<'a> {
             let start = tokens.len();
             let mut all: Vec<u32> = tokens.iter().map(|t| t.id).collect();
             all.extend(&ids);
-            tokens = self.rebuild(s, &anchor, false, question, &docs, &all).await?;
+            let fed = self.rebuild(s, &anchor, false, question, &docs, &all).await?;
+            setup += fed.anchor_pass;
+            tokens = fed.steps;
             for _ in 0..self.cfg.suffix_tokens {
                 let step = s.step(&mut sampler).await?;
                 out.generated_tokens += 1;

@@ -250,7 +250,7 @@ impl Synthesizer<'_> {
         let ids = tok.encode(&prompt, true)?;
         // keep the cached prefix, re-feed at least the last prompt token (its internals are features)
         let n = ids.len() - 1;
-        let last = feed_prompt(s, &[], first, &ids, n, n).await?.pop().context("no prompt step")?;
+        let last = feed_prompt(s, &[], first, &ids, n, n).await?.steps.pop().context("no prompt step")?;
         let entity_tokens = tok.encode(&format!(" {}", e.text), false)?.len();
         let max_new = entity_tokens + self.cfg.extra_tokens;
         // greedy, up to a stop token (included), as `Session::generate`
