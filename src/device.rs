@@ -139,12 +139,13 @@ pub fn pool_memory<D: 'static>(device: &D) -> Option<PoolMemory> {
 /// and run backward, and while the backend's seeded generator (`B::seed`) draws.
 ///
 /// burn 0.21 keeps both per process, not per thread. A `backward()` ends by sweeping the process-wide registry of
-/// autodiff graphs, and can free a node of a graph that another thread is building at that moment (while
-/// `cat` copies its inputs, for one), so that thread's parameter silently gets no gradient (burn#5573, fixed after
-/// 0.21). And a seeded run's initialisation and dropout draw from the one generator that every `Tensor::random`
-/// in the process draws from. Two trainings on two threads of one process would each be wrong now and then, with
-/// no error. So the trainers ([`crate::sft::train()`], [`crate::detector::train()`] and its streaming twin) hold
-/// this for their whole run, and so must any other code (tests) that calls `backward()` or draws random tensors.
+/// autodiff graphs, and can free a node of a graph that another thread is building at that moment (a node whose
+/// parents are all parameters, while the op that consumes it runs), so that thread's parameter silently loses the
+/// pass's gradient term (burn#5573, fixed after 0.21). And a seeded run's initialisation and dropout draw from the
+/// one generator that every `Tensor::random` in the process draws from. Two trainings on two threads of one
+/// process would each be wrong now and then, with no error. So the trainers ([`crate::sft::train::train`],
+/// [`crate::detector::train::train`] and its streaming twin) hold this for their whole run, and so must any other
+/// code (tests) that calls `backward()` or draws random tensors.
 /// Re-entrant: a thread that holds it may take it again.
 pub fn autodiff_exclusive() -> AutodiffGuard {
     let depth = AUTODIFF_HELD.with(std::cell::Cell::get);

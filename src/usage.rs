@@ -7,8 +7,9 @@
 //! The other layers' errors, each in its own module: [`crate::config::ConfigError`] (method configs and `--set`),
 //! [`crate::io::FileError`] (files: not found, refused by the OS, malformed),
 //! [`crate::model::ModelError`] (model files and their metadata), [`crate::retrieval::IndexError`] (search
-//! indexes), [`crate::model::engine::EngineError`] (decoding). Pipelines carry them in an [`anyhow::Error`] with
-//! the context of what they were doing; the binary prints the whole chain on one line (`error: a: b: c`).
+//! indexes), [`crate::model::engine::ContextOverflow`] (decoding past the model's positions),
+//! [`crate::data::fetch::DownloadError`] (downloads). Pipelines carry them in an [`anyhow::Error`] with the context
+//! of what they were doing; the binary prints the whole chain on one line (`error: a: b: c`).
 
 /// A command-line request that cannot be met as given. The message starts with the flag (`--split nope: ...`).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

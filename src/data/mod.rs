@@ -9,8 +9,8 @@
 //! in either. `RAGTIME_DATA=DIR` replaces both with `DIR` (fetches then write there too): it points ragtime at a
 //! data folder kept elsewhere, and `RAGTIME_DATA=/nonexistent` shows what a machine without data sees.
 //!
-//! Downloading and checking a dataset is [`fetch`]; re-laying out a downloaded file as the shared copy is laid
-//! out is [`cut`].
+//! Downloading and checking a dataset is [`fetch`](mod@fetch); re-laying out a downloaded file as the shared copy
+//! is laid out is [`cut`].
 
 pub mod cut;
 pub mod fetch;

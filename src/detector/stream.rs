@@ -21,9 +21,9 @@ use crate::synth::store::FeatureStream;
 /// whatever the number of rows. Each epoch visits the shards in a new seeded order and passes the train rows
 /// through the buffer (as tf.data's and webdataset's shuffle buffers: once full, each arriving row replaces a
 /// uniformly drawn one, which goes to the batch). With a buffer at least as large as the train split this is a
-/// full shuffle, but not the same permutation as [`train`]'s, so the two give different (equally valid)
-/// networks. Splits, class weights and standardisation are computed exactly as [`train`] does; evaluation
-/// scores every row each epoch, keeping one probability per row.
+/// full shuffle, but not the same permutation as [`train`](super::train::train)'s, so the two give different
+/// (equally valid) networks. Splits, class weights and standardisation are computed exactly as
+/// [`train`](super::train::train) does; evaluation scores every row each epoch, keeping one probability per row.
 pub fn train_stream<B: AutodiffBackend>(
     stream: &FeatureStream,
     buffer: usize,

@@ -23,7 +23,7 @@
 //! burn's own `module::attention` on an autodiff backend falls back to the composed ops (it keeps the same
 //! intermediates), so the recomputing operation is written here with burn-autodiff's `Backward` interface. It is
 //! used for the autodiff backends `train autorag` runs on (`Autodiff<Flex>`, and `Autodiff<Cuda>` in a CUDA build),
-//! found by type ([`super::autodiff_ops`]); any other backend gets the composed ops.
+//! found by type (`model::autodiff_ops`); any other backend gets the composed ops.
 
 use burn::prelude::Backend;
 use burn::tensor::activation::softmax;

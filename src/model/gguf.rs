@@ -249,7 +249,7 @@ fn unpermuted_sources(rows: usize, n_head: usize) -> Vec<usize> {
     src_of
 }
 
-/// Undo llama.cpp's Q/K row permutation (see [`unpermuted_sources`]).
+/// Undo llama.cpp's Q/K row permutation (see `unpermuted_sources`).
 pub fn unpermute_rows(t: &HostTensor, n_head: usize) -> HostTensor {
     let rows = t.shape[0];
     // (a bias has no dimension past the rows: the empty product, 1; a zero-width tensor has no columns to move)

@@ -3,7 +3,7 @@
 //!
 //! burn's `silu` is `g * sigmoid(g)` in tensor ops, so under autodiff the product keeps `g`, `sigmoid(g)`,
 //! `silu(g)` and `u` for its backward: four `[b, t, intermediate]` tensors per layer, where PyTorch's SiLU and
-//! product keep three. On the trainer's autodiff backends ([`super::autodiff_ops`]) it is one operation that keeps
+//! product keep three. On the trainer's autodiff backends (`model::autodiff_ops`) it is one operation that keeps
 //! `g` and `u` only and recomputes the sigmoid in its backward:
 //!
 //! ```text

@@ -1,4 +1,4 @@
-//! NQ-open (and the EfficientQA files in the same layout): JSON lines {question, answer: [aliases]}; extra fields
+//! NQ-open (and the EfficientQA files in the same layout): JSON lines `{question, answer: [aliases]}`; extra fields
 //! (EfficientQA's def_correct_predictions, ...) are ignored. The id is the 0-based line index among questions.
 
 use std::path::Path;

@@ -1,4 +1,4 @@
-//! TriviaQA as JSON lines {id, question, answers: [aliases]} (the layout of CtrlA's triviaqa_test.jsonl).
+//! TriviaQA as JSON lines `{id, question, answers: [aliases]}` (the layout of CtrlA's triviaqa_test.jsonl).
 
 use std::path::Path;
 

@@ -1,5 +1,5 @@
 //! 2WikiMultihopQA: a JSON array of {test_id | _id, question, answer (a string or a list of aliases)}. The
-//! official release also has `context` [[title, [sentences]]] and `supporting_facts` [[title, sentence_id]]
+//! official release also has `context` `[[title, [sentences]]]` and `supporting_facts` `[[title, sentence_id]]`
 //! (HotpotQA's official distractor file has the same shape): when present, every context paragraph becomes a
 //! context doc (sentences joined with a space) and the paragraphs named by supporting_facts become supporting.
 

@@ -24,7 +24,7 @@
 //!   gradient accumulation; its state is plain tensors so checkpoints restore it exactly.
 //! - [`config`]: the hyper-parameters. [`plan`]: the train/valid split and every update's micro-batches and
 //!   learning rate. [`loss`]: the masked NLL.
-//! - [`train`]: the loop, periodic validation loss, resume; [`checkpoint`]: checkpoints every N updates,
+//! - [`train`](mod@train): the loop, periodic validation loss, resume; [`checkpoint`]: checkpoints every N updates,
 //!   written atomically.
 //! - [`export`]: the Hugging Face folder (safetensors + config.json + tokenizer files).
 //! - [`gradient_checkpointing`]: the backward pass with one checkpoint per decoder layer (an option).

@@ -102,7 +102,8 @@ pub struct PlannedUpdate {
 
 /// Every update of a run, fixed by the data and the settings alone (see the module doc): update `u`
 /// takes micro-batches `[k A, (k+1) A)` of epoch `u / S`'s batch list, at the warm-up + cosine rate of `u`.
-/// [`train`] follows this plan, and `ragtime train autorag --dump-plan` writes it for other trainers.
+/// [`train`](super::train::train) follows this plan, and `ragtime train autorag --dump-plan` writes it for other
+/// trainers.
 pub fn plan(data: &SftData, cfg: &SftConfig) -> Result<Vec<PlannedUpdate>> {
     let lengths: Vec<usize> = data.train.iter().map(|e| e.len()).collect();
     let per_epoch = data.train.len().div_ceil(cfg.batch_size).div_ceil(cfg.grad_accum);

@@ -2,7 +2,8 @@
 //! Retrieval in Dynamic RAG"). Pair it with the `qfs` query former (ETC reuses DRAGIN's QFS).
 //!
 //! ETC triggers on the *trend* of uncertainty rather than its level. Over the entropy sequence of the content
-//! words generated so far, `h_1, h_2, ...` (stop words and punctuation skipped, [`is_content_word`]):
+//! words generated so far, `h_1, h_2, ...` (stop words and punctuation skipped,
+//! [`crate::text::words::is_content_word`]):
 //! - first and second differences `d1_t = h_t - h_{t-1}`, `d2_t = d1_t - d1_{t-1}` (defined from the third
 //!   content word on);
 //! - `E_t` = running mean of `d2` up to and including `t`;

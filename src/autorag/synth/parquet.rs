@@ -1,7 +1,7 @@
 //! dialogues.parquet: the kept dialogues of a dataset directory as Parquet, for tools outside ragtime.
 //!
-//! Parquet columns (all non-null): `id`, `dataset`, `question` (utf8), `answers` (list<utf8>), `turn_inputs` and
-//! `turn_outputs` (list<utf8>, x_t and y_t in order, same length), `iterations` (uint32), `final_answer` (utf8).
+//! Parquet columns (all non-null): `id`, `dataset`, `question` (utf8), `answers` (`list<utf8>`), `turn_inputs` and
+//! `turn_outputs` (`list<utf8>`, x_t and y_t in order, same length), `iterations` (uint32), `final_answer` (utf8).
 
 use std::fs::File;
 use std::path::Path;

@@ -190,8 +190,8 @@ pub fn matmul(x: &[f32], rows: usize, k: usize, w: Strided<'_>, n: usize, bias: 
 }
 
 /// Rotate-half RoPE in place on `x [t, heads * hd]` at positions `start..start + t`; `cos`/`sin` are the
-/// `[max_pos, hd]` tables of [`super::llama::Rope`] (its flex buffers) (frequencies repeated over both halves). Computes exactly
-/// what `x * cos + cat(-x2, x1) * sin` does.
+/// `[max_pos, hd]` tables of [`crate::model::llama::Rope`] (its flex buffers) (frequencies repeated over both
+/// halves). Computes exactly what `x * cos + cat(-x2, x1) * sin` does.
 pub fn rope(x: &mut [f32], t: usize, heads: usize, hd: usize, start: usize, cos: &[f32], sin: &[f32]) {
     let half = hd / 2;
     for i in 0..t {

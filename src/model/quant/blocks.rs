@@ -30,7 +30,7 @@ pub(super) fn block_layout(dtype: GgmlDType) -> Option<(usize, usize)> {
     })
 }
 
-/// Whether [`QMatrix::from_ggml`] accepts this format.
+/// Whether [`super::QMatrix::from_ggml`] accepts this format.
 pub fn supported(dtype: GgmlDType) -> bool {
     block_layout(dtype).is_some()
 }
