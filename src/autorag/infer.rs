@@ -51,7 +51,7 @@ pub struct ChatGen<'l, D: Decoder = Session<'l>> {
     /// Tokens generated (all calls).
     pub generated: usize,
     /// Tokens of the anchor's own passes (see [`ChatGen::forward_tokens`]).
-    anchor_fed: usize,
+    anchor_passes: usize,
     /// Generated tokens with the entropy of the distribution each was drawn from (all calls), for traces.
     pub trace: Vec<(String, f32)>,
 }
@@ -76,7 +76,7 @@ impl<'l> ChatGen<'l, Session<'l>> {
 
 impl<'l, D: Decoder> ChatGen<'l, D> {
     pub fn on(lm: &'l Lm, decoder: D) -> Self {
-        ChatGen { lm, decoder, anchor: None, new_job: false, generated: 0, anchor_fed: 0, trace: Vec::new() }
+        ChatGen { lm, decoder, anchor: None, new_job: false, generated: 0, anchor_passes: 0, trace: Vec::new() }
     }
 
     /// The tokens every job's first prompt starts with, if set.
@@ -97,7 +97,7 @@ impl<'l, D: Decoder> ChatGen<'l, D> {
     /// anchor is encoded once per decoder, by whichever job finds it missing, so leaving it out makes a job's
     /// count the same whether it ran first, after a resume, or on any lane of a batch (as the RAG loop counts).
     pub fn forward_tokens(&self) -> usize {
-        self.decoder.forward_tokens() - self.anchor_fed
+        self.decoder.forward_tokens() - self.anchor_passes
     }
 
     /// Renders `messages` with the chat template, opens an assistant turn, appends `prefix` (text the turn
@@ -122,7 +122,7 @@ impl<'l, D: Decoder> ChatGen<'l, D> {
         // at least the last prompt token is fed, for the distribution of the first new one
         let anchor = self.anchor.as_deref().unwrap_or(&[]);
         let fed = feed_prompt(&mut self.decoder, anchor, self.new_job, &ids, ids.len() - 1, ids.len()).await?;
-        self.anchor_fed += fed.anchor_pass;
+        self.anchor_passes += fed.anchor_pass;
         self.new_job = false;
         let mut text = String::new();
         for _ in 0..max_new {

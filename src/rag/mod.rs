@@ -209,7 +209,7 @@ impl<'a> RagLoop<'a> {
         // The exemplars (the anchor) are encoded once per session, by whichever question finds them missing; that
         // pass is not counted (`Fed::anchor_pass`).
         let fed = self.rebuild(s, &anchor, true, question, &docs, &[]).await?;
-        let mut setup = fed.anchor_pass;
+        let mut anchor_passes = fed.anchor_pass;
         let mut tokens = fed.steps;
         let mut scores: Vec<Option<f32>> = Vec::new();
         let mut stopped = false;
@@ -266,7 +266,7 @@ impl<'a> RagLoop<'a> {
                         let kept: Vec<u32> = tokens[..keep.min(tokens.len())].iter().map(|t| t.id).collect();
                         scores.truncate(kept.len());
                         let fed = self.rebuild(s, &anchor, false, question, &docs, &kept).await?;
-                        setup += fed.anchor_pass;
+                        anchor_passes += fed.anchor_pass;
                         tokens = fed.steps;
                         stopped = false;
                         continue;
@@ -287,7 +287,7 @@ impl<'a> RagLoop<'a> {
             let mut all: Vec<u32> = tokens.iter().map(|t| t.id).collect();
             all.extend(&ids);
             let fed = self.rebuild(s, &anchor, false, question, &docs, &all).await?;
-            setup += fed.anchor_pass;
+            anchor_passes += fed.anchor_pass;
             tokens = fed.steps;
             for _ in 0..self.cfg.suffix_tokens {
                 let step = s.step(&mut sampler).await?;
@@ -307,7 +307,7 @@ impl<'a> RagLoop<'a> {
         out.text = text;
         out.tokens = tokens;
         out.scores = scores;
-        out.forward_tokens = s.forward_tokens() - forward0 - setup;
+        out.forward_tokens = s.forward_tokens() - forward0 - anchor_passes;
         Ok(out)
     }
 }
