@@ -99,7 +99,7 @@ fn bad_model_files_get_clear_errors() {
     assert!(err.contains("cut.gguf") && err.contains("truncated") && err.contains("tensor"), "{err}");
 }
 
-/// A quantized GGUF decodes on integer copies of its blocks; the result must equal decoding on the de-quantized f32 weights
+/// A quantized GGUF decodes on its blocks held as integers; the result must equal decoding on the de-quantized f32 weights
 /// (same greedy ids, logits, attention and hidden states up to f32 rounding), through a rewind too. For `llama`
 /// this also checks that the blocks' Q/K rows are un-permuted like the f32 ones.
 #[test]
@@ -122,7 +122,7 @@ fn quantized_gguf_decode_matches_f32_decode() {
         assert_eq!(
             int8.int8_decode_bytes,
             u4 * 3 / 4 + sym * 9 / 8 + with_offset * 5 / 4,
-            "{arch:?}: integer copies attached"
+            "{arch:?}: integer blocks held"
         );
         f32m.f32_decode();
         assert_eq!(f32m.int8_decode_bytes, 0);
@@ -146,6 +146,50 @@ fn quantized_gguf_decode_matches_f32_decode() {
             }
             assert!(max_diff(&x.hidden_final, &y.hidden_final) < 1e-4, "{arch:?}: hidden");
         }
+    }
+}
+
+/// Prefill chunks longer than `int_rows` multiply in f32: the engine holding only the integer blocks de-quantizes
+/// them a tile at a time, and must give bit for bit what it gives holding the whole f32 matrices
+/// (`--f32-decode`): every row's entropy, probability, attention row and hidden states, and the next logits;
+/// also for two sequences fed together, which share the tiles.
+#[test]
+fn quantized_prefill_equals_f32_prefill_bit_for_bit() {
+    use ragtime::model::engine::cpu::int_rows;
+    ragtime::require_data!("models/smollm2-135m-instruct/tokenizer.json");
+    let ids: Vec<u32> = (0..int_rows() as u32 + 9).map(|i| (i * 977 + 13) % 4000).collect();
+    let other: Vec<u32> = ids.iter().rev().copied().collect();
+    for arch in [Arch::Llama, Arch::Qwen2] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = write_tiny_gguf(arch, dir.path());
+        let int = Lm::load(&path, DeviceKind::Cpu, Some(&tokenizer_path())).unwrap();
+        let mut f32m = Lm::load(&path, DeviceKind::Cpu, Some(&tokenizer_path())).unwrap();
+        f32m.f32_decode();
+        let run = |lm: &Lm| {
+            let (mut a, mut b) = (lm.session(), lm.session());
+            let alone = a.feed(&ids, 0).unwrap();
+            let logits = a.logits().unwrap().to_vec();
+            let mut a2 = lm.session();
+            let both = lm.feed_many(&mut [&mut a2, &mut b], &[&ids, &other], &[0, 0]).unwrap();
+            (alone, logits, both)
+        };
+        let ((sa, la, ba), (sb, lb, bb)) = (run(&int), run(&f32m));
+        assert_eq!(la, lb, "{arch:?}: next logits");
+        for (x, y) in sa.iter().chain(ba.iter().flatten()).zip(sb.iter().chain(bb.iter().flatten())) {
+            let what = format!("{arch:?}, position {}", x.pos);
+            // (the first position has no distribution: NaN entropy and probability, compared by their bits)
+            assert_eq!(
+                (x.id, x.entropy.to_bits(), x.prob.to_bits()),
+                (y.id, y.entropy.to_bits(), y.prob.to_bits()),
+                "{what}"
+            );
+            assert_eq!(
+                (&x.attn, &x.hidden_final, &x.hidden_mean),
+                (&y.attn, &y.hidden_final, &y.hidden_mean),
+                "{what}"
+            );
+        }
+        assert_eq!(ba[0].len(), ids.len());
     }
 }
 

@@ -27,7 +27,8 @@ pub struct ModelArgs {
     /// reference (burn's tensor ops one sequence at a time, the training forward pass: slower, the ground truth).
     #[arg(long, default_value = "auto")]
     pub engine: EngineKind,
-    /// Decode on the f32 weights, not on a quantized GGUF's integer blocks (CPU engine; for comparisons).
+    /// Hold and multiply f32 weights (de-quantized at load), not a quantized GGUF's integer blocks (CPU engine; for
+    /// comparisons: slower decoding, about 4x the memory).
     #[arg(long)]
     pub f32_decode: bool,
     /// Decode in integer arithmetic as llama.cpp does: each decoded row quantized to int8 per 32 values and

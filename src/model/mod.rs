@@ -173,7 +173,8 @@ pub struct Lm {
     /// Short identifier (file or folder name), recorded in datasets and checkpoints trained on this model.
     pub name: String,
     pub device: DeviceKind,
-    /// Bytes of integer weight copies (4- or 8-bit, see [`quant`]) used for CPU decoding (0: decoding multiplies the f32 weights).
+    /// Bytes of integer weights (4- or 8-bit, see [`quant`]) that CPU decoding multiplies (0: decoding multiplies
+    /// f32 weights).
     pub int8_decode_bytes: usize,
     /// Wall time of [`Lm::feed_many`]'s engine passes and of the sessions' scoring of their rows.
     phases: engine::Phases,
@@ -295,8 +296,8 @@ impl Lm {
         Ok(Lm { engine, tokenizer, config: cfg, name, device, int8_decode_bytes, phases })
     }
 
-    /// Decodes with the f32 weights only, dropping the integer copies of a quantized GGUF (`--f32-decode`).
-    /// Numbers agree with the integer path up to the order of f32 additions.
+    /// Holds and multiplies f32 weights, de-quantized from a quantized GGUF's integer blocks (`--f32-decode`;
+    /// about 4x the memory). Numbers agree with the integer path up to the order of f32 additions.
     pub fn f32_decode(&mut self) {
         self.engine.drop_int_weights();
         self.int8_decode_bytes = self.engine.int_decode_bytes();

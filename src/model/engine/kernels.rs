@@ -189,6 +189,87 @@ pub fn matmul(x: &[f32], rows: usize, k: usize, w: Strided<'_>, n: usize, bias: 
     y
 }
 
+/// f32 weight values per tile of [`matmul_filled`] (4 MiB): a few tiles per matrix of a small model, so each
+/// gemm call still amortises its packing of `x`; one tile per rayon worker in memory at a time.
+const FILL_TILE_VALUES: usize = 1 << 22;
+
+thread_local! {
+    /// Each thread's tile for [`matmul_filled`], kept between calls: a fresh 4-16 MiB buffer per tile cost more
+    /// in page faults and zeroing than filling it.
+    static FILL_TILE: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Outputs up to which gemm multiplies by a column-major weight with dot products (its "horizontal" kernels),
+/// adding in another order than its blocked kernels.
+const GEMM_DOT_OUTPUTS: usize = 16 * 16;
+
+/// `x_i [rows_i, k] @ W^T (+ bias)` -> `[rows_i, n]` for each `x_i` of `xs` and a weight `W [n, k]` that is not
+/// held in f32: `fill(j0, tile)` writes rows `j0..j0 + tile.len() / k` of `W` (row-major) into `tile`. The output
+/// columns go in tiles of at most about [`FILL_TILE_VALUES`] weights and at least one per thread (a multiple of
+/// 16 columns each), the tiles spread over the rayon pool; each tile is filled once and multiplied with every
+/// `x_i` by a single-threaded gemm.
+///
+/// Each output is bit for bit what [`matmul`] gives on the f32 matrix `W^T`: gemm adds the products of an output
+/// in an order set by `k` alone (its `k` blocking), whatever the columns around it (tested below).
+pub fn matmul_filled(
+    xs: &[&[f32]],
+    k: usize,
+    n: usize,
+    bias: Option<&[f32]>,
+    fill: &(dyn Fn(usize, &mut [f32]) + Sync),
+) -> Vec<Vec<f32>> {
+    assert!(k > 0 && n > 0, "matmul_filled: empty weight");
+    let mut ys: Vec<Vec<f32>> = xs
+        .iter()
+        .map(|x| {
+            debug_assert_eq!(x.len() % k, 0);
+            vec![0f32; x.len() / k * n]
+        })
+        .collect();
+    if xs.iter().all(|x| x.is_empty()) {
+        return ys; // nothing to multiply: no tile is filled
+    }
+    // at most FILL_TILE_VALUES weights per tile, and at least one tile per thread
+    let per_thread = n.div_ceil(rayon::current_num_threads().max(1));
+    let tile = (FILL_TILE_VALUES / k).min(per_thread).div_ceil(16).max(1) * 16;
+    let yps: Vec<Ptr> = ys.iter_mut().map(|y| Ptr(y.as_mut_ptr())).collect();
+    let starts: Vec<usize> = (0..n).step_by(tile).collect();
+    starts.into_par_iter().for_each(|j0| {
+        let cols = tile.min(n - j0);
+        FILL_TILE.with_borrow_mut(|buf| {
+            buf.resize(buf.len().max(cols * k), 0.0);
+            let w = &mut buf[..cols * k];
+            fill(j0, w);
+            for (x, yp) in xs.iter().zip(&yps) {
+                let rows = x.len() / k;
+                if rows == 0 {
+                    continue;
+                }
+                // gemm computes a product of at most 16 x 16 outputs whose weight is column-major with dot products
+                // (another order of additions): such a tile is made row-major first, as `matmul`'s weights are.
+                let row_major: Vec<f32>;
+                let (wp, rs, cs) = if rows * cols <= GEMM_DOT_OUTPUTS {
+                    row_major = (0..k * cols).map(|i| w[(i % cols) * k + i / cols]).collect();
+                    (row_major.as_ptr(), cols as isize, 1)
+                } else {
+                    (w.as_ptr(), 1, k as isize)
+                };
+                // SAFETY: the weight (`w [cols, k]` read transposed, or its row-major copy) is `[k, cols]`; `y_i` is
+                // `[rows, n]` and each tile writes its own columns of it.
+                unsafe { gemm1(rows, cols, k, yp.0.add(j0), n as isize, x.as_ptr(), k as isize, 1, wp, rs, cs) }
+            }
+        })
+    });
+    if let Some(b) = bias {
+        for row in ys.iter_mut().flat_map(|y| y.chunks_mut(n)) {
+            for (o, bb) in row.iter_mut().zip(b) {
+                *o += bb;
+            }
+        }
+    }
+    ys
+}
+
 /// Rotate-half RoPE in place on `x [t, heads * hd]` at positions `start..start + t`; `cos`/`sin` are the
 /// `[max_pos, hd]` tables of [`crate::model::llama::Rope`] (its flex buffers) (frequencies repeated over both
 /// halves). Computes exactly what `x * cos + cat(-x2, x1) * sin` does.
@@ -609,6 +690,45 @@ mod tests {
             let wt = w.transpose().into_data().to_vec::<f32>().unwrap();
             let got = matmul(&x, rows, k, Strided::transposed(&wt, k), n, Some(&bias));
             close(&got, &want, 1e-5);
+        }
+    }
+
+    /// A weight filled a tile at a time gives bit for bit what the whole f32 matrix `[k, n]` gives (the CPU engine's
+    /// f32 layout): one tile and several (the last one partial), `k` under and over gemm's 512-long `k` blocks,
+    /// 1 and 3 threads (other column splits), inputs of several rows, none and 2 rows sharing the tiles (each as if alone).
+    #[test]
+    fn matmul_filled_equals_matmul_bit_for_bit() {
+        for (rows, k, n) in [(5, 40, 70), (37, 600, 4000), (9, 1300, 900)] {
+            let x = rand_vec(rows * k, 7);
+            let w = rand_vec(n * k, 8); // [n, k]
+            let bias = rand_vec(n, 9);
+            let fill = |j0: usize, tile: &mut [f32]| tile.copy_from_slice(&w[j0 * k..j0 * k + tile.len()]);
+            let wt: Vec<f32> = (0..k * n).map(|i| w[(i % n) * k + i / n]).collect(); // [k, n]
+            for threads in [1, 3] {
+                let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+                let (got, rows_major, transposed) = pool.install(|| {
+                    let x2 = &x[..2 * k]; // a second input sharing the tiles
+                    let mut ys = matmul_filled(&[&x, &[], x2], k, n, Some(&bias), &fill);
+                    let alone = matmul_filled(&[x2], k, n, Some(&bias), &fill);
+                    let filled = std::sync::atomic::AtomicUsize::new(0);
+                    let count = |j0: usize, tile: &mut [f32]| {
+                        filled.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        fill(j0, tile)
+                    };
+                    assert!(matmul_filled(&[&[], &[]], k, n, None, &count).iter().all(Vec::is_empty));
+                    assert_eq!(filled.into_inner(), 0, "tiles filled for inputs without rows");
+                    assert_eq!((ys[1].len(), &ys[2]), (0, &alone[0]), "{rows}x{k}x{n}, {threads} threads");
+                    (
+                        ys.swap_remove(0),
+                        matmul(&x, rows, k, Strided::rows(&wt, n), n, Some(&bias)),
+                        matmul(&x, rows, k, Strided::transposed(&w, k), n, Some(&bias)),
+                    )
+                });
+                let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&got), bits(&rows_major), "{rows}x{k}x{n}, {threads} threads");
+                // (gemm's path for tiny strided products can add in another order: equal up to rounding)
+                close(&got, &transposed, 1e-6);
+            }
         }
     }
 

@@ -199,11 +199,11 @@ pub trait Engine: Send + Sync {
     /// sequence's results equal (bit for bit) those of a pass of its own. Fails, changing no cache, when a
     /// sequence would exceed [`Engine::max_positions`]. (The batched engine: equal within f32 rounding.)
     fn forward(&self, seqs: &mut [SeqIn<'_>]) -> Result<Vec<ChunkOut>>;
-    /// Bytes of integer weight copies used for decoding (0: decoding multiplies f32 weights).
+    /// Bytes of integer weights that decoding multiplies (0: decoding multiplies f32 weights).
     fn int_decode_bytes(&self) -> usize {
         0
     }
-    /// Drops the integer decode weights: every product then uses the f32 weights.
+    /// Holds every weight in f32 instead of integer blocks: every product then multiplies f32 weights.
     fn drop_int_weights(&mut self) {}
     /// Decodes with integer dot products on inputs quantized to int8, as llama.cpp does (the CPU engine's
     /// symmetric integer copies, [`crate::model::quant::QMatrix::matvec_int8`]); whether any product now does.

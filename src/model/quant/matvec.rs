@@ -17,7 +17,7 @@ impl QMatrix {
         assert_eq!(x.len() % self.cols, 0, "matvec: input length {} is not a multiple of {}", x.len(), self.cols);
         let n = x.len() / self.cols;
         assert_eq!(y.len(), n * self.rows, "matvec: output length");
-        for (done, k) in passes(n, self.vectors_per_pass()) {
+        for (done, k) in passes(n, Self::vectors_per_pass()) {
             let xs = &x[done * self.cols..(done + k) * self.cols];
             let ys = &mut y[done * self.rows..(done + k) * self.rows];
             if k == 1 {
@@ -46,7 +46,7 @@ impl QMatrix {
 
     /// How many vectors one pass over the weights can take on this CPU: 8 with AVX-512, 2 with AVX2 + FMA
     /// (`rows_avx2::<2>`), else 1.
-    fn vectors_per_pass(&self) -> usize {
+    pub fn vectors_per_pass() -> usize {
         #[cfg(target_arch = "x86_64")]
         {
             if std::arch::is_x86_feature_detected!("avx512f") {

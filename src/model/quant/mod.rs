@@ -1,9 +1,9 @@
-//! Matrix-vector products on the GGUF file's own quantized weights, for CPU decoding.
+//! The GGUF file's own quantized weights as the CPU engine holds them, and matrix-vector products on them.
 //!
 //! A decode step multiplies one row vector by every weight matrix. In f32 that reads ~540 MB per token for
 //! SmolLM2-135M and is bound by memory bandwidth, so the step cannot go faster than the memory allows. This
-//! module keeps a second copy of each quantized GGUF weight with one f32 `(scale, offset)` pair per group and
-//! computes `y = W x` from it, de-quantizing on the fly in registers. Two layouts:
+//! module holds each quantized GGUF weight as small integers with one f32 `(scale, offset)` pair per group and
+//! computes `y = W x` from them, de-quantizing on the fly in registers. Two layouts:
 //! - [`Layout::U4`] for the 4-bit formats (Q4_0, Q4_1, Q4_K): groups of 32 as 16 bytes of nibble pairs, ggml's
 //!   own order (byte `i` holds weight `i` in its low nibble and weight `i + 16` in its high one): 0.75 bytes per
 //!   weight;
@@ -17,8 +17,8 @@
 //! gives (tested below for each format). Only the order of the f32 additions in the dot product differs from a
 //! gemm on the de-quantized matrix.
 //!
-//! Prefill (many rows at once) and training keep using burn's matmul on the f32 weights; this path is used only
-//! for the few-row products of decoding on the CPU.
+//! Products of many rows at once (prefill) de-quantize a block of rows at a time ([`QMatrix::dequantize_rows`])
+//! for an f32 gemm; training and the burn engines use f32 weights of their own.
 //!
 //! Files: `blocks` reads the ggml block formats into the integer copy; `matvec` computes products from it,
 //! with the SIMD kernels in `x86` (AVX-512, AVX2); `int8` computes them in integer arithmetic from inputs
@@ -167,18 +167,45 @@ impl QMatrix {
 
     /// The f32 matrix this holds, row-major `[rows, cols]` (`q * scale + offset`, as candle de-quantizes).
     pub fn dequantize(&self) -> Vec<f32> {
-        let n = self.layout.group();
-        let groups = self.cols / n;
-        let mut out = Vec::with_capacity(self.rows * self.cols);
-        let mut ints = [0f32; 32];
-        for row in 0..self.rows {
-            for g in 0..groups {
-                self.group_ints(row, g, &mut ints);
+        let mut out = vec![0f32; self.rows * self.cols];
+        self.dequantize_rows(0, &mut out);
+        out
+    }
+
+    /// Rows `first..first + out.len() / cols` of [`QMatrix::dequantize`]'s matrix, written to `out`
+    /// (`[n, cols]`, row-major): what the f32 products of prefill multiply, a block of rows at a time. The same
+    /// `q * scale + offset` per weight as [`QMatrix::group_ints`] and `dequantize` (the tests compare them).
+    pub fn dequantize_rows(&self, first: usize, out: &mut [f32]) {
+        let (cols, n) = (self.cols, self.layout.group());
+        assert!(
+            out.len().is_multiple_of(cols) && first + out.len() / cols <= self.rows,
+            "dequantize_rows: rows {first}.. ({} values) exceed the {}x{cols} matrix",
+            out.len(),
+            self.rows
+        );
+        let rb = self.layout.row_bytes(cols);
+        for (i, row_out) in out.chunks_exact_mut(cols).enumerate() {
+            let row = first + i;
+            let q = &self.q[row * rb..(row + 1) * rb];
+            // every group's bytes are 16 in both layouts: 16 int8 weights, or 32 nibbles
+            for (g, (dst, src)) in row_out.chunks_exact_mut(n).zip(q.chunks_exact(16)).enumerate() {
                 let (s, o) = self.scale_offset(row, g);
-                out.extend(ints[..n].iter().map(|&q| q * s + o));
+                match self.layout {
+                    Layout::I8 => {
+                        for (d, &b) in dst.iter_mut().zip(src) {
+                            *d = (b as i8 as f32) * s + o;
+                        }
+                    }
+                    Layout::U4 => {
+                        let (lo, hi) = dst.split_at_mut(16);
+                        for ((l, h), &b) in lo.iter_mut().zip(hi.iter_mut()).zip(src) {
+                            *l = ((b & 0x0F) as f32) * s + o;
+                            *h = ((b >> 4) as f32) * s + o;
+                        }
+                    }
+                }
             }
         }
-        out
     }
 
     /// Row `dst` of the result is row `src_of[dst]` of `self` (for undoing llama.cpp's Q/K permutation).
@@ -252,6 +279,30 @@ mod tests {
                 bad.map(|i| got[i]),
                 bad.map(|i| want[i])
             );
+        }
+    }
+
+    /// A block of rows de-quantizes to the same bits as the weights one group at a time, in both layouts.
+    #[test]
+    fn dequantize_rows_equals_the_groups_values() {
+        let (rows, cols) = (5, 256);
+        let t = Tensor::from_vec(random(rows * cols, 11), (rows, cols), &Device::Cpu).unwrap();
+        for dtype in [GgmlDType::Q4_1, GgmlDType::Q4K, GgmlDType::Q8_0, GgmlDType::Q6K] {
+            let qt = QTensor::quantize(&t, dtype).unwrap();
+            let m = QMatrix::from_ggml(dtype, &qt.data().unwrap(), rows, cols).unwrap();
+            let n = m.layout.group();
+            let mut ints = [0f32; 32];
+            let mut want = Vec::new();
+            for row in 1..4 {
+                for g in 0..cols / n {
+                    m.group_ints(row, g, &mut ints);
+                    let (s, o) = m.scale_offset(row, g);
+                    want.extend(ints[..n].iter().map(|&q| (q * s + o).to_bits()));
+                }
+            }
+            let mut got = vec![f32::NAN; 3 * cols];
+            m.dequantize_rows(1, &mut got);
+            assert_eq!(got.iter().map(|f| f.to_bits()).collect::<Vec<_>>(), want, "{dtype:?}");
         }
     }
 
