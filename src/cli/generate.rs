@@ -42,7 +42,8 @@ pub struct Args {
     pub top_p: f32,
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
-    /// Print tokens/s and peak memory to stderr (after an untimed 8-token warm-up, like the transformers bench).
+    /// Print tokens/s, peak memory and the model's load time to stderr (after an untimed 8-token warm-up, like the
+    /// transformers bench).
     #[arg(long)]
     pub stats: bool,
     /// Keep generating past end-of-sequence tokens (fixed-length runs for benchmarks).
@@ -73,7 +74,9 @@ pub fn run(args: Args) -> Result<()> {
         return run_many(&args, file);
     }
     let mut text = read_prompt(&args.prompt, &args.prompt_file)?;
+    let t_load = std::time::Instant::now();
     let lm = args.model.load()?;
+    let t_load = t_load.elapsed();
     if args.chat {
         text = lm.tokenizer.apply_chat_template(&[Message::new("user", text)], true);
     }
@@ -105,11 +108,13 @@ pub fn run(args: Args) -> Result<()> {
         let dt = t1.elapsed().as_secs_f64();
         let peak = ragtime::device::peak_rss_mib().map(|m| format!("; peak rss {m:.0} MiB")).unwrap_or_default();
         eprintln!(
-            "prompt {} tokens in {:.3}s ({:.1} tok/s); generated {n} tokens in {dt:.3}s ({:.1} tok/s){peak}",
+            "prompt {} tokens in {:.3}s ({:.1} tok/s); generated {n} tokens in {dt:.3}s ({:.1} tok/s){peak}; \
+             model loaded in {:.2}s",
             ids.len(),
             t_prefill.as_secs_f64(),
             ids.len() as f64 / t_prefill.as_secs_f64(),
-            n as f64 / dt
+            n as f64 / dt,
+            t_load.as_secs_f64()
         );
     }
     Ok(())
