@@ -72,11 +72,10 @@ impl Weight {
         }
     }
 
-    /// The same weight in f32 (`[in, out]`).
-    fn to_f32(&self) -> Weight {
-        match self {
-            Weight::Int(q) => Weight::F32(transpose(&q.dequantize(), q.rows, q.cols)),
-            Weight::F32(w) => Weight::F32(w.clone()),
+    /// Holds the weight in f32 from now on (`[in, out]`, de-quantized from the blocks).
+    fn make_f32(&mut self) {
+        if let Weight::Int(q) = self {
+            *self = Weight::F32(transpose(&q.dequantize(), q.rows, q.cols));
         }
     }
 
@@ -238,8 +237,9 @@ impl CpuEngine {
         })
     }
 
-    /// Each segment's `x [t_i, in]` times `lin`: the decoding segments' rows in one integer product (when `lin`
-    /// has integer blocks), each other segment in an f32 gemm of its own.
+    /// Each segment's `x [t_i, in]` times `lin`: the rows of the segments of up to [`int_rows`] rows in one
+    /// integer product (when `lin` has integer blocks), the other segments in f32 gemms (sharing each tile
+    /// de-quantized from the blocks).
     fn dense_many(&self, lin: &Dense, xs: &[Vec<f32>]) -> Vec<Vec<f32>> {
         let mut out: Vec<Vec<f32>> = vec![Vec::new(); xs.len()];
         if let Some(q) = lin.w.int() {
@@ -578,14 +578,14 @@ impl Engine for CpuEngine {
     fn drop_int_weights(&mut self) {
         for b in &mut self.layers {
             for l in &mut b.lin {
-                l.w = l.w.to_f32();
+                l.w.make_f32();
             }
         }
         if let Embedding::Int(q) = &self.embed {
             self.embed = Embedding::F32(q.dequantize());
         }
-        if let Head::Own(w) = &self.lm_head {
-            self.lm_head = Head::Own(w.to_f32());
+        if let Head::Own(w) = &mut self.lm_head {
+            w.make_f32();
         }
     }
 
