@@ -38,7 +38,7 @@ use crate::model::weights::WeightSource;
 /// gemm's 0.41 s, 31 rows in 0.40 s against 0.50 s, and 63 rows in 1.20 s against 0.71 s.
 const INT_ROWS: usize = 32;
 
-/// Rows of one sequence up to which products use the integer weights on this CPU: [`INT_ROWS`], or 4 where
+/// Rows of one sequence up to which products use the integer weights on this CPU: 32 (`INT_ROWS`), or 4 where
 /// [`QMatrix::matvec`] takes one vector per pass (no AVX2).
 pub fn int_rows() -> usize {
     if QMatrix::vectors_per_pass() > 1 {

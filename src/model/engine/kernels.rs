@@ -205,7 +205,7 @@ const GEMM_DOT_OUTPUTS: usize = 16 * 16;
 
 /// `x_i [rows_i, k] @ W^T (+ bias)` -> `[rows_i, n]` for each `x_i` of `xs` and a weight `W [n, k]` that is not
 /// held in f32: `fill(j0, tile)` writes rows `j0..j0 + tile.len() / k` of `W` (row-major) into `tile`. The output
-/// columns go in tiles of at most about [`FILL_TILE_VALUES`] weights and at least one per thread (a multiple of
+/// columns go in tiles of at most about `FILL_TILE_VALUES` (4M) weights and at least one per thread (a multiple of
 /// 16 columns each), the tiles spread over the rayon pool; each tile is filled once and multiplied with every
 /// `x_i` by a single-threaded gemm.
 ///

@@ -174,7 +174,7 @@ impl QMatrix {
 
     /// Rows `first..first + out.len() / cols` of [`QMatrix::dequantize`]'s matrix, written to `out`
     /// (`[n, cols]`, row-major): what the f32 products of prefill multiply, a block of rows at a time. The same
-    /// `q * scale + offset` per weight as [`QMatrix::group_ints`] and `dequantize` (the tests compare them).
+    /// `q * scale + offset` per weight as `group_ints` and `dequantize` (the tests compare them).
     pub fn dequantize_rows(&self, first: usize, out: &mut [f32]) {
         let (cols, n) = (self.cols, self.layout.group());
         assert!(
