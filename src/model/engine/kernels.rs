@@ -180,16 +180,22 @@ pub fn matmul(x: &[f32], rows: usize, k: usize, w: Strided<'_>, n: usize, bias: 
         (0..n).step_by(chunk).collect::<Vec<_>>().into_par_iter().for_each(run);
     }
     if let Some(b) = bias {
-        for row in y.chunks_mut(n) {
-            for (o, bb) in row.iter_mut().zip(b) {
-                *o += bb;
-            }
-        }
+        add_bias(&mut y, b);
     }
     y
 }
 
-/// f32 weight values per tile of [`matmul_filled`] (4 MiB): a few tiles per matrix of a small model, so each
+/// Adds `b [n]` to every `n`-wide row of `y`.
+fn add_bias(y: &mut [f32], b: &[f32]) {
+    debug_assert!(!b.is_empty() && y.len().is_multiple_of(b.len()));
+    for row in y.chunks_mut(b.len()) {
+        for (o, bb) in row.iter_mut().zip(b) {
+            *o += bb;
+        }
+    }
+}
+
+/// f32 weight values per tile of [`matmul_filled`] (4M values, 16 MiB): a few tiles per matrix of a small model, so each
 /// gemm call still amortises its packing of `x`; one tile per rayon worker in memory at a time.
 const FILL_TILE_VALUES: usize = 1 << 22;
 
@@ -261,11 +267,7 @@ pub fn matmul_filled(
         })
     });
     if let Some(b) = bias {
-        for row in ys.iter_mut().flat_map(|y| y.chunks_mut(n)) {
-            for (o, bb) in row.iter_mut().zip(b) {
-                *o += bb;
-            }
-        }
+        ys.iter_mut().for_each(|y| add_bias(y, b));
     }
     ys
 }
