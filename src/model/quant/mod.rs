@@ -184,20 +184,36 @@ impl QMatrix {
             self.rows
         );
         let rb = self.layout.row_bytes(cols);
+        // groups per row: even where a scale serves two groups (rows hold whole 32-weight blocks), so group `g` of
+        // `row` takes scale `(row * per_row + g) >> shift` = `(row * per_row >> shift) + (g >> shift)`
+        let (per_row, shift) = (cols / n, self.scale_shift);
         for (i, row_out) in out.chunks_exact_mut(cols).enumerate() {
             let row = first + i;
             let q = &self.q[row * rb..(row + 1) * rb];
+            let s0 = (row * per_row) >> shift;
+            let scales = &self.scale[s0..s0 + (per_row >> shift)];
+            let offsets = if self.offset.is_empty() { &[][..] } else { &self.offset[s0..s0 + (per_row >> shift)] };
+            let so = |g: usize| (scales[g >> shift], offsets.get(g >> shift).copied().unwrap_or(0.0));
             // every group's bytes are 16 in both layouts: 16 int8 weights, or 32 nibbles
-            for (g, (dst, src)) in row_out.chunks_exact_mut(n).zip(q.chunks_exact(16)).enumerate() {
-                let (s, o) = self.scale_offset(row, g);
-                match self.layout {
-                    Layout::I8 => {
+            let groups = row_out.chunks_exact_mut(n).zip(q.chunks_exact(16)).enumerate();
+            match self.layout {
+                Layout::I8 => {
+                    for (g, (dst, src)) in groups {
+                        let (s, o) = so(g);
+                        let (dst, src): (&mut [f32; 16], &[u8; 16]) =
+                            (dst.try_into().unwrap(), src.try_into().unwrap());
                         for (d, &b) in dst.iter_mut().zip(src) {
                             *d = (b as i8 as f32) * s + o;
                         }
                     }
-                    Layout::U4 => {
+                }
+                Layout::U4 => {
+                    for (g, (dst, src)) in groups {
+                        let (s, o) = so(g);
+                        let src: &[u8; 16] = src.try_into().unwrap();
                         let (lo, hi) = dst.split_at_mut(16);
+                        let (lo, hi): (&mut [f32; 16], &mut [f32; 16]) =
+                            (lo.try_into().unwrap(), hi.try_into().unwrap());
                         for ((l, h), &b) in lo.iter_mut().zip(hi.iter_mut()).zip(src) {
                             *l = ((b & 0x0F) as f32) * s + o;
                             *h = ((b >> 4) as f32) * s + o;
