@@ -195,8 +195,8 @@ fn add_bias(y: &mut [f32], b: &[f32]) {
     }
 }
 
-/// f32 weight values per tile of [`matmul_filled`] (4M values, 16 MiB): a few tiles per matrix of a small model, so each
-/// gemm call still amortises its packing of `x`; one tile per rayon worker in memory at a time.
+/// f32 weight values per tile of [`matmul_filled`] (4M values, 16 MiB): a few tiles per matrix of a small model,
+/// so each gemm call still amortises its packing of `x`; one tile per rayon worker in memory at a time.
 const FILL_TILE_VALUES: usize = 1 << 22;
 
 thread_local! {
