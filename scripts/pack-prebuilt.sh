@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Prebuilt binaries for a GPU machine without a Rust toolchain: the release `ragtime` (CUDA loads at run time),
+# the label-store writer of scripts/bench-detector-memory.sh, and the test binaries whose tests need a GPU, all
+# stripped, in one xz'd tar (tests under tests/NAME).
+#
+#   scripts/pack-prebuilt.sh [OUT]        # default target/prebuilt.tar.xz
+#
+# On the GPU machine, from a checkout of the same commit (the scripts read their files relative to it):
+#   mkdir -p /tmp/b && xz -dc prebuilt.tar.xz | tar x -C /tmp/b
+#   BIN=/tmp/b/ragtime scripts/bench-generate.sh ...            (likewise bench-train-autorag-gpu.sh)
+#   BIN=/tmp/b/ragtime FAKE=/tmp/b/fake_label_store scripts/bench-detector-memory.sh ...
+#   for t in /tmp/b/tests/*; do $t --ignored cuda; done         (the CUDA tests)
+# A test binary finds `checkpoints/` under the folder it was built in (its CARGO_MANIFEST_DIR, printed below) and the
+# shared data through RAGTIME_DATA or ../shared/data beside that folder: link the checkout there if it lies elsewhere.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT="${1:-target/prebuilt.tar.xz}"
+# the default lies in cargo's own folder and is rewritten; any other existing file is left alone
+[[ $OUT == target/prebuilt.tar.xz || ! -e $OUT ]] || { echo "pack-prebuilt: $OUT exists; remove it or name another" >&2; exit 1; }
+TESTS=(tiny_model batch synth_tiny reference_models) # the test binaries holding `#[ignore = "needs a CUDA GPU"]` tests
+for t in "${TESTS[@]}"; do
+  grep -q 'needs a CUDA GPU' "tests/$t.rs" || { echo "pack-prebuilt: tests/$t.rs has no CUDA test" >&2; exit 1; }
+done
+cargo build --release --bin ragtime --example fake_label_store
+test_args=()
+for t in "${TESTS[@]}"; do test_args+=(--test "$t"); done
+# the test executables, from cargo's own report of what it built
+mapfile -t exes < <(cargo test --release --no-run "${test_args[@]}" --message-format=json 2>/dev/null |
+  python3 -c 'import json, sys
+for l in sys.stdin:
+    m = json.loads(l)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["kind"] == ["test"]:
+        print(m["target"]["name"], m["executable"])')
+stage=$(mktemp -d)
+trap 'rm -rf "$stage"' EXIT
+mkdir -p "$stage/tests"
+cp target/release/ragtime target/release/examples/fake_label_store "$stage/"
+for e in "${exes[@]}"; do
+  read -r name path <<<"$e"
+  cp "$path" "$stage/tests/$name"
+done
+[[ $(ls "$stage/tests" | wc -l) -eq ${#TESTS[@]} ]] || { echo "pack-prebuilt: expected ${#TESTS[@]} test binaries, got: $(ls "$stage/tests")" >&2; exit 1; }
+strip "$stage/ragtime" "$stage/fake_label_store" "$stage"/tests/*
+mkdir -p "$(dirname "$OUT")"
+tar c -C "$stage" . | xz -T0 -6 >"$OUT.tmp"
+mv "$OUT.tmp" "$OUT"
+echo "wrote $OUT ($(du -h "$OUT" | cut -f1)): ragtime, fake_label_store, tests/{${TESTS[*]}}; built in $PWD (git $(git rev-parse --short HEAD))"
