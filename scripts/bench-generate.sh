@@ -18,9 +18,9 @@
 #   tensor ops one sequence at a time), and transformers on the same GPU in float32 and bfloat16, with internals
 #   (eager) and without (sdpa), the model loaded once (`bench_generate_peers.py hf-cuda`, with PEER_PY, default
 #   python3, which needs `gguf`). An untimed ragtime run first compiles the GPU kernels (its time is printed), and
-#   an untimed run of each row, as long as the timed one, precedes it (CubeCL compiles a kernel per shape, and
-#   lanes growing into longer key buckets make new ones; `cubecl.toml` with `[compilation] cache = "target"` keeps
-#   them on disk between runs).
+#   each row's timed run follows an untimed one of the same prompts in the same process (`generate --warmup 1`:
+#   CubeCL compiles a kernel per shape, and lanes growing into longer key buckets make new ones; `cubecl.toml` with
+#   `[compilation] cache = "target"` keeps them on disk between runs).
 #   DTYPES="f32 bf16 f16" gives a batched-engine row per `--dtype` (default f32); HF_DTYPES="f32" limits
 #   transformers to float32 (default "f32 bf16"); REF_ROW=0 leaves out the reference engine's row. HF_COMPILE=1
 #   adds transformers' bfloat16 rows with its static KV cache and `torch.compile` (`hf-cuda --compile`; each shape
@@ -110,22 +110,21 @@ for m in $MODELS; do
         int8) flags=(--dtype f32 --int8-dot); label="cpu --int8-dot" ;;
         *) flags=(--dtype "$dt"); label="batched $dt" ;;
       esac
-      # on a GPU, B lanes make kernels of their own shapes, and lanes growing into longer key buckets more: compile
-      # them in an untimed run of the same length first
-      [[ $DEVICE == cpu ]] || $BIN generate --model "$g" --device "$DEVICE" "${flags[@]}" --prompts "$WORK/p.jsonl" \
-        --batch "$b" --max-new-tokens "$NEW" --ignore-eos >/dev/null 2>&1
+      # on a GPU, B lanes make kernels of their own shapes, and lanes growing into longer key buckets more: an
+      # untimed run of the same prompts in the same process compiles them first
+      warm=()
+      [[ $DEVICE == cpu ]] || warm=(--warmup 1)
       line=$($BIN generate --model "$g" --device "$DEVICE" "${flags[@]}" --prompts "$WORK/p.jsonl" --batch "$b" \
-        --max-new-tokens "$NEW" --ignore-eos --stats 2>&1 >/dev/null | tail -1)
+        --max-new-tokens "$NEW" --ignore-eos "${warm[@]}" --stats 2>&1 >/dev/null | tail -1)
       rate=$(sed -E 's/.*: ([0-9.]+) generated tok\/s.*/\1/' <<<"$line")
       rss=$(sed -E 's/.*peak rss ([0-9]+) MiB.*/\1/' <<<"$line")
       echo "| ragtime $label (internals) | $b | $b | $rate | $rss |"
       [[ -z ${STATS_LOG:-} ]] || echo "$m $DEVICE $dt B=$b: $line" >>"$STATS_LOG"
     done
     if [[ $DEVICE != cpu && $b == 1 && ${REF_ROW:-1} == 1 ]]; then
-      $BIN generate --model "$g" --device "$DEVICE" --engine reference --prompts "$WORK/p.jsonl" --batch 1 \
-        --max-new-tokens "$NEW" --ignore-eos >/dev/null 2>&1 # untimed: the reference engine's shapes grow by step
+      # an untimed run first (--warmup 1): the reference engine's shapes grow by step
       line=$($BIN generate --model "$g" --device "$DEVICE" --engine reference --prompts "$WORK/p.jsonl" --batch 1 \
-        --max-new-tokens "$NEW" --ignore-eos --stats 2>&1 >/dev/null | tail -1)
+        --max-new-tokens "$NEW" --ignore-eos --warmup 1 --stats 2>&1 >/dev/null | tail -1)
       rate=$(sed -E 's/.*: ([0-9.]+) generated tok\/s.*/\1/' <<<"$line")
       echo "| ragtime reference (internals, one sequence) | 1 | 1 | $rate | - |"
     fi

@@ -81,6 +81,12 @@ fn usage_errors_exit_2() {
     assert!(first_error(&err).contains("synth.toml: [synth] samples = 0: expected 1..=1000"), "{err}");
     let (code, err) = run(&["inspect", "--model", &s.model, "--tokenizer", &s.tokenizer, "--prompt", ""]);
     assert_eq!((code, first_error(&err)), (2, "error: --prompt: the prompt is empty"), "{err}");
+    let (code, err) = run(&["generate", "--model", &s.model, "--prompt", "Rome", "--warmup", "1"]);
+    assert_eq!(
+        (code, first_error(&err)),
+        (2, "error: --warmup needs --prompts (one --prompt is timed after an 8-token warm-up of its own)"),
+        "{err}"
+    );
     let (code, err) = run(&["search", "--index", &s.index, "--query", "Rome", "--strategy", "fastest"]);
     assert_eq!(code, 2, "{err}");
     assert!(first_error(&err).starts_with("error: --strategy \"fastest\": expected auto"), "{err}");

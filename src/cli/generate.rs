@@ -49,6 +49,10 @@ pub struct Args {
     /// Keep generating past end-of-sequence tokens (fixed-length runs for benchmarks).
     #[arg(long)]
     pub ignore_eos: bool,
+    /// With --prompts: decode the whole prompt set this many times first, untimed, its outputs discarded (on a GPU
+    /// the kernels of every shape the timed run meets compile there, in the same process).
+    #[arg(long, default_value_t = 0, value_parser = super::ranges::int::<0, 100>)]
+    pub warmup: usize,
 }
 
 /// The prompt from `--prompt` or `--prompt-file`; an empty one is an error (there is nothing to continue).
@@ -69,6 +73,9 @@ pub fn read_prompt(prompt: &Option<String>, file: &Option<PathBuf>) -> Result<St
 }
 
 pub fn run(args: Args) -> Result<()> {
+    if args.warmup > 0 && args.prompts.is_none() {
+        ragtime::usage_bail!("--warmup needs --prompts (one --prompt is timed after an 8-token warm-up of its own)");
+    }
     args.model.check()?;
     if let Some(file) = &args.prompts {
         return run_many(&args, file);
@@ -259,10 +266,14 @@ fn run_many(args: &Args, file: &std::path::Path) -> Result<()> {
         seed: args.seed,
         ignore_eos: args.ignore_eos,
     };
+    let lanes = args.model.lanes(args.batch);
+    for _ in 0..args.warmup {
+        decode_lanes(&lm, &encoded, lanes, &d, &mut |_, _, _| Ok(()))?;
+    }
     let mut out = std::io::stdout().lock();
     let spent_before = lm.time_spent();
     let t0 = std::time::Instant::now();
-    let c = decode_lanes(&lm, &encoded, args.model.lanes(args.batch), &d, &mut |index, text, tokens| {
+    let c = decode_lanes(&lm, &encoded, lanes, &d, &mut |index, text, tokens| {
         writeln!(out, "{}", serde_json::json!({"index": index, "text": text, "tokens": tokens}))?;
         Ok(out.flush()?)
     })?;
@@ -278,7 +289,7 @@ fn run_many(args: &Args, file: &std::path::Path) -> Result<()> {
             c.passes,
             c.generated as f64 / dt,
             (c.generated + c.prompt_tokens) as f64 / dt,
-            args.model.lanes(args.batch),
+            lanes,
             time_split(&spent_before, &lm.time_spent(), dt)
         );
     }
@@ -348,6 +359,8 @@ mod tests {
                 assert_eq!(got, one, "{lanes} lanes, temperature {temperature}");
                 assert_eq!((c.generated, c.prompt_tokens), (c1.generated, c1.prompt_tokens));
                 assert!(c.passes < c1.passes, "{lanes} lanes shared passes");
+                // a run after another (what `--warmup` does) leaves nothing behind for the next
+                assert_eq!(run(lanes), (got, c), "a second run over {lanes} lanes");
             }
         }
     }
