@@ -25,7 +25,7 @@ cargo build --release --bin ragtime --example fake_label_store
 test_args=()
 for t in "${TESTS[@]}"; do test_args+=(--test "$t"); done
 # the test executables, from cargo's own report of what it built
-mapfile -t exes < <(cargo test --release --no-run "${test_args[@]}" --message-format=json 2>/dev/null |
+mapfile -t exes < <(cargo test --release --no-run "${test_args[@]}" --message-format=json |
   python3 -c 'import json, sys
 for l in sys.stdin:
     m = json.loads(l)
