@@ -245,11 +245,7 @@ impl CpuEngine {
         if let Some(q) = lin.w.int() {
             int_products(q, lin.bias.as_deref(), xs, &mut out, self.int8_dot);
         }
-        let rest = unfilled(&out, xs);
-        let xr: Vec<&[f32]> = rest.iter().map(|&i| &xs[i][..]).collect();
-        for (i, y) in rest.into_iter().zip(lin.w.matmul_many(&xr, lin.inp, lin.out, lin.bias.as_deref())) {
-            out[i] = y;
-        }
+        fill_the_rest(&mut out, xs, |xr| lin.w.matmul_many(xr, lin.inp, lin.out, lin.bias.as_deref()));
         out
     }
 
@@ -269,18 +265,13 @@ impl CpuEngine {
         if let Some(q) = self.head_int() {
             int_products(q, None, hs, &mut out, self.int8_dot);
         }
-        let rest = unfilled(&out, hs);
-        let hr: Vec<&[f32]> = rest.iter().map(|&i| &hs[i][..]).collect();
-        let logits = match (&self.lm_head, &self.embed) {
-            (Head::Own(w), _) => w.matmul_many(&hr, d, vocab, None),
-            (Head::Tied, Embedding::Int(q)) => int_matmul_f32(q, &hr, None),
+        fill_the_rest(&mut out, hs, |hr| match (&self.lm_head, &self.embed) {
+            (Head::Own(w), _) => w.matmul_many(hr, d, vocab, None),
+            (Head::Tied, Embedding::Int(q)) => int_matmul_f32(q, hr, None),
             (Head::Tied, Embedding::F32(e)) => {
                 hr.iter().map(|h| kernels::matmul(h, h.len() / d, d, Strided::transposed(e, d), vocab, None)).collect()
             }
-        };
-        for (i, y) in rest.into_iter().zip(logits) {
-            out[i] = y;
-        }
+        });
         out
     }
 }
@@ -315,9 +306,14 @@ fn int_products(q: &QMatrix, bias: Option<&[f32]>, xs: &[Vec<f32>], out: &mut [V
     }
 }
 
-/// The segments that have rows but no product in `out` yet.
-fn unfilled(out: &[Vec<f32>], xs: &[Vec<f32>]) -> Vec<usize> {
-    (0..xs.len()).filter(|&i| out[i].is_empty() && !xs[i].is_empty()).collect()
+/// Writes `product(inputs)` to `out[i]` for every segment `i` that has rows but no product in `out` yet, `inputs`
+/// their `xs[i]` in order: the segments the integer products left to the f32 ones.
+fn fill_the_rest(out: &mut [Vec<f32>], xs: &[Vec<f32>], product: impl FnOnce(&[&[f32]]) -> Vec<Vec<f32>>) {
+    let rest: Vec<usize> = (0..xs.len()).filter(|&i| out[i].is_empty() && !xs[i].is_empty()).collect();
+    let inputs: Vec<&[f32]> = rest.iter().map(|&i| &xs[i][..]).collect();
+    for (i, y) in rest.into_iter().zip(product(&inputs)) {
+        out[i] = y;
+    }
 }
 
 /// Keys and values of every layer for positions `0..len`, `[kv heads, capacity, hd]` per layer.
