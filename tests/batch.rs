@@ -72,6 +72,61 @@ fn feed_many_equals_feeding_each_alone() {
     }
 }
 
+/// A prefix copied from one session to another ([`ragtime::model::Session::copy_prefix_from`]) continues as the
+/// original does after a rewind to it, on every engine: the same steps bit for bit from the same feeds. The copy
+/// overwrites what the receiving session held (longer and shorter than the prefix), a copy of nothing empties
+/// it, the source is left as it was, and a prefix longer than the source or a session of another model is refused.
+#[test]
+fn a_copied_prefix_continues_as_the_original() {
+    let Some(lm2) = common::tiny_q4(9) else { return };
+    let cfg = ragtime::model::ModelConfig::tiny(ragtime::model::Arch::Llama, 49152);
+    let weights = common::Q4Weights::new(&cfg, 9);
+    let prompt: Vec<u32> = (0..40).map(|i| (i * 977 + 13) % 49152).collect();
+    let more: [u32; 3] = [7, 70, 700];
+    use ragtime::model::EngineKind::{Auto, Batched, Reference};
+    for kind in [Auto, Reference, Batched] {
+        let lm = ragtime::model::Lm::from_source_on(
+            &weights,
+            cfg.clone(),
+            common::tokenizer().unwrap(),
+            "tiny-q4".into(),
+            ragtime::device::DeviceKind::Cpu,
+            kind,
+        )
+        .unwrap();
+        let what = lm.engine();
+        // the original: the prompt in one pass, rewound to 25 positions, then the rest and three single tokens
+        let mut src = lm.session();
+        src.prefill(&prompt).unwrap();
+        let mut original = lm.session();
+        original.prefill(&prompt).unwrap();
+        original.truncate(25);
+        let mut want = original.feed(&prompt[25..], 0).unwrap();
+        for &id in &more {
+            want.extend(original.feed(&[id], 0).unwrap());
+        }
+        // receivers holding more and fewer positions than the prefix
+        for held in [60usize, 3] {
+            let mut copy = lm.session();
+            copy.prefill(&(0..held as u32).map(|i| i * 31 + 5).collect::<Vec<_>>()).unwrap();
+            let before = copy.forward_tokens;
+            copy.copy_prefix_from(&src, 25).unwrap();
+            assert_eq!((copy.len(), copy.ids(), copy.forward_tokens), (25, &prompt[..25], before), "{what}");
+            let mut got = copy.feed(&prompt[25..], 0).unwrap();
+            for &id in &more {
+                got.extend(copy.feed(&[id], 0).unwrap());
+            }
+            same_steps(&got, &want, &format!("{what}, receiver of {held} positions"));
+            copy.copy_prefix_from(&src, 0).unwrap();
+            assert!(copy.is_empty() && copy.ids().is_empty(), "{what}: a copy of nothing");
+        }
+        assert_eq!((src.len(), src.ids()), (prompt.len(), &prompt[..]), "{what}: the source is unchanged");
+        let mut other = lm.session();
+        assert!(other.copy_prefix_from(&src, prompt.len() + 1).is_err(), "{what}: more than the source holds");
+        assert!(lm2.session().copy_prefix_from(&src, 5).is_err(), "{what}: a session of another model");
+    }
+}
+
 fn corpus() -> Tiny {
     Tiny::from_texts(&[
         "Paris is the capital of France.",
@@ -97,16 +152,25 @@ const QUESTIONS: [&str; 6] = [
     "Which river flows through the capital of France, and into which sea does it flow?",
 ];
 
+/// What a [`Batch`] counted over a run.
+struct Counts {
+    /// Sequences fed, and forward passes.
+    fed: usize,
+    passes: usize,
+    /// Few-shot prefixes (anchors) run by a pass of their own, and copied from lane to lane.
+    anchor_passes: usize,
+    anchor_copies: usize,
+}
+
 /// `questions` answered one after another in one session with one trigger (as `eval --batch 1`), and over
-/// `lanes` lanes of a [`Batch`] with one trigger per lane (as `eval --batch B`), with the batch's count of
-/// sequences fed and of forward passes.
+/// `lanes` lanes of a [`Batch`] with one trigger per lane (as `eval --batch B`), with the batch's counts.
 fn sequential_and_batched(
     rag: &RagLoop<'_>,
     trigger: &dyn Fn() -> Box<dyn Trigger>,
     qf: &dyn QueryFormer,
     questions: &[&str],
     lanes: usize,
-) -> (Vec<Outcome>, Vec<Outcome>, usize, usize) {
+) -> (Vec<Outcome>, Vec<Outcome>, Counts) {
     let mut session = rag.lm.session();
     let mut t = trigger();
     let sequential: Vec<Outcome> =
@@ -136,7 +200,13 @@ fn sequential_and_batched(
         )
         .unwrap();
     let batched = batched.into_iter().map(|o| o.expect("every question answered")).collect();
-    (sequential, batched, batch.fed.get(), batch.passes.get())
+    let counts = Counts {
+        fed: batch.fed.get(),
+        passes: batch.passes.get(),
+        anchor_passes: batch.anchor_passes.get(),
+        anchor_copies: batch.anchor_copies.get(),
+    };
+    (sequential, batched, counts)
 }
 
 /// A question's retrievals: token position, query and passage ids of each.
@@ -161,7 +231,7 @@ fn same_outcome(a: &Outcome, b: &Outcome, what: &str) {
 }
 
 /// The decode loop over three lanes answers five questions (with retrievals and KV-cache rewinds) exactly as
-/// one session answering them in turn.
+/// one session answering them in turn. The few-shot prefix runs once: the two other lanes copy it.
 #[test]
 fn batched_decode_loop_equals_one_question_at_a_time() {
     let Some(lm) = tiny_q4(5) else { return };
@@ -175,9 +245,10 @@ fn batched_decode_loop_equals_one_question_at_a_time() {
     };
     let qf = ragtime::query::build("last-tokens", &toml::toml! { n = 8 }.into()).unwrap();
     let trigger = || ragtime::trigger::build("fixed-length", &toml::toml! { n = 5 }.into()).unwrap();
-    let (sequential, batched, fed, passes) = sequential_and_batched(&rag, &trigger, qf.as_ref(), &QUESTIONS[..5], 3);
+    let (sequential, batched, n) = sequential_and_batched(&rag, &trigger, qf.as_ref(), &QUESTIONS[..5], 3);
     // decoding steps of several lanes did share passes
-    assert!(fed > passes, "{fed} sequences in {passes} passes");
+    assert!(n.fed > n.passes, "{} sequences in {} passes", n.fed, n.passes);
+    assert_eq!((n.anchor_passes, n.anchor_copies), (1, 2), "the few-shot prefix: passes of its own, copies");
     for (i, (a, b)) in sequential.iter().zip(&batched).enumerate() {
         assert!(!a.retrievals.is_empty());
         same_outcome(a, b, &format!("question {i}"));
@@ -410,9 +481,11 @@ fn every_trigger(lm: &ragtime::model::Lm, compare: &dyn Fn(&Outcome, &Outcome, &
     for c in &cases {
         for (loop_guard, lanes) in [(false, 8), (false, 4), (true, 8), (true, 4)] {
             let rag = RagLoop { cfg: LoopConfig { loop_guard, ..rag.cfg.clone() }, ..rag };
-            let (sequential, batched, fed, passes) =
-                sequential_and_batched(&rag, &c.trigger, c.qf.as_ref(), &QUESTIONS, lanes);
-            assert!(fed > passes, "{}: {fed} sequences in {passes} passes", c.name);
+            let (sequential, batched, n) = sequential_and_batched(&rag, &c.trigger, c.qf.as_ref(), &QUESTIONS, lanes);
+            assert!(n.fed > n.passes, "{}: {} sequences in {} passes", c.name, n.fed, n.passes);
+            // the few-shot prefix ran once, and every other lane that took a question copied it
+            let used = lanes.min(QUESTIONS.len());
+            assert_eq!((n.anchor_passes, n.anchor_copies), (1, used - 1), "{}, {lanes} lanes: prefix", c.name);
             for (i, (a, b)) in sequential.iter().zip(&batched).enumerate() {
                 compare(a, b, &format!("{}, {lanes} lanes, question {i}", c.name));
             }

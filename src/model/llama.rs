@@ -201,7 +201,7 @@ impl<B: Backend> Rope<B> {
 
 /// Keys and values of every layer for positions `0..len`, preallocated to `capacity` positions and written in
 /// place; truncating only moves `len` (dynamic RAG rewinds without recomputing the prefix).
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct KvCache<B: Backend> {
     k: Vec<Option<Tensor<B, 4>>>, // [b, kv, capacity, hd]
     v: Vec<Option<Tensor<B, 4>>>,

@@ -529,6 +529,18 @@ impl<'a> Session<'a> {
         Ok(out)
     }
 
+    /// Makes this session hold the first `len` positions of `src` (a session of the same model), their keys and
+    /// values copied from its cache, not recomputed ([`Engine::copy_prefix`]): afterwards it is as `src` would be
+    /// after `truncate(len)`. Its count of forward tokens does not change.
+    pub fn copy_prefix_from(&mut self, src: &Session<'_>, len: usize) -> Result<()> {
+        anyhow::ensure!(std::ptr::eq(self.lm, src.lm), "copy_prefix_from: a session of another model");
+        self.lm.engine.copy_prefix(src.cache.as_ref(), self.cache.as_mut(), len)?;
+        self.ids = src.ids[..len].to_vec();
+        self.last = None;
+        self.stream.clear();
+        Ok(())
+    }
+
     /// Rewinds to the first `len` positions, keeping their cached keys/values. The next-token distribution is
     /// unknown until something is fed again.
     pub fn truncate(&mut self, len: usize) {

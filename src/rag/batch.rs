@@ -45,6 +45,14 @@ pub trait Decoder {
     }
     /// Chooses the next token from the current distribution (without feeding it).
     fn pick(&self, sampler: &mut Sampler) -> Result<u32>;
+    /// Makes the cache hold exactly `anchor`, as a pass of its own over it on an empty cache computes it (see
+    /// [`feed_prompt`]), and returns the tokens this decoder ran forward for it: the anchor's length, or 0 where
+    /// it was copied from another decoder that holds it ([`Lane`]).
+    async fn load_anchor(&mut self, anchor: &[u32]) -> Result<usize> {
+        self.truncate(0);
+        self.feed(anchor, anchor.len()).await?;
+        Ok(anchor.len())
+    }
 }
 
 impl Decoder for Session<'_> {
@@ -72,9 +80,10 @@ impl Decoder for Session<'_> {
 pub struct Fed {
     /// The steps of `ids[steps_from..]`.
     pub steps: Vec<TokenStep>,
-    /// Tokens of the anchor's own pass, 0 when the cache held the anchor. The pass is run once per decoder, by
-    /// whichever job finds the anchor missing, so a job's count of forward tokens leaves it out: the count is then
-    /// the same whether the job ran first, after a resume, or on any lane of a batch.
+    /// Tokens of the anchor's own pass, 0 when the cache held the anchor or a lane copied it from another. The
+    /// pass is run at most once per decoder, by whichever job finds the anchor missing, so a job's count of
+    /// forward tokens leaves it out: the count is then the same whether the job ran first, after a resume, or on
+    /// any lane of a batch.
     pub anchor_pass: usize,
 }
 
@@ -86,7 +95,8 @@ pub struct Fed {
 /// come out the same whichever jobs its decoder did before (one session doing them all in turn, or one lane of a
 /// batch doing some), so its first prompt keeps nothing of earlier jobs but `anchor`: a prefix of every job's
 /// prompts (the few-shot exemplars; empty for none), which is always encoded as a pass of its own on an empty
-/// cache. Later prompts of a job keep their common prefix with what the job fed before.
+/// cache (or copied from a decoder that did so: the lanes of a [`Batch`] run it once between them). Later prompts
+/// of a job keep their common prefix with what the job fed before.
 pub async fn feed_prompt<D: Decoder>(
     s: &mut D,
     anchor: &[u32],
@@ -103,10 +113,8 @@ pub async fn feed_prompt<D: Decoder>(
     // so that cached anchor positions were always computed by the anchor's own pass
     let mut anchor_pass = 0;
     if anchored && keep < anchor.len() {
-        s.truncate(0);
-        s.feed(anchor, anchor.len()).await?;
+        anchor_pass = s.load_anchor(anchor).await?;
         keep = anchor.len();
-        anchor_pass = anchor.len();
     }
     s.truncate(keep);
     let steps = s.feed(&ids[keep..], steps_from - keep).await?;
@@ -134,7 +142,8 @@ struct Request {
 }
 
 /// Sessions that are fed together: one per [`Lane`]. Each keeps its cache across the questions its lane
-/// answers, so the few-shot prefix is encoded once per lane.
+/// answers, and the few-shot prefix (a job's anchor, [`feed_prompt`]) is encoded once per batch: the other lanes
+/// copy its keys and values.
 pub struct Batch<'lm> {
     lm: &'lm Lm,
     sessions: Vec<RefCell<Session<'lm>>>,
@@ -143,6 +152,12 @@ pub struct Batch<'lm> {
     /// Forward passes run, and sequences fed in them (for the mean batch size).
     pub passes: std::cell::Cell<usize>,
     pub fed: std::cell::Cell<usize>,
+    /// Lanes whose cache starts with an anchor computed by its own pass (or copied from one): `(lane, anchor)`.
+    /// A lane that needs an anchor another lane holds copies it ([`Lane::load_anchor`]).
+    anchored: RefCell<Vec<(usize, Vec<u32>)>>,
+    /// Anchors run by a pass of their own, and anchors copied from lane to lane.
+    pub anchor_passes: std::cell::Cell<usize>,
+    pub anchor_copies: std::cell::Cell<usize>,
 }
 
 impl<'lm> Batch<'lm> {
@@ -155,6 +170,9 @@ impl<'lm> Batch<'lm> {
             results: (0..lanes).map(|_| RefCell::new(None)).collect(),
             passes: Default::default(),
             fed: Default::default(),
+            anchored: Default::default(),
+            anchor_passes: Default::default(),
+            anchor_copies: Default::default(),
         }
     }
 
@@ -165,12 +183,17 @@ impl<'lm> Batch<'lm> {
     /// One line for the log: lanes, forward passes, and the mean number of sequences a pass fed (`what`, e.g.
     /// "questions", names what a sequence is).
     pub fn summary(&self, what: &str) -> String {
-        format!(
+        let mut line = format!(
             "batch: {} lanes, {} forward passes, {:.2} {what} per pass",
             self.lanes(),
             self.passes.get(),
             self.fed.get() as f64 / self.passes.get().max(1) as f64
-        )
+        );
+        if self.anchor_passes.get() > 0 {
+            let (runs, copies) = (self.anchor_passes.get(), self.anchor_copies.get());
+            line.push_str(&format!("; few-shot prefix run {runs}x, copied {copies}x"));
+        }
+        line
     }
 
     /// Lane `i`'s decoder.
@@ -308,6 +331,8 @@ impl Decoder for Lane<'_, '_> {
         self.batch.sessions[self.idx].borrow().forward_tokens
     }
     fn truncate(&mut self, len: usize) {
+        // a rewind into an anchor leaves this lane without it
+        self.batch.anchored.borrow_mut().retain(|(lane, a)| *lane != self.idx || a.len() <= len);
         self.batch.sessions[self.idx].borrow_mut().truncate(len)
     }
     async fn feed(&mut self, ids: &[u32], steps_from: usize) -> Result<Vec<TokenStep>> {
@@ -319,6 +344,33 @@ impl Decoder for Lane<'_, '_> {
     }
     fn pick(&self, sampler: &mut Sampler) -> Result<u32> {
         self.batch.sessions[self.idx].borrow().pick(sampler)
+    }
+    /// Copies the anchor from a lane that holds it; the first lane to need it runs its pass at once, alone (not
+    /// parked for the batch's next pass), so that the lanes polled after it find it and copy it. Either way the
+    /// lane holds what a pass of its own over the anchor on an empty cache computes, bit for bit.
+    async fn load_anchor(&mut self, anchor: &[u32]) -> Result<usize> {
+        let b = self.batch;
+        self.truncate(0);
+        let donor = (b.anchored.borrow().iter())
+            .find(|(lane, a)| a == anchor && b.sessions[*lane].borrow().ids().starts_with(a))
+            .map(|&(lane, _)| lane);
+        let mut s = b.sessions[self.idx].borrow_mut();
+        let ran = match donor {
+            Some(lane) => {
+                s.copy_prefix_from(&b.sessions[lane].borrow(), anchor.len())?;
+                b.anchor_copies.set(b.anchor_copies.get() + 1);
+                0
+            }
+            None => {
+                s.feed(anchor, anchor.len())?;
+                b.passes.set(b.passes.get() + 1);
+                b.fed.set(b.fed.get() + 1);
+                b.anchor_passes.set(b.anchor_passes.get() + 1);
+                anchor.len()
+            }
+        };
+        b.anchored.borrow_mut().push((self.idx, anchor.to_vec()));
+        Ok(ran)
     }
 }
 

@@ -184,6 +184,10 @@ impl Cache for LaneCache {
         self.len
     }
 
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
     fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
         self
     }
@@ -592,6 +596,30 @@ where
         self.rope = self.rope.cast(dtype);
         self.precision = precision;
         *lock(&self.lanes) = Lanes { kv: vec![], slots: 0, capacity: 0 };
+        Ok(())
+    }
+
+    fn copy_prefix(&self, from: &dyn Cache, to: &mut dyn Cache, len: usize) -> Result<()> {
+        let (from, to) = super::cache_pair::<LaneCache>(from, to, len)?;
+        if !Arc::ptr_eq(&from.book, &self.book) || !Arc::ptr_eq(&to.book, &self.book) {
+            return Err(anyhow!("a cache made by another model"));
+        }
+        if len > 0 && from.slot != to.slot {
+            let mut lanes = lock(&self.lanes);
+            if lanes.kv.iter().any(Option::is_none) {
+                return Err(anyhow!("the batched engine's lane buffers were lost in an earlier failure"));
+            }
+            let slots = (to.slot + 1).max(lock(&self.book).issued);
+            self.reserve(&mut lanes, slots, len);
+            let (kv, hd) = (2 * self.cfg.num_kv_heads, self.cfg.head_dim);
+            for buf in lanes.kv.iter_mut() {
+                // one slot's first `len` positions, keys and values of the layer, onto the other slot's
+                let b = buf.take().expect("checked above");
+                let part = b.clone().slice([from.slot..from.slot + 1, 0..kv, 0..len, 0..hd]);
+                *buf = Some(b.slice_assign([to.slot..to.slot + 1, 0..kv, 0..len, 0..hd], part));
+            }
+        }
+        to.len = len;
         Ok(())
     }
 

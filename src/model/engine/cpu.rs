@@ -356,6 +356,18 @@ impl CpuCache {
         self.capacity = new;
     }
 
+    /// Holds the first `len` positions of `from`, copied (see [`Engine::copy_prefix`]).
+    fn copy_prefix_of(&mut self, from: &CpuCache, len: usize) {
+        self.reserve(len);
+        let (hd, (fc, tc)) = (self.hd, (from.capacity, self.capacity));
+        for (dst, src) in self.k.iter_mut().zip(&from.k).chain(self.v.iter_mut().zip(&from.v)) {
+            for g in 0..self.kvh {
+                dst[g * tc * hd..(g * tc + len) * hd].copy_from_slice(&src[g * fc * hd..(g * fc + len) * hd]);
+            }
+        }
+        self.len = len;
+    }
+
     /// Writes layer `l`'s keys and values `[t, kvh * hd]` at positions `start..start + t`.
     fn write(&mut self, l: usize, start: usize, k: &[f32], v: &[f32]) {
         let (kvh, hd, cap) = (self.kvh, self.hd, self.capacity);
@@ -377,6 +389,10 @@ impl Cache for CpuCache {
 
     fn len(&self) -> usize {
         self.len
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
     }
 
     fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
@@ -587,5 +603,11 @@ impl Engine for CpuEngine {
 
     fn forward(&self, seqs: &mut [SeqIn<'_>]) -> Result<Vec<ChunkOut>> {
         rayon::scope(|_| self.forward_in_pool(seqs))
+    }
+
+    fn copy_prefix(&self, from: &dyn Cache, to: &mut dyn Cache, len: usize) -> Result<()> {
+        let (from, to) = super::cache_pair::<CpuCache>(from, to, len)?;
+        to.copy_prefix_of(from, len);
+        Ok(())
     }
 }

@@ -179,6 +179,7 @@ pub trait Cache: std::any::Any + Send {
     fn is_empty(&self) -> bool {
         self.len() == 0
     }
+    fn as_any(&self) -> &dyn std::any::Any;
     fn as_any_mut(&mut self) -> &mut dyn std::any::Any;
 }
 
@@ -199,6 +200,10 @@ pub trait Engine: Send + Sync {
     /// sequence's results equal (bit for bit) those of a pass of its own. Fails, changing no cache, when a
     /// sequence would exceed [`Engine::max_positions`]. (The batched engine: equal within f32 rounding.)
     fn forward(&self, seqs: &mut [SeqIn<'_>]) -> Result<Vec<ChunkOut>>;
+    /// Makes `to` hold the first `len` positions of `from` (both caches made by this engine), their keys and
+    /// values copied bit for bit, not recomputed: how a prefix every sequence starts with (the few-shot
+    /// exemplars) is encoded once and handed to the other sequences of a batch. What `to` held is dropped.
+    fn copy_prefix(&self, from: &dyn Cache, to: &mut dyn Cache, len: usize) -> Result<()>;
     /// Bytes of integer weights that decoding multiplies (0: decoding multiplies f32 weights).
     fn int_decode_bytes(&self) -> usize {
         0
@@ -269,6 +274,18 @@ pub(crate) fn host_rows<B: burn::prelude::Backend>(x: burn::tensor::Tensor<B, 2>
     let [n, w] = x.dims();
     let v = x.cast(burn::tensor::DType::F32).into_data().to_vec::<f32>().expect("f32 after the cast");
     v.chunks(w.max(1)).take(n).map(<[f32]>::to_vec).collect()
+}
+
+/// `from` and `to` as the caches `C` of one engine, and `len` checked against what `from` holds.
+pub(crate) fn cache_pair<'a, C: 'static>(
+    from: &'a dyn Cache,
+    to: &'a mut dyn Cache,
+    len: usize,
+) -> Result<(&'a C, &'a mut C)> {
+    anyhow::ensure!(len <= from.len(), "copy_prefix: {len} positions asked of a cache holding {}", from.len());
+    let from = from.as_any().downcast_ref::<C>().ok_or_else(|| anyhow::anyhow!("a cache made by another engine"))?;
+    let to = to.as_any_mut().downcast_mut::<C>().ok_or_else(|| anyhow::anyhow!("a cache made by another engine"))?;
+    Ok((from, to))
 }
 
 /// Checks, before any cache changes, that every sequence fits in `max_pos` positions.

@@ -27,6 +27,10 @@ impl<B: Backend> Cache for KvCache<B> {
         self.len
     }
 
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
     fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
         self
     }
@@ -54,6 +58,14 @@ where
 
     fn describe(&self) -> String {
         format!("reference ({})", std::any::type_name::<B>().rsplit("::").next().unwrap_or("burn"))
+    }
+
+    fn copy_prefix(&self, from: &dyn Cache, to: &mut dyn Cache, len: usize) -> Result<()> {
+        let (from, to) = super::cache_pair::<KvCache<B>>(from, to, len)?;
+        // burn's tensors are values: the copy shares the buffers until either cache writes to them
+        *to = from.clone();
+        to.truncate(len);
+        Ok(())
     }
 
     fn forward(&self, seqs: &mut [SeqIn<'_>]) -> Result<Vec<ChunkOut>> {
