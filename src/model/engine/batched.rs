@@ -613,9 +613,11 @@ where
             self.reserve(&mut lanes, slots, len);
             let (kv, hd) = (2 * self.cfg.num_kv_heads, self.cfg.head_dim);
             for buf in lanes.kv.iter_mut() {
-                // one slot's first `len` positions, keys and values of the layer, onto the other slot's
+                // one slot's first `len` positions, keys and values of the layer, onto the other slot's; the
+                // positions are copied out first (`mul_scalar` writes a tensor of its own) so that the buffer has
+                // one owner again and is written in place, not copied whole
                 let b = buf.take().expect("checked above");
-                let part = b.clone().slice([from.slot..from.slot + 1, 0..kv, 0..len, 0..hd]);
+                let part = b.clone().slice([from.slot..from.slot + 1, 0..kv, 0..len, 0..hd]).mul_scalar(1.0);
                 *buf = Some(b.slice_assign([to.slot..to.slot + 1, 0..kv, 0..len, 0..hd], part));
             }
         }
