@@ -9,7 +9,8 @@
 #      empty: the GGUF's own, e.g. TOKENIZER= MODEL=checkpoints/qwen2.5-coder-0.5b-instruct.gguf),
 #      DATA (dialogues folder, default datasets/autorag/smoke from scripts/autorag_smoke_dialogues.py),
 #      OUT (results, default runs/train-autorag-gpu), EPOCHS (5), BATCH (8), ACCUM (2), LR (5e-5), MAXLEN (1024),
-#      EXTRA (more flags for ragtime's trainer, e.g. "--static-shapes"; the plan PyTorch replays is the same),
+#      EXTRA (more flags for ragtime's trainer, e.g. "--static-shapes", or "--lora 16" for LoRA: the plan and the
+#      base PyTorch replays are written with them too, so the replay is LoRA from ragtime's initial adapters),
 #      TORCH_EXTRA (more flags for the PyTorch replay, e.g. "--gradient-checkpointing" beside EXTRA's),
 #      DTYPE (f32 or bf16, default f32: bf16 is ragtime's `--dtype bf16` and, from the same plan, PyTorch's autocast).
 # Each step writes under OUT and can run in a separate call; `ragtime` resumes from its checkpoint if cut off.
@@ -56,8 +57,10 @@ for step in "${STEPS[@]}"; do
       tail -4 "$OUT/ragtime.log"; cat "$OUT/ragtime.stdout"
       ;;
     torch)
-      "$BIN" train autorag "${common[@]}" --dump-plan "$OUT/plan.jsonl"
-      [[ -f $OUT/base-hf/model.safetensors ]] || "$BIN" train autorag "${common[@]}" --export-base "$OUT/base-hf"
+      read -ra extra <<<"${EXTRA:-}"
+      "$BIN" train autorag "${common[@]}" "${extra[@]}" --dump-plan "$OUT/plan.jsonl"
+      # written every time: a LoRA plan also needs the adapters ragtime starts from (beside the base, same flags)
+      "$BIN" train autorag "${common[@]}" "${extra[@]}" --export-base "$OUT/base-hf"
       read -ra textra <<<"${TORCH_EXTRA:-}"
       with_mem torch env PYTHONUNBUFFERED=1 python3 scripts/train_autorag_torch.py --plan "$OUT/plan.jsonl" \
         --base "$OUT/base-hf" --device cuda --report "$OUT/torch.json" "${textra[@]}" >"$OUT/torch.log" 2>&1 || { tail -20 "$OUT/torch.log"; exit 1; }

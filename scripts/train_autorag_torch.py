@@ -15,6 +15,11 @@ model on exactly those tokens, in the same order, with the same loss and optimiz
 The base model is a Hugging Face folder: `ragtime train autorag --model M.gguf --export-base DIR` writes the
 de-quantized GGUF base that ragtime itself starts from, so update 1 of both runs sees the same weights and data.
 
+A plan written with `--lora R` is replayed as LoRA: the base frozen, each target layer `y = base(x) + (alpha / R)
+(x A^T) B^T` with `A [R, in]`, `B [out, R]` trainable (no dropout), started from the adapters ragtime starts from
+(`--export-base` with the same `--lora` flags writes them as DIR/adapter_init.safetensors, PEFT's names), with
+AdamW's decay on both (they are matrices) and clipping over them alone, as ragtime.
+
     python3 scripts/train_autorag_torch.py --plan PLAN.jsonl --base DIR [--device cuda] [--report OUT.json]
         [--gradient-checkpointing]
 
@@ -27,8 +32,47 @@ import contextlib
 import json
 import time
 
+import os
+
 import torch
 from transformers import AutoModelForCausalLM
+
+
+class LoraLinear(torch.nn.Module):
+    """A frozen linear layer plus a trainable low-rank update: base(x) + scale * (x A^T) B^T."""
+
+    def __init__(self, base, a, b, scale):
+        super().__init__()
+        self.base, self.scale = base, scale
+        self.lora_A = torch.nn.Parameter(a.clone())  # [r, in]
+        self.lora_B = torch.nn.Parameter(b.clone())  # [out, r]
+
+    def forward(self, x):
+        low = torch.nn.functional.linear(x, self.lora_A)  # [.., r]
+        return self.base(x) + torch.nn.functional.linear(low, self.lora_B) * self.scale
+
+
+def attach_lora(model, lora, path):
+    """Freezes the model and wraps the layers `path` (ragtime's adapter_init.safetensors) holds adapters for."""
+    from safetensors.torch import load_file
+
+    if not os.path.exists(path):
+        raise SystemExit(f"{path}: missing; the plan is a LoRA run: write it with `ragtime train autorag ... "
+                         f"--lora {lora['rank']} --export-base DIR` (the same flags as the plan)")
+    tensors = load_file(path)
+    for p in model.parameters():
+        p.requires_grad_(False)
+    prefix, scale, n = "base_model.model.", lora["alpha"] / lora["rank"], 0
+    for name in sorted(k for k in tensors if k.endswith(".lora_A.weight")):
+        module = name[len(prefix):-len(".lora_A.weight")]  # model.layers.L.self_attn.q_proj
+        parent_name, child = module.rsplit(".", 1)
+        parent = model.get_submodule(parent_name)
+        a, b = tensors[name], tensors[name.replace(".lora_A.", ".lora_B.")]
+        setattr(parent, child, LoraLinear(getattr(parent, child), a, b, scale))
+        n += 1
+    if n == 0:
+        raise SystemExit(f"{path}: no lora_A weights")
+    return n
 
 
 def load_plan(path):
@@ -113,12 +157,16 @@ def main():
     bf16 = cfg.get("dtype", "f32") == "bf16"
     amp = (lambda: torch.autocast(dev.type, dtype=torch.bfloat16)) if bf16 else contextlib.nullcontext
     t_load = time.perf_counter()
-    model = AutoModelForCausalLM.from_pretrained(a.base, dtype=torch.float32, attn_implementation="sdpa").to(dev)
+    model = AutoModelForCausalLM.from_pretrained(a.base, dtype=torch.float32, attn_implementation="sdpa")
+    if cfg.get("lora"):
+        n = attach_lora(model, cfg["lora"], os.path.join(a.base, "adapter_init.safetensors"))
+        print(f"LoRA r={cfg['lora']['rank']} alpha={cfg['lora']['alpha']} on {n} layers", flush=True)
+    model = model.to(dev)
     if a.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.train()
     print(f"loaded {a.base} in {time.perf_counter() - t_load:.1f}s; {sum(p.numel() for p in model.parameters())/1e6:.1f}M "
-          f"parameters; train {len(train)}, valid {len(valid)}, {len(updates)} updates", flush=True)
+          f"parameters ({sum(p.numel() for p in model.parameters() if p.requires_grad)/1e6:.2f}M trained); train {len(train)}, valid {len(valid)}, {len(updates)} updates", flush=True)
     params = [p for p in model.parameters() if p.requires_grad]
     groups = [
         {"params": [p for p in params if p.ndim >= 2], "weight_decay": cfg["weight_decay"]},

@@ -14,6 +14,8 @@ use ragtime::model::{random_weights, Arch, Lm, MemoryWeights, ModelConfig, Token
 use ragtime::sft::export::{export_hf, TokenizerJson};
 use ragtime::sft::{LoraConfig, SftConfig, SftData};
 
+mod common;
+
 fn tokenizer_path() -> std::path::PathBuf {
     ragtime::data::resolve(std::path::Path::new("models/smollm2-135m-instruct/tokenizer.json"))
 }
@@ -115,4 +117,45 @@ fn trained_model_exports_and_loads_back_with_the_same_logits() {
         let bdiff = sb.logits().unwrap().iter().zip(&loaded).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
         assert!(bdiff > 1e-3, "{arch:?} lora={lora}: exported logits equal the base model's");
     }
+}
+
+/// `train autorag --lora R --export-base DIR` writes, beside the base, the adapters a LoRA run starts from (what
+/// the PyTorch replay starts from): PEFT's names and layout for every layer's seven projections, `A [R, in]` within
+/// PEFT's bound 1/sqrt(in), `B [out, R]` zero; the same seed writes the same adapters, another seed others, and an
+/// export without --lora writes none.
+#[test]
+fn export_base_with_lora_writes_the_initial_adapters() {
+    let Some(s) = common::tiny_eval() else { return };
+    let export = |name: &str, extra: &[&str]| {
+        let dir = s.root.join(name);
+        let mut args = vec!["train", "autorag", "--model", &s.model, "--tokenizer", &s.tokenizer, "--data", "unused"];
+        args.extend(extra);
+        args.extend(["--export-base", dir.to_str().unwrap()]);
+        common::ok(&args);
+        std::fs::read(dir.join("adapter_init.safetensors")).ok()
+    };
+    let bytes = export("a", &["--lora", "4"]).expect("adapter_init.safetensors written");
+    let t = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let cfg = ModelConfig::tiny(Arch::Llama, 49152);
+    assert_eq!(t.len(), cfg.num_layers * 7 * 2, "A and B of 7 projections per layer");
+    let floats = |v: &safetensors::tensor::TensorView<'_>| -> Vec<f32> {
+        v.data().chunks(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect()
+    };
+    for (name, v) in t.tensors() {
+        assert!(name.starts_with("base_model.model.model.layers."), "{name}");
+        let shape = v.shape().to_vec();
+        if name.ends_with(".lora_A.weight") {
+            assert_eq!(shape[0], 4, "{name}: A is [r, in]");
+            let bound = 1.0 / (shape[1] as f32).sqrt();
+            let a = floats(&v);
+            assert!(a.iter().all(|x| x.abs() <= bound) && a.iter().any(|&x| x != 0.0), "{name}: A in PEFT's range");
+        } else {
+            assert!(name.ends_with(".lora_B.weight"), "{name}");
+            assert_eq!(shape[1], 4, "{name}: B is [out, r]");
+            assert!(floats(&v).iter().all(|&x| x == 0.0), "{name}: B starts at zero");
+        }
+    }
+    assert_eq!(export("b", &["--lora", "4"]).unwrap(), bytes, "the same seed, the same adapters");
+    assert_ne!(export("c", &["--lora", "4", "--seed", "7"]).unwrap(), bytes, "another seed, other adapters");
+    assert!(export("d", &[]).is_none(), "no --lora, no adapters");
 }

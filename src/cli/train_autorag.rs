@@ -119,7 +119,8 @@ pub struct Args {
     #[arg(long)]
     pub dump_plan: Option<PathBuf>,
     /// Write the base model, untrained, as a Hugging Face folder (f32 safetensors + config + tokenizer) to this
-    /// folder and exit: a GGUF base, de-quantized, for tools that read only that layout.
+    /// folder and exit: a GGUF base, de-quantized, for tools that read only that layout. With --lora, also the
+    /// adapters training starts from (adapter_init.safetensors, PEFT's names and layout: the replay's start).
     #[arg(long)]
     pub export_base: Option<PathBuf>,
 }
@@ -266,15 +267,25 @@ fn open_base(
     Ok((src, cfg, tok, tok_json))
 }
 
+/// With `--lora`, `--export-base` also writes the adapters a run starts from, in PEFT's names and layout.
+const ADAPTER_INIT: &str = "adapter_init.safetensors";
+
 pub fn run(a: Args) -> Result<()> {
     let cfg = a.config()?;
     let data_file = if ragtime::io::is_dir(&a.data)? { a.data.join("dialogues.jsonl") } else { a.data.clone() };
     let (src, model_cfg, tok, tok_json) = open_base(&a.model, a.tokenizer.as_deref())?;
     if let Some(dir) = &a.export_base {
         ragtime::io::claim_output_dir(dir, "--export-base", "model export", ragtime::io::OUTPUT_MARKER)?;
-        let base = ragtime::model::build_llama::<burn::backend::Flex>(src.as_ref(), &model_cfg, &Default::default())?;
+        let device = Default::default();
+        let base = ragtime::model::build_llama::<burn::backend::Flex>(src.as_ref(), &model_cfg, &device)?;
         export_hf(&base, &model_cfg, &tok_json, &tok, dir)?;
         eprintln!("wrote the base model {} as a Hugging Face folder: {}", a.model.display(), dir.display());
+        if let Some(l) = &cfg.lora {
+            // the adapters training starts from (A from the seed, B = 0), for a replay from the same start
+            let fresh = ragtime::sft::lora::attach(base, l, cfg.seed, &device)?;
+            write_tensors(&dir.join(ADAPTER_INIT), &ragtime::sft::lora::adapter_tensors(&fresh))?;
+            eprintln!("wrote the initial LoRA adapters (seed {}): {}", cfg.seed, dir.join(ADAPTER_INIT).display());
+        }
         return Ok(());
     }
     // the inputs, then the output, before any work: a wrong --data or --out fails at once, and a wrong --data
