@@ -180,8 +180,8 @@ impl<'lm> Batch<'lm> {
         self.sessions.len()
     }
 
-    /// One line for the log: lanes, forward passes, and the mean number of sequences a pass fed (`what`, e.g.
-    /// "questions", names what a sequence is).
+    /// One line for the log: lanes, forward passes, the mean number of sequences a pass fed (`what`, e.g.
+    /// "questions", names what a sequence is), and how often the few-shot prefix ran and was copied.
     pub fn summary(&self, what: &str) -> String {
         let mut line = format!(
             "batch: {} lanes, {} forward passes, {:.2} {what} per pass",
