@@ -301,6 +301,23 @@ impl<B: Backend> BatchedEngine<B> {
         lanes.capacity = capacity;
     }
 
+    /// Fails for a lane cache of another model (another engine's lanes and slots).
+    fn check_own(&self, cache: &LaneCache) -> Result<()> {
+        if !Arc::ptr_eq(&cache.book, &self.book) {
+            return Err(anyhow!("a cache made by another model"));
+        }
+        Ok(())
+    }
+
+    /// The lane buffers, locked; fails where a pass failed halfway and left them incomplete.
+    fn live_lanes(&self) -> Result<MutexGuard<'_, Lanes<B>>> {
+        let lanes = lock(&self.lanes);
+        if lanes.kv.iter().any(Option::is_none) {
+            return Err(anyhow!("the batched engine's lane buffers were lost in an earlier failure"));
+        }
+        Ok(lanes)
+    }
+
     fn ints<const D: usize>(&self, v: Vec<i32>, shape: [usize; D]) -> Tensor<B, D, Int> {
         Tensor::from_data(TensorData::new(v, shape), &self.device)
     }
@@ -601,14 +618,10 @@ where
 
     fn copy_prefix(&self, from: &dyn Cache, to: &mut dyn Cache, len: usize) -> Result<()> {
         let (from, to) = super::cache_pair::<LaneCache>(from, to, len)?;
-        if !Arc::ptr_eq(&from.book, &self.book) || !Arc::ptr_eq(&to.book, &self.book) {
-            return Err(anyhow!("a cache made by another model"));
-        }
+        self.check_own(from)?;
+        self.check_own(to)?;
         if len > 0 && from.slot != to.slot {
-            let mut lanes = lock(&self.lanes);
-            if lanes.kv.iter().any(Option::is_none) {
-                return Err(anyhow!("the batched engine's lane buffers were lost in an earlier failure"));
-            }
+            let mut lanes = self.live_lanes()?;
             let slots = (to.slot + 1).max(lock(&self.book).issued);
             self.reserve(&mut lanes, slots, len);
             let (kv, hd) = (2 * self.cfg.num_kv_heads, self.cfg.head_dim);
@@ -634,17 +647,12 @@ where
                 .as_any_mut()
                 .downcast_mut::<LaneCache>()
                 .ok_or_else(|| anyhow!("a cache made by another engine"))?;
-            if !Arc::ptr_eq(&cache.book, &self.book) {
-                return Err(anyhow!("a cache made by another model"));
-            }
+            self.check_own(cache)?;
             rows.push(Row { seq: i, slot: cache.slot, start: cache.len, ids: s.ids, want: s.want });
         }
         let mut outs = vec![ChunkOut::default(); seqs.len()];
         {
-            let mut lanes = lock(&self.lanes);
-            if lanes.kv.iter().any(Option::is_none) {
-                return Err(anyhow!("the batched engine's lane buffers were lost in an earlier failure"));
-            }
+            let mut lanes = self.live_lanes()?;
             let slots = rows.iter().map(|w| w.slot + 1).max().unwrap_or(0).max(lock(&self.book).issued);
             let capacity = rows.iter().map(|w| w.start + w.ids.len().next_power_of_two()).max().unwrap_or(0);
             self.reserve(&mut lanes, slots, capacity);
