@@ -65,13 +65,7 @@ MODELS="${MODELS:-smollm2 qwen}"
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 max_b=$(tr ' ' '\n' <<<"$BATCHES" | sort -n | tail -1)
-python3 - "$max_b" "${RAGTIME_DATA:-../shared/data}" >"$WORK/all.jsonl" <<'PY'
-import json, sys
-n = int(sys.argv[1])
-qs = [json.loads(l)["question"] for l in open(sys.argv[2] + "/qa/nq/NQ-open.dev.jsonl")][:n]
-for q in qs:
-    print(json.dumps(f"Answer the question in one short sentence.\nQuestion: {q}?\nAnswer:"))
-PY
+python3 scripts/nq_prompts.py "$max_b" "${RAGTIME_DATA:-../shared/data}" >"$WORK/all.jsonl"
 threads=$(nproc)
 # seconds since $1 (a `date +%s.%N` reading), one decimal
 since() { awk "BEGIN{printf \"%.1f\", $(date +%s.%N) - $1}"; }

@@ -62,13 +62,7 @@ EOF
 for step in "${STEPS[@]}"; do
   case "$step" in
     generate)
-      python3 - "$LANES" "$(abs "${RAGTIME_DATA:-../shared/data}")" >"$OUT/prompts.jsonl" <<'PY'
-import json, sys
-n = int(sys.argv[1])
-qs = [json.loads(l)["question"] for l in open(sys.argv[2] + "/qa/nq/NQ-open.dev.jsonl")][:n]
-for q in qs:
-    print(json.dumps(f"Answer the question in one short sentence.\nQuestion: {q}?\nAnswer:"))
-PY
+      python3 scripts/nq_prompts.py "$LANES" "$(abs "${RAGTIME_DATA:-../shared/data}")" >"$OUT/prompts.jsonl"
       for run in short long; do
         new=8
         [[ $run == short ]] || new=$((8 + PASSES))
