@@ -77,6 +77,8 @@ def main():
         p.error("one log, or two (SHORT LONG)")
     if a.units <= 0:
         p.error("--units must be positive")
+    if a.top < 0:
+        p.error("--top must be 0 (all) or positive")
     logs = [read(path, a.full) for path in a.logs]
     if not any(logs[-1].values()):
         sys.exit(f"kernel_profile: no profiled kernel launches in {a.logs[-1]} "
