@@ -43,9 +43,14 @@ done
 mkdir -p "$OUT"
 
 # A run folder with its own cubecl.toml: the profile log goes to DIR/kernels.log.
+# A folder of that name that this script did not make (no cubecl.toml of ours in it) is refused, not replaced.
 rundir() {
   local dir="$OUT/$1"
-  rm -rf "$dir"
+  if [[ -e $dir ]]; then
+    grep -qs '^\[profiling.logger\]' "$dir/cubecl.toml" ||
+      { echo "profile-kernels-gpu: $dir exists and is not a run of this script; choose another OUT" >&2; exit 2; }
+    rm -rf "$dir"
+  fi
   mkdir -p "$dir"
   cat >"$dir/cubecl.toml" <<EOF
 [compilation]
