@@ -7,7 +7,9 @@ model on exactly those tokens, in the same order, with the same loss and optimiz
 - loss of an update = sum of -log p(target) over the model-turn tokens of its micro-batches / their count
   (Auto-RAG's Eq. 3, token-weighted, as ragtime), the LM head applied only to the positions that predict a target;
 - torch.optim.AdamW (decoupled decay on matrices only), the plan's learning rate per update, global-norm clipping;
-- right padding with the plan's pad id and plain causal attention (pads come last, so they change nothing);
+- right padding with the plan's pad id and plain causal attention (pads come last, so they change nothing); a
+  plan written with `--pack` gives each micro-batch as rows of several dialogues, replayed packed the same way
+  (each dialogue at positions from 0, a block-diagonal causal mask passed to transformers as a 4D mask);
 - float32 throughout, like ragtime; SDPA attention. A plan written with `--dtype bf16` runs under
   `torch.autocast(dtype=torch.bfloat16)` (products in bf16, softmax and loss in f32, f32 master weights and
   optimizer: PyTorch's mixed precision, the peer of ragtime's).
@@ -116,9 +118,43 @@ def make_batch(examples, pad_id, device):
     return ids.to(device), torch.tensor(pos, device=device), torch.tensor(tgt, device=device), tokens
 
 
-def nll_sum(model, ids, pos, tgt):
-    """Sum over targets of -log p(target | prefix); the LM head runs only on the predicting positions."""
-    hidden = model.model(input_ids=ids).last_hidden_state  # [b, t, d]
+def make_packed_batch(rows, pad_id, device):
+    """Packed rows (a plan written with --pack): row r holds rows[r]'s examples one after another, then pads. Each
+    example starts again at position 0 and attends only to its own tokens up to itself (a block-diagonal causal
+    mask, [b, 1, t, t], True where a query sees a key), as ragtime's packed rows. Returns ids, flat predicting
+    positions, targets, real tokens, and the (position_ids, mask) pair."""
+    b, t = len(rows), max(sum(len(e["ids"]) for e in row) for row in rows)
+    ids = torch.full((b, t), pad_id, dtype=torch.long)
+    position_ids = torch.zeros((b, t), dtype=torch.long)
+    mask = torch.zeros((b, 1, t, t), dtype=torch.bool)
+    pos, tgt, tokens = [], [], 0
+    for r, row in enumerate(rows):
+        at = 0
+        for e in row:
+            n = len(e["ids"])
+            ids[r, at : at + n] = torch.tensor(e["ids"], dtype=torch.long)
+            position_ids[r, at : at + n] = torch.arange(n)
+            mask[r, 0, at : at + n, at : at + n] = torch.tril(torch.ones((n, n), dtype=torch.bool))
+            for j in range(1, n):
+                if e["loss"][j]:
+                    pos.append(r * t + at + j - 1)
+                    tgt.append(e["ids"][j])
+            at += n
+            tokens += n
+        for j in range(at, t):  # pads: each sees itself (no row of the softmax is empty)
+            mask[r, 0, j, j] = True
+    layout = (position_ids.to(device), mask.to(device))
+    return ids.to(device), torch.tensor(pos, device=device), torch.tensor(tgt, device=device), tokens, layout
+
+
+def nll_sum(model, ids, pos, tgt, layout=None):
+    """Sum over targets of -log p(target | prefix); the LM head runs only on the predicting positions. `layout`:
+    packed rows' (position_ids, 4D mask), which transformers takes as they are."""
+    if layout is None:
+        hidden = model.model(input_ids=ids).last_hidden_state  # [b, t, d]
+    else:
+        position_ids, mask = layout
+        hidden = model.model(input_ids=ids, position_ids=position_ids, attention_mask=mask).last_hidden_state
     h = hidden.reshape(-1, hidden.shape[-1]).index_select(0, pos)  # [n, d]
     logp = torch.log_softmax(model.lm_head(h).float(), dim=-1)  # [n, vocab]
     return -logp.gather(1, tgt[:, None]).sum()
@@ -189,16 +225,19 @@ def main():
 
     validate(0)
     for up in updates:
-        micro = [make_batch([train[i] for i in idx], pad_id, dev) for idx in up["micro"]]
+        if "rows" in up:  # packed: each micro-batch is rows of several dialogues
+            micro = [make_packed_batch([[train[i] for i in row] for row in rows], pad_id, dev) for rows in up["rows"]]
+        else:
+            micro = [make_batch([train[i] for i in idx], pad_id, dev) + (None,) for idx in up["micro"]]
         n_targets = sum(len(m[2]) for m in micro)
         tokens = sum(m[3] for m in micro)
         if dev.type == "cuda":
             torch.cuda.synchronize(dev)
         t0 = time.perf_counter()
         loss_sum = 0.0
-        for ids, pos, tgt, _ in micro:
+        for ids, pos, tgt, _, layout in micro:
             with amp():
-                loss = nll_sum(model, ids, pos, tgt) / n_targets
+                loss = nll_sum(model, ids, pos, tgt, layout) / n_targets
             loss.backward()
             loss_sum += loss.item()
         norm = torch.nn.utils.clip_grad_norm_(params, clip).item() if clip > 0 else float("nan")

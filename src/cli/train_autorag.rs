@@ -103,6 +103,10 @@ pub struct Args {
     /// that CUDA compiles each kernel once; same losses (default: [train] static_shapes).
     #[arg(long)]
     pub static_shapes: bool,
+    /// Pack each update's dialogues into rows of up to --max-len tokens (each dialogue at its own positions,
+    /// attending only to itself), --batch-size rows per micro-batch: fewer pads, same losses (default: [train] pack).
+    #[arg(long)]
+    pub pack: bool,
     /// Keep only each decoder layer's input and recompute the layer during the backward pass: activation memory
     /// of one layer instead of all, for about a third more arithmetic per update; same losses (default: [train]
     /// gradient_checkpointing).
@@ -196,6 +200,7 @@ impl Args {
         }
         cfg.stop_after = self.stop_after;
         cfg.static_shapes |= self.static_shapes;
+        cfg.pack |= self.pack;
         cfg.gradient_checkpointing |= self.gradient_checkpointing;
         if let Some(d) = self.dtype {
             if d == ragtime::model::Precision::F16 {
@@ -373,7 +378,8 @@ impl TrainJob for SftJob<'_> {
 
 /// `--dump-plan`: one JSON object per line: `{"kind":"config",..}`, then every example
 /// (`{"kind":"example","split":"train"|"valid","index","id","ids","loss"}`, `loss` as 0/1 per token), then every
-/// update (`{"kind":"update","step","epoch","lr","micro"}`, `micro` = lists of train indices).
+/// update (`{"kind":"update","step","epoch","lr","micro"}`, `micro` = lists of train indices; with --pack also
+/// `"rows"`: per micro-batch, its rows' lists of train indices in the order they sit in the row).
 fn dump_plan(file: &Path, data: &SftData, cfg: &SftConfig) -> Result<()> {
     use std::io::Write;
     let updates = ragtime::sft::train::plan(data, cfg)?;
@@ -392,7 +398,12 @@ fn dump_plan(file: &Path, data: &SftData, cfg: &SftConfig) -> Result<()> {
         }
     }
     for (u, up) in updates.iter().enumerate() {
-        line(serde_json::json!({"kind": "update", "step": u + 1, "epoch": up.epoch, "lr": up.lr, "micro": up.micro}))?;
+        let mut rec =
+            serde_json::json!({"kind": "update", "step": u + 1, "epoch": up.epoch, "lr": up.lr, "micro": up.micro});
+        if let Some(rows) = &up.rows {
+            rec["rows"] = serde_json::json!(rows);
+        }
+        line(rec)?;
     }
     w.flush().with_context(|| format!("{}: cannot write", file.display()))?;
     eprintln!("wrote the plan of {} updates to {}", updates.len(), file.display());

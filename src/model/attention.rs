@@ -32,31 +32,46 @@ use burn_autodiff::checkpoint::base::Checkpointer;
 use burn_autodiff::grads::Gradients;
 use burn_autodiff::ops::{Backward, Ops};
 
-use super::autodiff_ops::{dispatch, float, inner, outer, prim, record, AutodiffOp};
+use super::autodiff_ops::{dispatch, float, inner, inner_bool, outer, prim, record, AutodiffOp};
 use super::dtype::to_dtype;
 
+/// Which keys each query row sees.
+#[derive(Debug, Clone)]
+pub enum Mask<B: Backend> {
+    /// The queries sit at positions `start..start + t` of every row, the keys at `0..keys`: query `i` sees keys
+    /// `0..=start + i` (a sequence per row, after a cached prefix of `start` positions).
+    Causal { start: usize },
+    /// `[b, 1, t, keys]`, true where a query must not see a key: packed rows, where a row holds several sequences
+    /// and a query sees only its own sequence's keys up to itself ([`crate::model::llama::Packed`]).
+    Hide(Tensor<B, 4, Bool>),
+}
+
 /// Attention probabilities in f32: `[b, h, t, keys]` from `q [b, kv, rep * t, hd]` (the query heads that share a
-/// key/value head, grouped) and `k [b, kv, keys, hd]`, the queries at positions `start..start + t`.
-fn probs_f32<B: Backend>(q: Tensor<B, 4>, k: Tensor<B, 4>, start: usize, t: usize) -> Tensor<B, 4> {
+/// key/value head, grouped) and `k [b, kv, keys, hd]`, masked by `mask`.
+fn probs_f32<B: Backend>(q: Tensor<B, 4>, k: Tensor<B, 4>, mask: &Mask<B>, t: usize) -> Tensor<B, 4> {
     let [b, kv, rows, hd] = q.dims();
     let keys = k.dims()[2];
     let h = kv * rows / t;
     let scores = q.matmul(k.swap_dims(2, 3)).mul_scalar(1.0 / (hd as f64).sqrt()); // [b, kv, rep*t, keys]
     let mut scores = scores.reshape([b, h, t, keys]);
-    if t > 1 {
-        // causal: query i (position start+i) sees keys 0..=start+i
-        let mask: Vec<bool> = (0..t).flat_map(|i| (0..keys).map(move |j| j > start + i)).collect();
-        let mask = Tensor::<B, 2, Bool>::from_data(TensorData::new(mask, [t, keys]), &scores.device());
-        scores = scores.mask_fill(mask.unsqueeze::<4>(), f32::NEG_INFINITY);
+    match mask {
+        Mask::Causal { start } if t > 1 => {
+            // query i (position start+i) sees keys 0..=start+i
+            let mask: Vec<bool> = (0..t).flat_map(|i| (0..keys).map(move |j| j > start + i)).collect();
+            let mask = Tensor::<B, 2, Bool>::from_data(TensorData::new(mask, [t, keys]), &scores.device());
+            scores = scores.mask_fill(mask.unsqueeze::<4>(), f32::NEG_INFINITY);
+        }
+        Mask::Causal { .. } => {}
+        Mask::Hide(hide) => scores = scores.mask_fill(hide.clone(), f32::NEG_INFINITY),
     }
     softmax(to_dtype(scores, DType::F32), 3)
 }
 
 /// Attention probabilities `[b, h, t, keys]` in q's dtype (the softmax computed in f32, as transformers does for a
 /// bf16 model). Shapes as [`causal`].
-pub fn probs<B: Backend>(q: Tensor<B, 4>, k: Tensor<B, 4>, start: usize, t: usize) -> Tensor<B, 4> {
+pub fn probs<B: Backend>(q: Tensor<B, 4>, k: Tensor<B, 4>, mask: &Mask<B>, t: usize) -> Tensor<B, 4> {
     let dtype = q.dtype();
-    to_dtype(probs_f32(q, k, start, t), dtype)
+    to_dtype(probs_f32(q, k, mask, t), dtype)
 }
 
 /// `P V` for probabilities `[b, h, t, keys]` and `v [b, kv, keys, hd]`: `[b, kv, rep * t, hd]`.
@@ -66,18 +81,18 @@ pub fn apply<B: Backend>(probs: Tensor<B, 4>, v: Tensor<B, 4>) -> Tensor<B, 4> {
     probs.reshape([b, kv, h / kv * t, keys]).matmul(v)
 }
 
-/// Causal attention: `q [b, kv, rep * t, hd]` (queries at positions `start..start + t`, the `rep` query heads of
-/// each key/value head grouped), `k`, `v [b, kv, keys, hd]` -> `[b, kv, rep * t, hd]`. On `train autorag`'s
-/// autodiff backends, one operation whose backward recomputes the probabilities (module docs).
-pub fn causal<B: Backend>(q: Tensor<B, 4>, k: Tensor<B, 4>, v: Tensor<B, 4>, start: usize, t: usize) -> Tensor<B, 4> {
-    dispatch(Causal { q, k, v, start, t })
+/// Masked attention: `q [b, kv, rep * t, hd]` (the `t` queries of each row, the `rep` query heads of each
+/// key/value head grouped), `k`, `v [b, kv, keys, hd]` -> `[b, kv, rep * t, hd]`. On `train autorag`'s autodiff
+/// backends, one operation whose backward recomputes the probabilities (module docs).
+pub fn causal<B: Backend>(q: Tensor<B, 4>, k: Tensor<B, 4>, v: Tensor<B, 4>, mask: Mask<B>, t: usize) -> Tensor<B, 4> {
+    dispatch(Causal { q, k, v, mask, t })
 }
 
 struct Causal<B: Backend> {
     q: Tensor<B, 4>,
     k: Tensor<B, 4>,
     v: Tensor<B, 4>,
-    start: usize,
+    mask: Mask<B>,
     t: usize,
 }
 
@@ -85,17 +100,21 @@ impl<B: Backend> AutodiffOp<B> for Causal<B> {
     type Output = Tensor<B, 4>;
 
     fn fallback(self) -> Tensor<B, 4> {
-        apply(probs(self.q, self.k, self.start, self.t), self.v)
+        apply(probs(self.q, self.k, &self.mask, self.t), self.v)
     }
 
-    /// Forward as [`probs`] + [`apply`]; the backward keeps q, k, v only.
+    /// Forward as [`probs`] + [`apply`]; the backward keeps q, k, v (and a given mask) only.
     fn autodiff<I: Backend>(self) -> Tensor<B, 4> {
-        let (start, t) = (self.start, self.t);
+        let t = self.t;
+        let mask: Mask<I> = match self.mask {
+            Mask::Causal { start } => Mask::Causal { start },
+            Mask::Hide(hide) => Mask::Hide(inner_bool::<B, I, 4>(hide)),
+        };
         let out = record(
             RecomputeAttention,
             [inner::<B, I, 4>(self.q), inner::<B, I, 4>(self.k), inner::<B, I, 4>(self.v)],
-            |[q, k, v]| prim(apply(probs(float::<I, 4>(q), float(k), start, t), float(v))),
-            |[q, k, v]| (q, k, v, start, t),
+            |[q, k, v]| prim(apply(probs(float::<I, 4>(q), float(k), &mask, t), float(v))),
+            |[q, k, v]| (q, k, v, mask.clone(), t),
         );
         outer::<B, I, 4>(out)
     }
@@ -105,13 +124,13 @@ impl<B: Backend> AutodiffOp<B> for Causal<B> {
 struct RecomputeAttention;
 
 impl<I: Backend> Backward<I, 3> for RecomputeAttention {
-    /// q, k, v and the query positions (start, t).
-    type State = (I::FloatTensorPrimitive, I::FloatTensorPrimitive, I::FloatTensorPrimitive, usize, usize);
+    /// q, k, v, the mask and the queries per row.
+    type State = (I::FloatTensorPrimitive, I::FloatTensorPrimitive, I::FloatTensorPrimitive, Mask<I>, usize);
 
     fn backward(self, ops: Ops<Self::State, 3>, grads: &mut Gradients, _: &mut Checkpointer) {
         let [q_node, k_node, v_node] = ops.parents;
         let grad = float::<I, 4>(grads.consume::<I>(&ops.node)); // dO: [b, kv, rep*t, hd]
-        let (q, k, v, start, t) = ops.state;
+        let (q, k, v, mask, t) = ops.state;
         let (q, k, v) = (float::<I, 4>(q), float::<I, 4>(k), float::<I, 4>(v));
         let dtype = q.dtype();
         let [b, kv, rows, hd] = q.dims();
@@ -119,7 +138,7 @@ impl<I: Backend> Backward<I, 3> for RecomputeAttention {
         let h = kv * rows / t;
         let scale = 1.0 / (hd as f64).sqrt();
 
-        let p32 = probs_f32(q.clone(), k.clone(), start, t); // [b, h, t, keys]
+        let p32 = probs_f32(q.clone(), k.clone(), &mask, t); // [b, h, t, keys]
         let p = to_dtype(p32.clone(), dtype).reshape([b, kv, rows, keys]);
         if let Some(node) = v_node {
             let dv = p.swap_dims(2, 3).matmul(grad.clone()); // [b, kv, keys, hd]
@@ -160,7 +179,7 @@ mod tests {
         let q = Tensor::<AB, 4>::from_data(TensorData::new(vec![0.5f32, 1.0], [1, 1, 2, 1]), &dev).require_grad();
         let k = Tensor::<AB, 4>::from_data(TensorData::new(vec![1.0f32, 2.0], [1, 1, 2, 1]), &dev).require_grad();
         let v = Tensor::<AB, 4>::from_data(TensorData::new(vec![3.0f32, 5.0], [1, 1, 2, 1]), &dev).require_grad();
-        let out = causal(q.clone(), k.clone(), v.clone(), 0, 2);
+        let out = causal(q.clone(), k.clone(), v.clone(), Mask::Causal { start: 0 }, 2);
         let o = out.clone().into_data().to_vec::<f32>().unwrap();
         let (p0, p1) = (1.0 / (1.0 + 1f32.exp()), 1f32.exp() / (1.0 + 1f32.exp()));
         assert!((o[0] - 3.0).abs() < 1e-6 && (o[1] - (3.0 * p0 + 5.0 * p1)).abs() < 1e-5, "{o:?}");
@@ -192,9 +211,9 @@ mod tests {
                 let lift = |x: &Tensor<Flex, 4>| Tensor::<AB, 4>::from_inner(x.clone()).require_grad();
                 let (q, k, v) = (lift(&q0), lift(&k0), lift(&v0));
                 let out = if recompute {
-                    causal(q.clone(), k.clone(), v.clone(), start, t)
+                    causal(q.clone(), k.clone(), v.clone(), Mask::Causal { start }, t)
                 } else {
-                    apply(probs(q.clone(), k.clone(), start, t), v.clone())
+                    apply(probs(q.clone(), k.clone(), &Mask::Causal { start }, t), v.clone())
                 };
                 let loss = (to_dtype(out.clone(), DType::F32) * Tensor::from_inner(w.clone().cast(DType::F32))).sum();
                 let grads = loss.backward();
@@ -211,6 +230,46 @@ mod tests {
         }
     }
 
+    /// A given mask (packed rows: two sequences in a row, each causal within itself) through the recomputing
+    /// operation against the composed ops; and a given mask equal to the causal one gives the causal results.
+    #[test]
+    fn a_given_mask_is_kept_for_the_recomputed_backward() {
+        let _exclusive = crate::device::autodiff_exclusive();
+        let dev = Default::default();
+        let (b, kv, rep, t, hd) = (2, 2, 2, 6, 4);
+        let rnd = |shape: [usize; 4]| Tensor::<Flex, 4>::random(shape, Distribution::Normal(0.0, 1.0), &dev);
+        let (q0, k0, v0, w) =
+            (rnd([b, kv, rep * t, hd]), rnd([b, kv, t, hd]), rnd([b, kv, t, hd]), rnd([b, kv, rep * t, hd]));
+        // row 0: sequences of 2 and 4 cells; row 1: one of 6 (causal)
+        let first = |r: usize, i: usize| if r == 0 && i >= 2 { 2 } else { 0 };
+        let hide: Vec<bool> =
+            (0..b).flat_map(|r| (0..t).flat_map(move |i| (0..t).map(move |j| j > i || j < first(r, i)))).collect();
+        let hide = Tensor::<AB, 4, Bool>::from_data(TensorData::new(hide, [b, 1, t, t]), &dev);
+        let run = |mask: Mask<AB>, recompute: bool| {
+            let lift = |x: &Tensor<Flex, 4>| Tensor::<AB, 4>::from_inner(x.clone()).require_grad();
+            let (q, k, v) = (lift(&q0), lift(&k0), lift(&v0));
+            let out = if recompute {
+                causal(q.clone(), k.clone(), v.clone(), mask, t)
+            } else {
+                apply(probs(q.clone(), k.clone(), &mask, t), v.clone())
+            };
+            let grads = (out.clone() * Tensor::from_inner(w.clone())).sum().backward();
+            let vec = |x: Tensor<Flex, 4>| x.into_data().to_vec::<f32>().unwrap();
+            [vec(out.inner()), vec(q.grad(&grads).unwrap()), vec(k.grad(&grads).unwrap()), vec(v.grad(&grads).unwrap())]
+        };
+        let names = ["out", "dq", "dk", "dv"];
+        let ours = run(Mask::Hide(hide.clone()), true);
+        assert_close("packed", &names, &ours, &run(Mask::Hide(hide), false), 1e-5);
+        // row 1 is plain causal: its half of every result is the causal mask's
+        let causal_run = run(Mask::Causal { start: 0 }, true);
+        let half = |x: &Vec<f32>| x[x.len() / 2..].to_vec();
+        let (a, c): (Vec<_>, Vec<_>) = ours.iter().zip(&causal_run).map(|(a, c)| (half(a), half(c))).unzip();
+        assert_close("row 1", &names, &a, &c, 1e-6);
+        // row 0's second sequence does not see its first: its outputs differ from the causal mask's
+        let (o, oc) = (&ours[0], &causal_run[0]);
+        assert!((0..o.len() / 2).any(|i| (o[i] - oc[i]).abs() > 1e-3));
+    }
+
     /// Without autodiff (inference), `causal` is the composed ops.
     #[test]
     fn inference_backend_uses_the_composed_ops() {
@@ -218,8 +277,8 @@ mod tests {
         let dev = Default::default();
         let rnd = |shape: [usize; 4]| Tensor::<Flex, 4>::random(shape, Distribution::Normal(0.0, 1.0), &dev);
         let (q, k, v) = (rnd([1, 1, 4, 4]), rnd([1, 1, 4, 4]), rnd([1, 1, 4, 4]));
-        let a = causal(q.clone(), k.clone(), v.clone(), 0, 4).into_data();
-        let b = apply(probs(q, k, 0, 4), v).into_data();
+        let a = causal(q.clone(), k.clone(), v.clone(), Mask::Causal { start: 0 }, 4).into_data();
+        let b = apply(probs(q, k, &Mask::Causal { start: 0 }, 4), v).into_data();
         assert_eq!(a, b);
     }
 }

@@ -10,7 +10,7 @@
 use std::any::{Any, TypeId};
 
 use burn::prelude::Backend;
-use burn::tensor::{Tensor, TensorPrimitive};
+use burn::tensor::{Bool, Tensor, TensorPrimitive};
 use burn_autodiff::checkpoint::strategy::NoCheckpointing;
 use burn_autodiff::ops::{Backward, OpsKind};
 use burn_autodiff::Autodiff;
@@ -51,6 +51,12 @@ pub(crate) fn inner<B: Backend, I: Backend, const D: usize>(x: Tensor<B, D>) -> 
 /// The inverse of [`inner`].
 pub(crate) fn outer<B: Backend, I: Backend, const D: usize>(x: AdTensor<I>) -> Tensor<B, D> {
     Tensor::from_primitive(TensorPrimitive::Float(same_type::<_, B::FloatTensorPrimitive>(x)))
+}
+
+/// A bool tensor of `B` (`Autodiff<I>`, checked by [`dispatch`]) as `I`'s: autodiff keeps no graph for them, so the
+/// primitive is the inner backend's.
+pub(crate) fn inner_bool<B: Backend, I: Backend, const D: usize>(x: Tensor<B, D, Bool>) -> Tensor<I, D, Bool> {
+    Tensor::from_primitive(same_type::<B::BoolTensorPrimitive, I::BoolTensorPrimitive>(x.into_primitive()))
 }
 
 /// Records `op` in the autodiff graph over `inputs`: `forward` computes the output from the inputs' primitives and,

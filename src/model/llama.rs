@@ -9,9 +9,9 @@
 
 use burn::module::{Module, ModuleMapper, Param};
 use burn::prelude::Backend;
-use burn::tensor::{DType, Int, Tensor, TensorData};
+use burn::tensor::{Bool, DType, Int, Tensor, TensorData};
 
-use super::attention;
+use super::attention::{self, Mask};
 use super::config::ModelConfig;
 pub use super::dtype::to_dtype;
 use super::swiglu::swiglu;
@@ -187,15 +187,71 @@ impl<B: Backend> Rope<B> {
         Rope { cos: to_dtype(self.cos.clone(), dtype), sin: to_dtype(self.sin.clone(), dtype) }
     }
 
-    /// x: [b, h, t, hd] at absolute positions start..start+t.
-    fn apply(&self, x: Tensor<B, 4>, start: usize) -> Tensor<B, 4> {
+    /// x: [b, h, t, hd] at absolute positions start..start+t in every row, or at each packed row's own positions.
+    fn apply(&self, x: Tensor<B, 4>, at: &At<B>) -> Tensor<B, 4> {
         let [_, _, t, hd] = x.dims();
-        let cos = self.cos.clone().slice([start..start + t, 0..hd]).unsqueeze::<4>(); // [1, 1, t, hd]
-        let sin = self.sin.clone().slice([start..start + t, 0..hd]).unsqueeze::<4>();
+        let (cos, sin) = match at {
+            At::Start(start) => (
+                self.cos.clone().slice([*start..start + t, 0..hd]).unsqueeze::<4>(), // [1, 1, t, hd]
+                self.sin.clone().slice([*start..start + t, 0..hd]).unsqueeze::<4>(),
+            ),
+            At::Packed(p) => (p.cos.clone(), p.sin.clone()), // [b, 1, t, hd]
+        };
         let x1 = x.clone().narrow(3, 0, hd / 2);
         let x2 = x.clone().narrow(3, hd / 2, hd / 2);
         let rotated = Tensor::cat(vec![x2.neg(), x1], 3);
         x * cos + rotated * sin
+    }
+}
+
+/// Where a pass's tokens sit, and so their RoPE positions and which keys each sees.
+#[derive(Debug, Clone)]
+pub enum At<B: Backend> {
+    /// Every row holds one sequence at positions `start..start + t` (after `start` cached ones): causal attention.
+    Start(usize),
+    /// Packed rows: each row holds several sequences one after another ([`Packed`]).
+    Packed(Packed<B>),
+}
+
+/// Rows that each hold several sequences one after another (training packs short dialogues into long rows so
+/// that few positions are padding): every sequence starts again at position 0 and sees only its own tokens up to
+/// itself, so each one's outputs are those it gets alone in a row (up to float rounding: the products run over
+/// another shape).
+#[derive(Debug, Clone)]
+pub struct Packed<B: Backend> {
+    /// The RoPE tables at each cell's position in its sequence, `[b, 1, t, hd]` each.
+    cos: Tensor<B, 4>,
+    sin: Tensor<B, 4>,
+    /// `[b, 1, t, t]`: true where query `i` must not see key `j` (`j > i`, or another sequence's).
+    hide: Tensor<B, 4, Bool>,
+}
+
+impl<B: Backend> Packed<B> {
+    /// `seq[r * t + j]` names the sequence cell `j` of row `r` belongs to (any numbering; a row's cells of one
+    /// sequence are consecutive). Positions count from 0 at each sequence's first cell.
+    pub fn new(rope: &Rope<B>, seq: &[u32], b: usize, t: usize) -> Self {
+        assert_eq!(seq.len(), b * t, "one sequence number per cell");
+        let mut pos = Vec::with_capacity(b * t);
+        let mut hide = Vec::with_capacity(b * t * t);
+        for row in seq.chunks(t) {
+            let mut first = 0; // the first cell of the current sequence
+            for (i, &s) in row.iter().enumerate() {
+                if i > 0 && s != row[i - 1] {
+                    first = i;
+                }
+                pos.push((i - first) as i32);
+                hide.extend((0..t).map(|j| j > i || j < first));
+            }
+        }
+        let device = rope.cos.device();
+        let hd = rope.cos.dims()[1];
+        let idx = Tensor::<B, 1, Int>::from_data(TensorData::new(pos, [b * t]), &device);
+        let table = |tab: &Tensor<B, 2>| tab.clone().select(0, idx.clone()).reshape([b, 1, t, hd]);
+        Packed {
+            cos: table(&rope.cos),
+            sin: table(&rope.sin),
+            hide: Tensor::from_data(TensorData::new(hide, [b, 1, t, t]), &device),
+        }
     }
 }
 
@@ -279,12 +335,12 @@ pub struct ForwardOut<B: Backend> {
 }
 
 impl<B: Backend> Attention<B> {
-    /// x: [b, t, d] at positions start..start+t -> ([b, t, d], probs [b, h, t, keys] if asked)
+    /// x: [b, t, d] placed by `at` -> ([b, t, d], probs [b, h, t, keys] if asked)
     fn forward(
         &self,
         x: Tensor<B, 3>,
         rope: &Rope<B>,
-        start: usize,
+        at: &At<B>,
         cache: Option<(&mut KvCache<B>, usize)>,
         keep_probs: bool,
     ) -> (Tensor<B, 3>, Option<Tensor<B, 4>>) {
@@ -294,19 +350,21 @@ impl<B: Backend> Attention<B> {
         let q = self.q_proj.forward(x.clone()).reshape([b, t, h, hd]).swap_dims(1, 2); // [b, h, t, hd]
         let k = self.k_proj.forward(x.clone()).reshape([b, t, kvh, hd]).swap_dims(1, 2); // [b, kv, t, hd]
         let v = self.v_proj.forward(x).reshape([b, t, kvh, hd]).swap_dims(1, 2); // [b, kv, t, hd]
-        let q = rope.apply(q, start);
-        let k = rope.apply(k, start);
-        let (k, v) = match cache {
-            Some((c, layer)) => c.append(layer, start, k, v), // [b, kv, keys, hd]
-            None => (k, v),
+        let q = rope.apply(q, at);
+        let k = rope.apply(k, at);
+        let (mask, (k, v)) = match (at, cache) {
+            (&At::Start(start), Some((c, layer))) => (Mask::Causal { start }, c.append(layer, start, k, v)), // [b, kv, keys, hd]
+            (&At::Start(start), None) => (Mask::Causal { start }, (k, v)),
+            (At::Packed(p), None) => (Mask::Hide(p.hide.clone()), (k, v)),
+            (At::Packed(_), Some(_)) => panic!("packed rows are a training layout: they take no cache"),
         };
         // Group the query heads that share a key/value head: [b, kv, rep * t, hd]
         let q = q.reshape([b, kvh, rep * t, hd]);
         let (out, kept) = if keep_probs {
-            let probs = attention::probs(q, k, start, t); // [b, h, t, keys]
+            let probs = attention::probs(q, k, &mask, t); // [b, h, t, keys]
             (attention::apply(probs.clone(), v), Some(probs))
         } else {
-            (attention::causal(q, k, v, start, t), None)
+            (attention::causal(q, k, v, mask, t), None)
         }; // [b, kv, rep*t, hd]
         let out = out.reshape([b, h, t, hd]).swap_dims(1, 2).reshape([b, t, h * hd]);
         (self.o_proj.forward(out), kept)
@@ -325,18 +383,17 @@ pub struct Segment<'a, B: Backend> {
 }
 
 impl<B: Backend> Block<B> {
-    /// One decoder layer. x: [b, t, d] at positions start..start+t -> ([b, t, d], attention probabilities
-    /// [b, h, t, keys] if `keep_probs`). With a cache, this layer's keys/values are appended to it.
+    /// One decoder layer. x: [b, t, d] placed by `at` -> ([b, t, d], attention probabilities [b, h, t, keys] if
+    /// `keep_probs`). With a cache (only at `At::Start`), this layer's keys/values are appended to it.
     pub fn forward(
         &self,
         x: Tensor<B, 3>,
         rope: &Rope<B>,
-        start: usize,
+        at: &At<B>,
         cache: Option<(&mut KvCache<B>, usize)>,
         keep_probs: bool,
     ) -> (Tensor<B, 3>, Option<Tensor<B, 4>>) {
-        let (a, probs) =
-            self.self_attn.forward(self.input_layernorm.forward(x.clone()), rope, start, cache, keep_probs);
+        let (a, probs) = self.self_attn.forward(self.input_layernorm.forward(x.clone()), rope, at, cache, keep_probs);
         let h = x + a;
         let m = self.mlp.forward(self.post_attention_layernorm.forward(h.clone()));
         (h + m, probs)
@@ -367,6 +424,16 @@ impl<B: Backend> Llama<B> {
         self.forward_many(vec![Segment { ids, start, cache, capture }], rope).pop().expect("one segment")
     }
 
+    /// ids: [b, t], packed rows ([`Packed`]) -> the final hidden states [b, t, d] (after the final norm).
+    pub fn forward_packed(&self, ids: Tensor<B, 2, Int>, rope: &Rope<B>, packed: &Packed<B>) -> Tensor<B, 3> {
+        let at = At::Packed(packed.clone());
+        let mut x = self.embed(ids); // [b, t, d]
+        for block in &self.layers {
+            x = block.forward(x, rope, &at, None, false).0;
+        }
+        self.norm.forward(x)
+    }
+
     /// Several sequences in one pass, each at its own positions with its own cache (dynamic RAG answering
     /// several questions at once). Each segment's results are bit for bit those of [`Llama::forward`] on it
     /// alone: each goes through the layers on its own (burn's ops; the CPU engine shares the decoding rows' products).
@@ -386,7 +453,9 @@ impl<B: Backend> Llama<B> {
                 .into_iter()
                 .zip(segs.iter_mut())
                 .zip(&keep)
-                .map(|((x, s), &k)| block.forward(x, rope, s.start, s.cache.as_deref_mut().map(|c| (c, l)), k))
+                .map(|((x, s), &k)| {
+                    block.forward(x, rope, &At::Start(s.start), s.cache.as_deref_mut().map(|c| (c, l)), k)
+                })
                 .unzip();
             xs = next;
             for (i, p) in probs.into_iter().enumerate() {
@@ -433,5 +502,47 @@ impl<B: Backend> Llama<B> {
                 l.transpose().reshape([b, t, v])
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn::backend::Flex;
+
+    /// Two rows: row 0 holds sequences 7 (2 cells) and 3 (3 cells) and a pad; row 1 one sequence of 4 and two pads.
+    /// Positions start again at each sequence; a query sees its own sequence's keys up to itself.
+    #[test]
+    fn packed_rows_restart_positions_and_hide_other_sequences() {
+        let dev = Default::default();
+        let cfg = crate::model::config::ModelConfig::tiny(crate::model::config::Arch::Llama, 16);
+        let rope = Rope::<Flex>::new(&cfg, 8, &dev);
+        let pad = u32::MAX;
+        let p = Packed::new(&rope, &[7, 7, 3, 3, 3, pad, 0, 0, 0, 0, pad, pad], 2, 6);
+        let hd = cfg.head_dim;
+        let rows = |t: Tensor<Flex, 4>| t.into_data().to_vec::<f32>().unwrap();
+        let table = rows(rope.cos.clone().unsqueeze::<4>());
+        let want: Vec<f32> =
+            [0, 1, 0, 1, 2, 0, 0, 1, 2, 3, 0, 1].iter().flat_map(|&q| table[q * hd..(q + 1) * hd].to_vec()).collect();
+        assert_eq!(rows(p.cos.clone()), want);
+        let hide: Vec<bool> = p.hide.clone().into_data().to_vec::<bool>().unwrap();
+        #[rustfmt::skip]
+        let want = [
+            // row 0: keys 0..6 per query
+            0, 1, 1, 1, 1, 1,
+            0, 0, 1, 1, 1, 1,
+            1, 1, 0, 1, 1, 1,
+            1, 1, 0, 0, 1, 1,
+            1, 1, 0, 0, 0, 1,
+            1, 1, 1, 1, 1, 0,
+            // row 1
+            0, 1, 1, 1, 1, 1,
+            0, 0, 1, 1, 1, 1,
+            0, 0, 0, 1, 1, 1,
+            0, 0, 0, 0, 1, 1,
+            1, 1, 1, 1, 0, 1,
+            1, 1, 1, 1, 0, 0,
+        ];
+        assert_eq!(hide, want.iter().map(|&x| x == 1).collect::<Vec<_>>());
     }
 }

@@ -19,7 +19,7 @@ pub struct SftConfig {
     pub min_lr_ratio: f64,
     /// Warm-up length as a fraction of all updates.
     pub warmup_ratio: f64,
-    /// Sequences per micro-batch.
+    /// Sequences per micro-batch (rows of packed dialogues with [`Self::pack`]).
     pub batch_size: usize,
     /// Micro-batches per update.
     pub grad_accum: usize,
@@ -50,6 +50,13 @@ pub struct SftConfig {
     /// the run's fingerprint: a run may resume with the other setting.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub static_shapes: bool,
+    /// Pack each update's dialogues into rows of up to `max_len` tokens, several dialogues one after another in a
+    /// row, each at its own positions from 0 and attending only to itself ([`super::data::make_packed_batch`]);
+    /// a micro-batch is then `batch_size` such rows. An update covers the same dialogues as without packing, so
+    /// its loss and gradient are the same up to float rounding: not part of the fingerprint. Pays where padding
+    /// does not: fixed shapes ([`Self::static_shapes`]) waste less on pads.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub pack: bool,
     /// Keep only each decoder layer's input during the forward pass and recompute the layer in the backward
     /// pass ([`super::gradient_checkpointing`]): memory of one layer's activations instead of all layers', for
     /// one more forward pass. The same losses and gradients up to float rounding, so not part of the fingerprint.
@@ -90,6 +97,7 @@ impl Default for SftConfig {
             max_steps: None,
             lora: None,
             static_shapes: false,
+            pack: false,
             gradient_checkpointing: false,
             dtype: Precision::F32,
             stop_after: None,

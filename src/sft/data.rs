@@ -191,7 +191,13 @@ pub struct Batch {
     pub real: usize,
     /// Real (non-pad) tokens in the batch.
     pub tokens: usize,
+    /// Packed rows ([`make_packed_batch`]): the dialogue each cell belongs to (`b * t`, pads [`PAD_SEQ`]); `None`:
+    /// one dialogue per row.
+    pub seq: Option<Vec<u32>>,
 }
+
+/// The sequence number of pad cells in a packed batch.
+pub const PAD_SEQ: u32 = u32::MAX;
 
 /// How training and validation shape their batches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -238,8 +244,62 @@ impl Batch {
         let n = bucket(self.real, b * t);
         positions.resize(n, 0);
         targets.resize(n, 0);
-        Batch { ids, b, t, positions, targets, real: self.real, tokens: self.tokens }
+        let seq = self.seq.as_ref().map(|seq| {
+            let mut out = vec![PAD_SEQ; b * t];
+            for r in 0..self.b {
+                out[r * t..r * t + self.t].copy_from_slice(&seq[r * self.t..(r + 1) * self.t]);
+            }
+            out
+        });
+        Batch { ids, b, t, positions, targets, real: self.real, tokens: self.tokens, seq }
     }
+}
+
+/// Packs dialogues (`idx`, with `lengths[i]` tokens each) into rows of at most `row_len` tokens: first fit, longest
+/// first (ties in the order given), a dialogue longer than `row_len` alone in a row. Returns the rows' dialogues.
+pub fn pack_rows(lengths: &[usize], idx: &[usize], row_len: usize) -> Vec<Vec<usize>> {
+    let mut order = idx.to_vec();
+    order.sort_by_key(|&i| std::cmp::Reverse(lengths[i]));
+    let mut rows: Vec<(usize, Vec<usize>)> = Vec::new();
+    for i in order {
+        match rows.iter_mut().find(|(used, _)| used + lengths[i] <= row_len) {
+            Some((used, row)) => {
+                *used += lengths[i];
+                row.push(i);
+            }
+            None => rows.push((lengths[i], vec![i])),
+        }
+    }
+    rows.into_iter().map(|(_, row)| row).collect()
+}
+
+/// A batch of packed rows: row `r` holds `rows[r]`'s dialogues one after another, then pads; each dialogue starts
+/// again at position 0 and attends only to itself ([`crate::model::llama::Packed`]), so its loss terms are those it
+/// has alone in a row. Targets are listed row by row, dialogue by dialogue.
+pub fn make_packed_batch(rows: &[Vec<&Example>], pad_id: u32) -> Batch {
+    let b = rows.len();
+    let t = rows.iter().map(|r| r.iter().map(|e| e.len()).sum::<usize>()).max().unwrap_or(0);
+    let mut ids = vec![pad_id as i32; b * t];
+    let mut seq = vec![PAD_SEQ; b * t];
+    let (mut positions, mut targets, mut tokens, mut n) = (Vec::new(), Vec::new(), 0, 0u32);
+    for (r, row) in rows.iter().enumerate() {
+        let mut at = r * t;
+        for e in row {
+            for (j, &id) in e.ids.iter().enumerate() {
+                ids[at + j] = id as i32;
+                seq[at + j] = n;
+                if j > 0 && e.loss[j] {
+                    positions.push((at + j - 1) as i64);
+                    targets.push(id as i64);
+                }
+            }
+            at += e.len();
+            tokens += e.len();
+            n += 1;
+        }
+    }
+    let real = targets.len();
+    Batch { ids, b, t, positions, targets, real, tokens, seq: Some(seq) }
 }
 
 pub fn make_batch(examples: &[&Example], pad_id: u32) -> Batch {
@@ -260,7 +320,7 @@ pub fn make_batch(examples: &[&Example], pad_id: u32) -> Batch {
         tokens += e.len();
     }
     let real = targets.len();
-    Batch { ids, b, t, positions, targets, real, tokens }
+    Batch { ids, b, t, positions, targets, real, tokens, seq: None }
 }
 
 #[cfg(test)]
@@ -351,6 +411,46 @@ mod tests {
         assert_eq!(batch.targets, vec![7, 8, 10]);
         assert_eq!((batch.tokens, batch.real), (6, 3));
         assert_eq!(a.targets() + b.targets(), batch.targets.len());
+    }
+
+    #[test]
+    fn rows_are_packed_first_fit_longest_first() {
+        // lengths 5, 3, 4, 2, 6 into rows of 8, longest first: 6 opens row 0, 5 row 1, 4 row 2 (fits neither),
+        // 3 joins row 1 (5 + 3 = 8), 2 joins row 0 (6 + 2 = 8)
+        let lengths = [5, 3, 4, 2, 6];
+        assert_eq!(pack_rows(&lengths, &[0, 1, 2, 3, 4], 8), vec![vec![4, 3], vec![0, 1], vec![2]]);
+        // only the given dialogues; equal lengths keep the given order; one longer than a row sits alone
+        assert_eq!(pack_rows(&lengths, &[1, 0], 8), vec![vec![0, 1]]);
+        assert_eq!(pack_rows(&[3, 3, 3], &[2, 0, 1], 6), vec![vec![2, 0], vec![1]]);
+        assert_eq!(pack_rows(&[9, 2], &[0, 1], 8), vec![vec![0], vec![1]]);
+        assert!(pack_rows(&lengths, &[], 8).is_empty());
+    }
+
+    #[test]
+    fn packed_rows_hold_each_dialogue_from_its_own_first_token() {
+        let a = Example { id: "a".into(), ids: vec![5, 6, 7, 8], loss: vec![false, false, true, true] };
+        let b = Example { id: "b".into(), ids: vec![9, 10], loss: vec![false, true] };
+        let c = Example { id: "c".into(), ids: vec![11, 12, 13], loss: vec![false, true, false] };
+        let batch = make_packed_batch(&[vec![&a, &b], vec![&c]], 0);
+        assert_eq!((batch.b, batch.t), (2, 6));
+        assert_eq!(batch.ids, vec![5, 6, 7, 8, 9, 10, 11, 12, 13, 0, 0, 0]);
+        assert_eq!(batch.seq, Some(vec![0, 0, 0, 0, 1, 1, 2, 2, 2, PAD_SEQ, PAD_SEQ, PAD_SEQ]));
+        // a: 7 at 1, 8 at 2; b (from cell 4): 10 at 4; c (row 1, from cell 6): 12 at 6. b's first token, 9, is
+        // no target: nothing before it in its dialogue predicts it.
+        assert_eq!(batch.positions, vec![1, 2, 4, 6]);
+        assert_eq!(batch.targets, vec![7, 8, 10, 12]);
+        assert_eq!((batch.tokens, batch.real), (9, 4));
+        // padded to a fixed shape: the added cells are pads of no sequence, the targets at the same tokens
+        let p = batch.padded(3, 100, 0);
+        assert_eq!((p.b, p.t), (3, 64));
+        let seq = p.seq.as_ref().unwrap();
+        assert_eq!(&seq[..6], &[0, 0, 0, 0, 1, 1]);
+        assert_eq!(&seq[64..67], &[2, 2, 2]);
+        assert_eq!(seq.iter().filter(|&&s| s != PAD_SEQ).count(), 9);
+        for k in 0..p.real {
+            assert_eq!(p.ids[p.positions[k] as usize + 1] as i64, p.targets[k]);
+        }
+        assert_eq!(make_batch(&[&a, &b], 0).seq, None);
     }
 
     #[test]

@@ -25,7 +25,7 @@ use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::Tensor;
 
 use super::data::Batch;
-use super::loss::{batch_ids, nll_of_hidden, scalar};
+use super::loss::{at, batch_ids, nll_of_hidden, scalar};
 use super::optim::GradAccum;
 use crate::model::llama::{in_dtype, Llama, Rope};
 use crate::model::Precision;
@@ -50,9 +50,10 @@ pub fn backward_checkpointed<AB: AutodiffBackend>(
     let inner = in_dtype(model.valid(), dtype);
     let mut h = inner.embed(batch_ids(batch, device));
     let mut inputs = Vec::with_capacity(inner.layers.len());
+    let at_inner = at(rope_inner, batch);
     for block in &inner.layers {
         inputs.push(h.clone());
-        h = block.forward(h, rope_inner, 0, None, false).0;
+        h = block.forward(h, rope_inner, &at_inner, None, false).0;
     }
     drop(inner);
 
@@ -66,10 +67,11 @@ pub fn backward_checkpointed<AB: AutodiffBackend>(
     grads.add::<AB, _>(model, g);
 
     // 3. Layers last to first: recompute layer l from h_l, then the product of its Jacobian with g_{l+1}
+    let at = at(rope, batch);
     for (block, x) in model.layers.iter().zip(inputs).rev() {
         let x = Tensor::<AB, 3>::from_inner(x).require_grad();
         let block = in_dtype(block.clone(), dtype);
-        let y = block.forward(x.clone(), rope, 0, None, false).0;
+        let y = block.forward(x.clone(), rope, &at, None, false).0;
         let mut g = (y * Tensor::<AB, 3>::from_inner(upstream)).sum().backward();
         upstream = x.grad_remove(&mut g).expect("a layer's output depends on its input");
         grads.add::<AB, _>(model, g);

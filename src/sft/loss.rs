@@ -6,13 +6,25 @@ use burn::tensor::activation::log_softmax;
 use burn::tensor::{DType, Int, Tensor, TensorData};
 
 use super::data::{eval_batches, make_batch, Batch, Example, Shapes};
-use crate::model::llama::{to_dtype, Capture, Llama, Rope};
+use crate::model::llama::{to_dtype, At, Capture, Llama, Packed, Rope};
 
 /// Sum over the batch's targets of `-log p(target | prefix)`: `[1]`. The entries of a padded batch's target
 /// list past `real` are weighted 0.
 pub fn nll_sum<B: Backend>(model: &Llama<B>, rope: &Rope<B>, batch: &Batch, device: &B::Device) -> Tensor<B, 1> {
-    let hidden = model.forward(batch_ids(batch, device), rope, 0, None, Capture::default()).hidden; // [b, t, d]
+    let ids = batch_ids(batch, device);
+    let hidden = match at(rope, batch) {
+        At::Packed(p) => model.forward_packed(ids, rope, &p),
+        At::Start(_) => model.forward(ids, rope, 0, None, Capture::default()).hidden, // [b, t, d]
+    };
     nll_of_hidden(model, hidden, batch, device)
+}
+
+/// Where the batch's tokens sit: packed rows ([`Batch::seq`]), or one dialogue per row from position 0.
+pub(super) fn at<B: Backend>(rope: &Rope<B>, batch: &Batch) -> At<B> {
+    match &batch.seq {
+        Some(seq) => At::Packed(Packed::new(rope, seq, batch.b, batch.t)),
+        None => At::Start(0),
+    }
 }
 
 /// The batch's token ids: `[b, t]`.
@@ -74,6 +86,7 @@ pub fn evaluate<B: Backend>(
 
 #[cfg(test)]
 mod tests {
+    use super::super::data::make_packed_batch;
     use super::super::fixtures::setup;
     use super::*;
     use crate::model::build_llama;
@@ -109,5 +122,30 @@ mod tests {
         assert!(padded.real < padded.targets.len() && padded.b == 4 && padded.t > a.len().max(b.len()));
         let at_fixed_shape = scalar(nll_sum(&m, &rope, &padded, &dev));
         assert!((at_fixed_shape - together).abs() < 1e-4 * together.abs(), "{at_fixed_shape} vs {together}");
+    }
+
+    /// Dialogues packed into rows, each at its own positions and attending to itself only, have the losses they
+    /// have alone: the packed rows' sum is the dialogues' sum, at a tight and at a fixed shape. Without the
+    /// attention mask or the positions starting again, the second dialogue of a row would see the first one.
+    #[test]
+    fn packed_rows_give_each_dialogue_its_own_loss() {
+        let Some((mcfg, w, data)) = setup() else { return };
+        let dev: burn::backend::flex::FlexDevice = Default::default();
+        let m = build_llama::<Flex>(&w, &mcfg, &dev).unwrap();
+        let rope = Rope::<Flex>::new(&mcfg, 512, &dev);
+        let (a, b, c) = (&data.train[0], &data.train[1], &data.train[2]);
+        let alone: f64 =
+            [a, b, c].iter().map(|e| scalar(nll_sum(&m, &rope, &make_batch(&[e], data.pad_id), &dev))).sum();
+        let packed = make_packed_batch(&[vec![a, b], vec![c]], data.pad_id);
+        assert_eq!(packed.t, a.len() + b.len());
+        let together = scalar(nll_sum(&m, &rope, &packed, &dev));
+        assert!((alone - together).abs() < 1e-4 * alone.abs(), "{alone} vs {together}");
+        let fixed = scalar(nll_sum(&m, &rope, &packed.padded(4, 512, data.pad_id), &dev));
+        assert!((alone - fixed).abs() < 1e-4 * alone.abs(), "{alone} vs {fixed}");
+        // the same tokens as one dialogue per row of the packed layout, without the packing: b sees a
+        let mut unpacked = packed.clone();
+        unpacked.seq = None;
+        let leaked = scalar(nll_sum(&m, &rope, &unpacked, &dev));
+        assert!((alone - leaked).abs() > 1e-3 * alone.abs(), "{alone} vs {leaked}");
     }
 }

@@ -13,7 +13,7 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use super::config::SftConfig;
-use super::data::{epoch_batches, render, split_valid, Example};
+use super::data::{epoch_batches, pack_rows, render, split_valid, Example};
 use super::optim::Schedule;
 use crate::autorag::dialogue::Dialogue;
 use crate::model::{ModelConfig, Tokenizer};
@@ -86,6 +86,7 @@ pub(super) fn fingerprint(cfg: &SftConfig, model_cfg: &ModelConfig, data: &SftDa
     c.log_every = 0;
     c.stop_after = None;
     c.static_shapes = false;
+    c.pack = false;
     c.gradient_checkpointing = false;
     let v = serde_json::json!({"config": c, "model": model_cfg, "data": data.digest()});
     format!("{:x}", Sha256::digest(v.to_string().as_bytes()))
@@ -97,11 +98,16 @@ pub(super) fn fingerprint(cfg: &SftConfig, model_cfg: &ModelConfig, data: &SftDa
 pub struct PlannedUpdate {
     pub epoch: usize,
     pub lr: f64,
+    /// Each micro-batch's dialogues (with packing: its rows' dialogues, row after row).
     pub micro: Vec<Vec<usize>>,
+    /// With packing ([`SftConfig::pack`]): each micro-batch's rows, each row's dialogues in the order they sit in it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rows: Option<Vec<Vec<Vec<usize>>>>,
 }
 
 /// Every update of a run, fixed by the data and the settings alone (see the module doc): update `u`
-/// takes micro-batches `[k A, (k+1) A)` of epoch `u / S`'s batch list, at the warm-up + cosine rate of `u`.
+/// takes micro-batches `[k A, (k+1) A)` of epoch `u / S`'s batch list, at the warm-up + cosine rate of `u`; with
+/// packing, their dialogues packed into rows ([`pack_rows`]) and the rows cut into micro-batches of `batch_size`.
 /// [`train`](super::train::train) follows this plan, and `ragtime train autorag --dump-plan` writes it for other
 /// trainers.
 pub fn plan(data: &SftData, cfg: &SftConfig) -> Result<Vec<PlannedUpdate>> {
@@ -122,7 +128,15 @@ pub fn plan(data: &SftData, cfg: &SftConfig) -> Result<Vec<PlannedUpdate>> {
             batches = epoch_batches(&lengths, cfg.batch_size, cfg.seed, epoch);
         }
         let micro = batches[k * cfg.grad_accum..((k + 1) * cfg.grad_accum).min(batches.len())].to_vec();
-        out.push(PlannedUpdate { epoch: epoch + 1, lr: sched.lr(u), micro });
+        let (micro, rows) = if cfg.pack {
+            // the same dialogues, packed into rows, `batch_size` rows per micro-batch
+            let rows = pack_rows(&lengths, &micro.concat(), cfg.max_len);
+            let groups: Vec<Vec<Vec<usize>>> = rows.chunks(cfg.batch_size).map(<[_]>::to_vec).collect();
+            (groups.iter().map(|g| g.concat()).collect(), Some(groups))
+        } else {
+            (micro, None)
+        };
+        out.push(PlannedUpdate { epoch: epoch + 1, lr: sched.lr(u), micro, rows });
     }
     Ok(out)
 }
@@ -161,5 +175,33 @@ mod tests {
             p[..3].iter().map(|u| &u.micro).collect::<Vec<_>>()
         );
         assert!(cut[2].lr < p[2].lr);
+    }
+
+    #[test]
+    fn packing_keeps_each_update_s_dialogues_in_rows_of_max_len() {
+        let Some((_, _, data)) = setup() else { return };
+        let mut cfg = small_cfg(false);
+        cfg.max_len = 256;
+        let plain = plan(&data, &cfg).unwrap();
+        cfg.pack = true;
+        let packed = plan(&data, &cfg).unwrap();
+        assert_eq!(plain.len(), packed.len());
+        let mut fewer = false;
+        for (u, (a, b)) in plain.iter().zip(&packed).enumerate() {
+            assert!(a.rows.is_none());
+            let rows = b.rows.as_ref().expect("rows with packing");
+            let (mut x, mut y) = (a.micro.concat(), b.micro.concat());
+            x.sort();
+            y.sort();
+            assert_eq!(x, y, "update {u}: the same dialogues");
+            assert_eq!((a.epoch, a.lr), (b.epoch, b.lr));
+            for (m, g) in b.micro.iter().zip(rows) {
+                assert!(!g.is_empty() && g.len() <= cfg.batch_size, "update {u}");
+                assert_eq!(*m, g.concat());
+                assert!(g.iter().all(|r| r.iter().map(|&i| data.train[i].len()).sum::<usize>() <= cfg.max_len));
+            }
+            fewer |= rows.iter().map(Vec::len).sum::<usize>() < a.micro.iter().map(Vec::len).sum::<usize>();
+        }
+        assert!(fewer, "the toy dialogues fit several to a row of 256");
     }
 }

@@ -11,7 +11,7 @@ use burn::prelude::Backend;
 use burn::tensor::backend::AutodiffBackend;
 
 use super::checkpoint::{existing_checkpoint, load_checkpoint, save_checkpoint};
-use super::data::{make_batch, Batch};
+use super::data::{make_batch, make_packed_batch, Batch};
 use super::gradient_checkpointing::backward_checkpointed;
 use super::lora;
 use super::loss::{evaluate, nll_sum, scalar};
@@ -124,12 +124,15 @@ pub fn train<AB: AutodiffBackend>(
         }
         let up = &updates[state.step];
         let (epoch, lr) = (up.epoch, up.lr);
-        let micro: Vec<Batch> = up
-            .micro
-            .iter()
-            .map(|idx| make_batch(&idx.iter().map(|&i| &data.train[i]).collect::<Vec<_>>(), data.pad_id))
-            .map(|b| cfg.shapes().apply(b, data.pad_id))
-            .collect();
+        let dialogues = |idx: &[usize]| idx.iter().map(|&i| &data.train[i]).collect::<Vec<_>>();
+        let micro: Vec<Batch> = match &up.rows {
+            Some(groups) => groups
+                .iter()
+                .map(|rows| make_packed_batch(&rows.iter().map(|r| dialogues(r)).collect::<Vec<_>>(), data.pad_id))
+                .collect(),
+            None => up.micro.iter().map(|idx| make_batch(&dialogues(idx), data.pad_id)).collect(),
+        };
+        let micro: Vec<Batch> = micro.into_iter().map(|b| cfg.shapes().apply(b, data.pad_id)).collect();
         let n_targets: usize = micro.iter().map(|b| b.real).sum();
         let tokens: usize = micro.iter().map(|b| b.tokens).sum();
         let t0 = Instant::now();
@@ -293,6 +296,53 @@ mod tests {
             assert!((a.loss - b.loss).abs() < 1e-4 * a.loss.abs(), "valid at {}: {} vs {}", a.step, a.loss, b.loss);
         }
         assert_eq!(tight.state.fingerprint, fixed.state.fingerprint, "a run may resume with the other setting");
+    }
+
+    /// `pack`: each update's dialogues packed into rows; the same updates (losses, gradient norms, tokens) in
+    /// fewer rows, with the plain and the checkpointed backward, tight and at fixed shapes; the fingerprint
+    /// is unchanged (a run may resume with the other setting).
+    #[test]
+    fn packing_trains_like_one_dialogue_per_row() {
+        let Some((mcfg, w, data)) = setup() else { return };
+        let dev = Default::default();
+        let mut cfg = small_cfg(false);
+        cfg.stop_after = Some(3);
+        cfg.max_len = 256; // rows of 256: the toy dialogues (under 128 tokens) go two or more to a row
+                           // the rows of each update, from the progress lines ("batches 2x57,1x40")
+        let run = |cfg: &SftConfig| {
+            let mut rows = Vec::new();
+            let t = train::<AB>(&w, &mcfg, &data, cfg, None, &dev, &mut |l| {
+                if let Some((_, s)) = l.split_once("batches ") {
+                    let shapes = s.split_whitespace().next().unwrap().split(',');
+                    rows.push(shapes.map(|x| x.split_once('x').unwrap().0.parse::<usize>().unwrap()).sum::<usize>());
+                }
+            });
+            (t.unwrap(), rows)
+        };
+        let (plain, plain_rows) = run(&cfg);
+        cfg.pack = true;
+        for (checkpointed, fixed) in [(false, false), (true, false), (false, true)] {
+            cfg.gradient_checkpointing = checkpointed;
+            cfg.static_shapes = fixed;
+            let (packed, rows) = run(&cfg);
+            let what = format!("checkpointed {checkpointed}, fixed shapes {fixed}");
+            assert_eq!(plain.state.history.len(), 3);
+            for (a, b) in plain.state.history.iter().zip(&packed.state.history) {
+                assert_eq!((a.tokens, a.target_tokens), (b.tokens, b.target_tokens), "{what}");
+                assert!(
+                    (a.loss - b.loss).abs() < 1e-4 * a.loss.abs(),
+                    "{what} update {}: {} vs {}",
+                    a.step,
+                    a.loss,
+                    b.loss
+                );
+                assert!((a.grad_norm - b.grad_norm).abs() < 1e-3 * a.grad_norm, "{what} update {}", a.step);
+            }
+            if !fixed {
+                assert!(rows.iter().zip(&plain_rows).all(|(p, u)| p < u), "{what}: rows {rows:?} vs {plain_rows:?}");
+            }
+            assert_eq!(plain.state.fingerprint, packed.state.fingerprint, "{what}");
+        }
     }
 
     #[test]
