@@ -27,7 +27,7 @@
 
 use burn::prelude::Backend;
 use burn::tensor::activation::softmax;
-use burn::tensor::{Bool, DType, Tensor, TensorData};
+use burn::tensor::{Bool, DType, Int, Tensor};
 use burn_autodiff::checkpoint::base::Checkpointer;
 use burn_autodiff::grads::Gradients;
 use burn_autodiff::ops::{Backward, Ops};
@@ -46,6 +46,15 @@ pub enum Mask<B: Backend> {
     Hide(Tensor<B, 4, Bool>),
 }
 
+/// `[t, keys]`, true where key `j` lies after query `i`'s position `start + i`: made on the device from two ranges
+/// (a few small kernels, where a mask written on the host and copied over would cost a loop over `t * keys` cells
+/// and the copy, in every layer of every pass).
+pub fn causal_hide<B: Backend>(start: usize, t: usize, keys: usize, device: &B::Device) -> Tensor<B, 2, Bool> {
+    let query = Tensor::<B, 1, Int>::arange(start as i64..(start + t) as i64, device).reshape([t, 1]).expand([t, keys]);
+    let key = Tensor::<B, 1, Int>::arange(0..keys as i64, device).reshape([1, keys]).expand([t, keys]);
+    key.greater(query)
+}
+
 /// Attention probabilities in f32: `[b, h, t, keys]` from `q [b, kv, rep * t, hd]` (the query heads that share a
 /// key/value head, grouped) and `k [b, kv, keys, hd]`, masked by `mask`.
 fn probs_f32<B: Backend>(q: Tensor<B, 4>, k: Tensor<B, 4>, mask: &Mask<B>, t: usize) -> Tensor<B, 4> {
@@ -56,10 +65,8 @@ fn probs_f32<B: Backend>(q: Tensor<B, 4>, k: Tensor<B, 4>, mask: &Mask<B>, t: us
     let mut scores = scores.reshape([b, h, t, keys]);
     match mask {
         Mask::Causal { start } if t > 1 => {
-            // query i (position start+i) sees keys 0..=start+i
-            let mask: Vec<bool> = (0..t).flat_map(|i| (0..keys).map(move |j| j > start + i)).collect();
-            let mask = Tensor::<B, 2, Bool>::from_data(TensorData::new(mask, [t, keys]), &scores.device());
-            scores = scores.mask_fill(mask.unsqueeze::<4>(), f32::NEG_INFINITY);
+            let hide = causal_hide::<B>(*start, t, keys, &scores.device());
+            scores = scores.mask_fill(hide.unsqueeze::<4>(), f32::NEG_INFINITY);
         }
         Mask::Causal { .. } => {}
         Mask::Hide(hide) => scores = scores.mask_fill(hide.clone(), f32::NEG_INFINITY),
@@ -166,7 +173,7 @@ mod tests {
     use super::*;
     use crate::model::autodiff_ops::assert_close;
     use burn::backend::{Autodiff, Flex};
-    use burn::tensor::Distribution;
+    use burn::tensor::{Distribution, TensorData};
 
     type AB = Autodiff<Flex>;
 
@@ -268,6 +275,13 @@ mod tests {
         // row 0's second sequence does not see its first: its outputs differ from the causal mask's
         let (o, oc) = (&ours[0], &causal_run[0]);
         assert!((0..o.len() / 2).any(|i| (o[i] - oc[i]).abs() > 1e-3));
+    }
+
+    /// Queries at positions 2 and 3 over 5 keys: query 0 (position 2) hides keys 3 and 4, query 1 key 4.
+    #[test]
+    fn causal_mask_hides_the_keys_after_each_query() {
+        let hide = causal_hide::<Flex>(2, 2, 5, &Default::default()).into_data().to_vec::<bool>().unwrap();
+        assert_eq!(hide, [false, false, false, true, true, false, false, false, false, true]);
     }
 
     /// Without autodiff (inference), `causal` is the composed ops.

@@ -227,12 +227,12 @@ pub struct Packed<B: Backend> {
 }
 
 impl<B: Backend> Packed<B> {
-    /// `seq[r * t + j]` names the sequence cell `j` of row `r` belongs to (any numbering; a row's cells of one
-    /// sequence are consecutive). Positions count from 0 at each sequence's first cell.
+    /// `seq[r * t + j]` names the sequence cell `j` of row `r` belongs to (any numbering in which a row's
+    /// sequences have numbers of their own and each one's cells are consecutive). Positions count from 0 at each
+    /// sequence's first cell.
     pub fn new(rope: &Rope<B>, seq: &[u32], b: usize, t: usize) -> Self {
         assert_eq!(seq.len(), b * t, "one sequence number per cell");
         let mut pos = Vec::with_capacity(b * t);
-        let mut hide = Vec::with_capacity(b * t * t);
         for row in seq.chunks(t) {
             let mut first = 0; // the first cell of the current sequence
             for (i, &s) in row.iter().enumerate() {
@@ -240,18 +240,19 @@ impl<B: Backend> Packed<B> {
                     first = i;
                 }
                 pos.push((i - first) as i32);
-                hide.extend((0..t).map(|j| j > i || j < first));
             }
         }
         let device = rope.cos.device();
         let hd = rope.cos.dims()[1];
         let idx = Tensor::<B, 1, Int>::from_data(TensorData::new(pos, [b * t]), &device);
         let table = |tab: &Tensor<B, 2>| tab.clone().select(0, idx.clone()).reshape([b, 1, t, hd]);
-        Packed {
-            cos: table(&rope.cos),
-            sin: table(&rope.sin),
-            hide: Tensor::from_data(TensorData::new(hide, [b, 1, t, t]), &device),
-        }
+        // the mask on the device from the b * t numbers: query i hides key j if j > i or j is another sequence's
+        let ids: Vec<i32> = seq.iter().map(|&s| s as i32).collect();
+        let ids = Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [b, t]), &device);
+        let other =
+            ids.clone().reshape([b, t, 1]).expand([b, t, t]).not_equal(ids.reshape([b, 1, t]).expand([b, t, t]));
+        let later = attention::causal_hide::<B>(0, t, t, &device).unsqueeze::<3>().expand([b, t, t]);
+        Packed { cos: table(&rope.cos), sin: table(&rope.sin), hide: other.bool_or(later).reshape([b, 1, t, t]) }
     }
 }
 

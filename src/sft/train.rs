@@ -287,15 +287,28 @@ mod tests {
         assert!(fixed_shapes.iter().all(|s| s == "2x64" || s == "2x128"), "{fixed_shapes:?} vs {tight_shapes:?}");
         // Same updates: each loss after the first also depends on the earlier updates' gradients.
         assert_eq!(tight.state.history.len(), 4);
-        for (a, b) in tight.state.history.iter().zip(&fixed.state.history) {
-            assert_eq!((a.tokens, a.target_tokens), (b.tokens, b.target_tokens));
-            assert!((a.loss - b.loss).abs() < 1e-4 * a.loss.abs(), "update {}: {} vs {}", a.step, a.loss, b.loss);
-            assert!((a.grad_norm - b.grad_norm).abs() < 1e-3 * a.grad_norm, "update {}", a.step);
-        }
+        assert_same_updates("static shapes", &tight.state, &fixed.state, 1e-4, 1e-3);
         for (a, b) in tight.state.valid.iter().zip(&fixed.state.valid) {
             assert!((a.loss - b.loss).abs() < 1e-4 * a.loss.abs(), "valid at {}: {} vs {}", a.step, a.loss, b.loss);
         }
         assert_eq!(tight.state.fingerprint, fixed.state.fingerprint, "a run may resume with the other setting");
+    }
+
+    /// The same updates: tokens and target tokens equal, losses within `loss_tol` and gradient norms within
+    /// `norm_tol` (relative).
+    fn assert_same_updates(what: &str, a: &TrainState, b: &TrainState, loss_tol: f64, norm_tol: f64) {
+        assert_eq!(a.history.len(), b.history.len(), "{what}");
+        for (a, b) in a.history.iter().zip(&b.history) {
+            assert_eq!((a.tokens, a.target_tokens), (b.tokens, b.target_tokens), "{what} update {}", a.step);
+            assert!(
+                (a.loss - b.loss).abs() < loss_tol * a.loss.abs(),
+                "{what} update {}: {} vs {}",
+                a.step,
+                a.loss,
+                b.loss
+            );
+            assert!((a.grad_norm - b.grad_norm).abs() < norm_tol * a.grad_norm, "{what} update {}", a.step);
+        }
     }
 
     /// `pack`: each update's dialogues packed into rows; the same updates (losses, gradient norms, tokens) in
@@ -327,17 +340,7 @@ mod tests {
             let (packed, rows) = run(&cfg);
             let what = format!("checkpointed {checkpointed}, fixed shapes {fixed}");
             assert_eq!(plain.state.history.len(), 3);
-            for (a, b) in plain.state.history.iter().zip(&packed.state.history) {
-                assert_eq!((a.tokens, a.target_tokens), (b.tokens, b.target_tokens), "{what}");
-                assert!(
-                    (a.loss - b.loss).abs() < 1e-4 * a.loss.abs(),
-                    "{what} update {}: {} vs {}",
-                    a.step,
-                    a.loss,
-                    b.loss
-                );
-                assert!((a.grad_norm - b.grad_norm).abs() < 1e-3 * a.grad_norm, "{what} update {}", a.step);
-            }
+            assert_same_updates(&what, &plain.state, &packed.state, 1e-4, 1e-3);
             if !fixed {
                 assert!(rows.iter().zip(&plain_rows).all(|(p, u)| p < u), "{what}: rows {rows:?} vs {plain_rows:?}");
             }
@@ -356,16 +359,7 @@ mod tests {
             cfg.gradient_checkpointing = true;
             let ckpt = train::<AB>(&w, &mcfg, &data, &cfg, None, &dev, &mut |_| {}).unwrap();
             assert_eq!(plain.state.history.len(), 3);
-            for (a, b) in plain.state.history.iter().zip(&ckpt.state.history) {
-                assert!(
-                    (a.loss - b.loss).abs() < 1e-5 * a.loss.abs(),
-                    "lora={lora} update {}: {} vs {}",
-                    a.step,
-                    a.loss,
-                    b.loss
-                );
-                assert!((a.grad_norm - b.grad_norm).abs() < 1e-4 * a.grad_norm, "lora={lora} update {}", a.step);
-            }
+            assert_same_updates(&format!("lora={lora}"), &plain.state, &ckpt.state, 1e-5, 1e-4);
             assert_eq!(plain.state.fingerprint, ckpt.state.fingerprint, "a run may resume with the other setting");
         }
     }
