@@ -4,6 +4,12 @@
 # stripped, in one xz'd tar (tests under tests/NAME).
 #
 #   scripts/pack-prebuilt.sh [OUT]        # default target/prebuilt.tar.xz
+#   VARIANTS="cuda-fusion" scripts/pack-prebuilt.sh   # also ragtime-cuda-fusion, built with that Cargo feature
+#
+# VARIANTS: Cargo features (cuda-fusion, cuda-autotune, or both as "cuda-fusion,cuda-autotune") each built into a
+# ragtime of its own, ragtime-FEATURES in the tar, so that one GPU run can time them beside the default build
+# (docs/gpu.md). Each variant recompiles burn's CUDA crates and ragtime once (cargo keeps the artifacts of each
+# feature set, so the default build afterwards is not rebuilt).
 #
 # On the GPU machine, from a checkout of the same commit (the scripts read their files relative to it):
 #   mkdir -p /tmp/b && xz -dc prebuilt.tar.xz | tar x -C /tmp/b
@@ -21,6 +27,16 @@ TESTS=(tiny_model batch synth_tiny reference_models) # the test binaries holding
 for t in "${TESTS[@]}"; do
   grep -q 'needs a CUDA GPU' "tests/$t.rs" || { echo "pack-prebuilt: tests/$t.rs has no CUDA test" >&2; exit 1; }
 done
+read -ra variants <<<"${VARIANTS:-}"
+stage=$(mktemp -d)
+trap 'rm -rf "$stage"' EXIT
+mkdir -p "$stage/tests"
+for v in "${variants[@]}"; do
+  [[ $v =~ ^(cuda-fusion|cuda-autotune)(,(cuda-fusion|cuda-autotune))?$ ]] ||
+    { echo "pack-prebuilt: VARIANTS: '$v' is not cuda-fusion, cuda-autotune or both joined by a comma" >&2; exit 1; }
+  cargo build --release --bin ragtime --features "$v"
+  cp target/release/ragtime "$stage/ragtime-${v//,/-}"
+done
 cargo build --release --bin ragtime --example fake_label_store
 test_args=()
 for t in "${TESTS[@]}"; do test_args+=(--test "$t"); done
@@ -31,17 +47,14 @@ for l in sys.stdin:
     m = json.loads(l)
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["kind"] == ["test"]:
         print(m["target"]["name"], m["executable"])')
-stage=$(mktemp -d)
-trap 'rm -rf "$stage"' EXIT
-mkdir -p "$stage/tests"
 cp target/release/ragtime target/release/examples/fake_label_store "$stage/"
 for e in "${exes[@]}"; do
   read -r name path <<<"$e"
   cp "$path" "$stage/tests/$name"
 done
 [[ $(ls "$stage/tests" | wc -l) -eq ${#TESTS[@]} ]] || { echo "pack-prebuilt: expected ${#TESTS[@]} test binaries, got: $(ls "$stage/tests")" >&2; exit 1; }
-strip "$stage/ragtime" "$stage/fake_label_store" "$stage"/tests/*
+strip "$stage"/ragtime* "$stage/fake_label_store" "$stage"/tests/*
 mkdir -p "$(dirname "$OUT")"
 tar c -C "$stage" . | xz -T0 -6 >"$OUT.tmp"
 mv "$OUT.tmp" "$OUT"
-echo "wrote $OUT ($(du -h "$OUT" | cut -f1)): ragtime, fake_label_store, tests/{${TESTS[*]}}; built in $PWD (git $(git rev-parse --short HEAD))"
+echo "wrote $OUT ($(du -h "$OUT" | cut -f1)): $(cd "$stage" && ls -d ragtime* | paste -sd' ' -), fake_label_store, tests/{${TESTS[*]}}; built in $PWD (git $(git rev-parse --short HEAD))"
