@@ -125,8 +125,9 @@ mod tests {
     }
 
     /// Dialogues packed into rows, each at its own positions and attending to itself only, have the losses they
-    /// have alone: the packed rows' sum is the dialogues' sum, at a tight and at a fixed shape. Without the
-    /// attention mask or the positions starting again, the second dialogue of a row would see the first one.
+    /// have alone: the packed rows' sum is the dialogues' sum, at a tight and at a fixed shape. Without the mask,
+    /// the second dialogue of a row would see the first one (the positions starting again alone would change
+    /// nothing: RoPE's scores depend only on the distance between positions).
     #[test]
     fn packed_rows_give_each_dialogue_its_own_loss() {
         let Some((mcfg, w, data)) = setup() else { return };
