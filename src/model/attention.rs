@@ -1,5 +1,5 @@
-//! Causal grouped-query attention of the reference decoder, `softmax(Q K^T / sqrt(hd) + causal mask) V` with the
-//! softmax in f32, in two forms:
+//! Causal grouped-query attention of the reference decoder, `softmax(Q K^T / sqrt(hd) + mask) V` with the softmax in
+//! f32 ([`Mask`]: causal over each row, or causal within each sequence of a packed row), in two forms:
 //!
 //! - [`probs`] then a product with V, in burn's tensor ops: what inference runs, and what it captures (the
 //!   probabilities). Under autodiff every intermediate its backward reads stays alive until the backward pass:
