@@ -12,6 +12,9 @@
 #      the template smoke dialogues of scripts/autorag_smoke_dialogues.py), MAXLEN (1024), BATCH (8), ACCUM (2),
 #      STEPS (2 updates), MODES ("tight packed static static-packed"), EXTRA (more trainer flags, e.g. "--dtype
 #      bf16"), OUT (runs/bench-train-pack).
+#      PLAN_EPOCHS=N: instead of training, the padding of every update of an N-epoch run, from each mode's plan
+#      (`--dump-plan`; shapes as the trainer makes them: rows and lengths to powers of two when static, rows at most
+#      BATCH).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN="${BIN:-target/release/ragtime}"
@@ -29,6 +32,53 @@ if [[ ! -s $DATA/dialogues.jsonl ]]; then
 fi
 read -ra extra <<<"${EXTRA:-}"
 mkdir -p "$OUT"
+
+if [[ -n ${PLAN_EPOCHS:-} ]]; then
+  [[ $PLAN_EPOCHS =~ ^[1-9][0-9]*$ ]] || { echo "bench-train-pack: PLAN_EPOCHS=$PLAN_EPOCHS: expected a positive count" >&2; exit 2; }
+  echo
+  echo "train autorag plans, $(basename "$MODEL"), $DATA, max_len $MAXLEN, batch $BATCH x accum $ACCUM, $PLAN_EPOCHS epochs"
+  echo
+  echo "| mode | updates | micro-batches | distinct shapes | real tokens | cells computed | padding |"
+  echo "|---|---:|---:|---:|---:|---:|---:|"
+  for mode in $MODES; do
+    case "$mode" in
+      tight | static) flags=() ;;
+      packed | static-packed) flags=(--pack) ;;
+      *) echo "bench-train-pack: unknown mode '$mode' (tight, packed, static, static-packed)" >&2; exit 2 ;;
+    esac
+    plan="$OUT/$mode.plan.jsonl"
+    "$BIN" train autorag --model "$MODEL" ${TOKENIZER:+--tokenizer "$TOKENIZER"} --data "$DATA" --max-len "$MAXLEN" \
+      --batch-size "$BATCH" --grad-accum "$ACCUM" --epochs "$PLAN_EPOCHS" --valid-fraction 0 "${extra[@]}" \
+      "${flags[@]}" --dump-plan "$plan" >"$OUT/$mode.plan.log" 2>&1 || { tail -5 "$OUT/$mode.plan.log"; exit 1; }
+    python3 - "$mode" "$plan" "$BATCH" "$MAXLEN" <<'PY'
+import json, sys
+mode, path, batch, max_len = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+length, updates = {}, []
+for line in open(path):
+    r = json.loads(line)
+    if r.get("kind") == "example" and r["split"] == "train":
+        length[r["index"]] = len(r["ids"])
+    elif r.get("kind") == "update":
+        updates.append(r)
+def bucket(n, cap):  # sft::data::bucket: a power of two, at least 64, at most cap unless n is larger
+    return max(min(1 << (max(n, 64) - 1).bit_length(), cap), n)
+real = cells = micro = 0
+shapes = set()
+for u in updates:
+    # each micro-batch as rows of dialogues: one per row, or the plan's packed rows
+    for rows in (u["rows"] if "rows" in u else [[[i] for i in m] for m in u["micro"]]):
+        b, t = len(rows), max(sum(length[i] for i in row) for row in rows)
+        if mode.startswith("static"):  # sft::data::Batch::padded
+            b, t = max(b, min(batch, 1 << (b - 1).bit_length())), bucket(t, max_len)
+        real += sum(length[i] for row in rows for i in row)
+        cells += b * t
+        micro += 1
+        shapes.add((b, t))
+print(f"| {mode} | {len(updates)} | {micro} | {len(shapes)} | {real} | {cells} | {100 * (1 - real / cells):.1f}% |")
+PY
+  done
+  exit 0
+fi
 
 rows=()
 for mode in $MODES; do

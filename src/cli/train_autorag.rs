@@ -99,8 +99,8 @@ pub struct Args {
     /// cpu, cuda or cuda:N.
     #[arg(long, default_value = "cpu")]
     pub device: DeviceKind,
-    /// Pad batches to a few fixed shapes (rows to --batch-size, length and target count to powers of two) so
-    /// that CUDA compiles each kernel once; same losses (default: [train] static_shapes).
+    /// Pad batches to a few fixed shapes (rows, length and target count to powers of two, rows at most
+    /// --batch-size) so that CUDA compiles each kernel once; same losses (default: [train] static_shapes).
     #[arg(long)]
     pub static_shapes: bool,
     /// Pack each update's dialogues into rows of up to --max-len tokens (each dialogue at its own positions,

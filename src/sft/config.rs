@@ -44,9 +44,9 @@ pub struct SftConfig {
     pub max_steps: Option<usize>,
     /// LoRA instead of full fine-tuning.
     pub lora: Option<LoraConfig>,
-    /// Pad every batch to a fixed shape (`batch_size` rows; length and target count rounded up to powers of
-    /// two, the length capped at `max_len`: [`super::data::Batch::padded`]) so that CUDA compiles each kernel
-    /// once. The losses and gradients are those of the tight batches up to float rounding, so it is not part of
+    /// Pad every batch to a fixed shape (rows, length and target count rounded up to powers of two, the rows
+    /// capped at `batch_size` and the length at `max_len`: [`super::data::Batch::padded`]) so that CUDA compiles
+    /// each kernel once. The losses and gradients are those of the tight batches up to float rounding, so it is not part of
     /// the run's fingerprint: a run may resume with the other setting.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub static_shapes: bool,

@@ -224,14 +224,16 @@ pub fn bucket(n: usize, cap: usize) -> usize {
 }
 
 impl Batch {
-    /// The same batch at a fixed shape: `rows` rows (all-pad rows added below; never fewer than it has), the
-    /// length rounded up to [`bucket`]`(t, max_len)`, and the target list to [`bucket`]`(targets, rows * length)`,
-    /// the added entries pointing at position 0 with target 0 and outside `real`. The loss
-    /// ([`super::loss::nll_sum`]) weights them 0, so it and its gradients are those of the unpadded batch, up to
-    /// the order of float additions. With `max_len` dialogues and `rows` rows there are at most
-    /// `log2(max_len / 64) + 1` lengths, and as many target counts per length.
+    /// The same batch at a fixed shape: its rows rounded up to a power of two, at most `rows` (all-pad rows added
+    /// below; never fewer than it has), the length rounded up to [`bucket`]`(t, max_len)`, and the target list to
+    /// [`bucket`]`(targets, rows * length)`, the added entries pointing at position 0 with target 0 and outside
+    /// `real`. The loss ([`super::loss::nll_sum`]) weights them 0, so it and its gradients are those of the unpadded
+    /// batch, up to the order of float additions. With `max_len` dialogues and `rows` rows there are at most
+    /// `log2(max_len / 64) + 1` lengths, `log2(rows) + 1` row counts (a full micro-batch has `rows`; fewer come
+    /// at an epoch's end, and from packing, where an update's rows rarely fill its last micro-batch), and as many
+    /// target counts per shape.
     pub fn padded(&self, rows: usize, max_len: usize, pad_id: u32) -> Batch {
-        let (b, t) = (rows.max(self.b), bucket(self.t, max_len));
+        let (b, t) = (self.b.next_power_of_two().min(rows).max(self.b), bucket(self.t, max_len));
         let mut ids = vec![pad_id as i32; b * t];
         for r in 0..self.b {
             ids[r * t..r * t + self.t].copy_from_slice(&self.ids[r * self.t..(r + 1) * self.t]);
@@ -440,9 +442,10 @@ mod tests {
         assert_eq!(batch.positions, vec![1, 2, 4, 6]);
         assert_eq!(batch.targets, vec![7, 8, 10, 12]);
         assert_eq!((batch.tokens, batch.real), (9, 4));
-        // padded to a fixed shape: the added cells are pads of no sequence, the targets at the same tokens
-        let p = batch.padded(3, 100, 0);
-        assert_eq!((p.b, p.t), (3, 64));
+        // padded to a fixed shape (2 rows stay 2 under a cap of 8; the length to 64): the added cells are pads of no
+        // sequence, the targets at the same tokens
+        let p = batch.padded(8, 100, 0);
+        assert_eq!((p.b, p.t), (2, 64));
         let seq = p.seq.as_ref().unwrap();
         assert_eq!(&seq[..6], &[0, 0, 0, 0, 1, 1]);
         assert_eq!(&seq[64..67], &[2, 2, 2]);
@@ -460,25 +463,30 @@ mod tests {
         assert_eq!(bucket(9, 8), 9, "never below n");
         let a = Example { id: "a".into(), ids: vec![5, 6, 7, 8], loss: vec![false, false, true, true] };
         let b = Example { id: "b".into(), ids: vec![9, 10], loss: vec![false, true] };
-        let tight = make_batch(&[&a, &b], 0);
-        let p = tight.padded(3, 100, 0);
-        // 3 rows of bucket(4, 100) = 64 tokens; targets padded to bucket(3, 192) = 64
-        assert_eq!((p.b, p.t, p.real, p.tokens), (3, 64, 3, 6));
+        let tight = make_batch(&[&a, &b, &b], 0);
+        let p = tight.padded(8, 100, 0);
+        // 3 rows rounded up to 4 (at most 8) of bucket(4, 100) = 64 tokens; targets padded to bucket(4, 256) = 64
+        assert_eq!((p.b, p.t, p.real, p.tokens), (4, 64, 4, 8));
         assert_eq!((p.positions.len(), p.targets.len()), (64, 64));
-        // a's targets at row 0 positions 1, 2; b's at row 1 position 0 -> flat 64
-        assert_eq!(&p.positions[..3], &[1, 2, 64]);
-        assert_eq!(&p.targets[..3], &[7, 8, 10]);
-        assert!(p.positions[3..].iter().all(|&x| x == 0) && p.targets[3..].iter().all(|&x| x == 0));
+        // a's targets at row 0 positions 1, 2; b's at rows 1 and 2 position 0 -> flat 64, 128
+        assert_eq!(&p.positions[..4], &[1, 2, 64, 128]);
+        assert_eq!(&p.targets[..4], &[7, 8, 10, 10]);
+        assert!(p.positions[4..].iter().all(|&x| x == 0) && p.targets[4..].iter().all(|&x| x == 0));
         for (&pos, &tgt) in p.positions[..p.real].iter().zip(&p.targets) {
             // the token after each target position is the target
             assert_eq!(p.ids[pos as usize + 1] as i64, tgt);
         }
         assert_eq!(&p.ids[..4], &[5, 6, 7, 8]);
         assert_eq!(&p.ids[64..66], &[9, 10]);
-        assert_eq!(p.ids.iter().filter(|&&x| x != 0).count(), 6);
+        assert_eq!(p.ids.iter().filter(|&&x| x != 0).count(), 8);
+        // rows: a power of two up to the cap (3 -> 3 under a cap of 3, 2 -> 2, 5 -> 6 under 6), never fewer
+        assert_eq!(tight.padded(3, 100, 0).b, 3);
+        assert_eq!(make_batch(&[&a, &b], 0).padded(8, 100, 0).b, 2);
+        assert_eq!(make_batch(&[&a, &b, &b, &a, &a], 0).padded(6, 100, 0).b, 6);
+        assert_eq!(tight.padded(2, 100, 0).b, 3);
         // Tight leaves a batch as it is; padding twice changes nothing more
         assert_eq!(Shapes::Tight.apply(tight.clone(), 0), tight);
-        assert_eq!(Shapes::Static { rows: 3, max_len: 100 }.apply(p.clone(), 0), p);
+        assert_eq!(Shapes::Static { rows: 8, max_len: 100 }.apply(p.clone(), 0), p);
     }
 
     #[test]

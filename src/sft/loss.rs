@@ -119,7 +119,12 @@ mod tests {
         assert!(scalar(nll_sum(&m, &rope, &b1, &dev)) > 0.0);
         // Padded to a fixed shape (more rows, a longer row, a longer target list): the same loss.
         let padded = make_batch(&[a, b], data.pad_id).padded(4, 256, data.pad_id);
-        assert!(padded.real < padded.targets.len() && padded.b == 4 && padded.t > a.len().max(b.len()));
+        assert!(padded.real < padded.targets.len() && padded.b == 2 && padded.t > a.len().max(b.len()));
+        let three = make_batch(&[a, b, b], data.pad_id);
+        let (tight3, padded3) = (scalar(nll_sum(&m, &rope, &three, &dev)), three.padded(4, 256, data.pad_id));
+        assert_eq!(padded3.b, 4, "an all-pad row added");
+        let at_four_rows = scalar(nll_sum(&m, &rope, &padded3, &dev));
+        assert!((at_four_rows - tight3).abs() < 1e-4 * tight3.abs(), "{at_four_rows} vs {tight3}");
         let at_fixed_shape = scalar(nll_sum(&m, &rope, &padded, &dev));
         assert!((at_fixed_shape - together).abs() < 1e-4 * together.abs(), "{at_fixed_shape} vs {together}");
     }
