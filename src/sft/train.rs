@@ -322,8 +322,9 @@ mod tests {
         let dev = Default::default();
         let mut cfg = small_cfg(false);
         cfg.stop_after = Some(3);
-        cfg.max_len = 256; // rows of 256: the toy dialogues (under 128 tokens) go two or more to a row
-                           // the rows of each update, from the progress lines ("batches 2x57,1x40")
+        // rows of 256: the toy dialogues (under 128 tokens) go two or more to a row
+        cfg.max_len = 256;
+        // the rows of each update, from the progress lines ("batches 2x57,1x40")
         let run = |cfg: &SftConfig| {
             let mut rows = Vec::new();
             let t = train::<AB>(&w, &mcfg, &data, cfg, None, &dev, &mut |l| {
@@ -348,6 +349,12 @@ mod tests {
             }
             assert_eq!(plain.state.fingerprint, packed.state.fingerprint, "{what}");
         }
+        // bf16: packed rows against one dialogue per row, both in bf16 (within its rounding)
+        (cfg.gradient_checkpointing, cfg.static_shapes, cfg.dtype) = (false, false, crate::model::Precision::Bf16);
+        let packed = run(&cfg).0;
+        cfg.pack = false;
+        let plain = run(&cfg).0;
+        assert_same_updates("bf16", &plain.state, &packed.state, 5e-3, 3e-2);
     }
 
     #[test]
