@@ -234,10 +234,7 @@ impl Batch {
     /// target counts per shape.
     pub fn padded(&self, rows: usize, max_len: usize, pad_id: u32) -> Batch {
         let (b, t) = (self.b.next_power_of_two().min(rows).max(self.b), bucket(self.t, max_len));
-        let mut ids = vec![pad_id as i32; b * t];
-        for r in 0..self.b {
-            ids[r * t..r * t + self.t].copy_from_slice(&self.ids[r * self.t..(r + 1) * self.t]);
-        }
+        let ids = self.widen(&self.ids, b, t, pad_id as i32);
         let mut positions: Vec<i64> = self.positions[..self.real]
             .iter()
             .map(|&p| (p as usize / self.t * t + p as usize % self.t) as i64)
@@ -246,14 +243,18 @@ impl Batch {
         let n = bucket(self.real, b * t);
         positions.resize(n, 0);
         targets.resize(n, 0);
-        let seq = self.seq.as_ref().map(|seq| {
-            let mut out = vec![PAD_SEQ; b * t];
-            for r in 0..self.b {
-                out[r * t..r * t + self.t].copy_from_slice(&seq[r * self.t..(r + 1) * self.t]);
-            }
-            out
-        });
+        let seq = self.seq.as_ref().map(|seq| self.widen(seq, b, t, PAD_SEQ));
         Batch { ids, b, t, positions, targets, real: self.real, tokens: self.tokens, seq }
+    }
+
+    /// A per-cell `[self.b, self.t]` vector laid out as `[b, t]` (rows and length at least this batch's), the added
+    /// cells `fill`.
+    fn widen<T: Copy>(&self, cells: &[T], b: usize, t: usize, fill: T) -> Vec<T> {
+        let mut out = vec![fill; b * t];
+        for r in 0..self.b {
+            out[r * t..r * t + self.t].copy_from_slice(&cells[r * self.t..(r + 1) * self.t]);
+        }
+        out
     }
 }
 
@@ -304,25 +305,11 @@ pub fn make_packed_batch(rows: &[Vec<&Example>], pad_id: u32) -> Batch {
     Batch { ids, b, t, positions, targets, real, tokens, seq: Some(seq) }
 }
 
+/// A right-padded batch, one dialogue per row: the packed layout with a dialogue to a row, where every dialogue
+/// starts at its row's first cell, without the sequence numbers (plain causal attention).
 pub fn make_batch(examples: &[&Example], pad_id: u32) -> Batch {
-    let b = examples.len();
-    let t = examples.iter().map(|e| e.len()).max().unwrap_or(0);
-    let mut ids = vec![pad_id as i32; b * t];
-    let mut positions = Vec::new();
-    let mut targets = Vec::new();
-    let mut tokens = 0;
-    for (r, e) in examples.iter().enumerate() {
-        for (j, &id) in e.ids.iter().enumerate() {
-            ids[r * t + j] = id as i32;
-            if j > 0 && e.loss[j] {
-                positions.push((r * t + j - 1) as i64);
-                targets.push(id as i64);
-            }
-        }
-        tokens += e.len();
-    }
-    let real = targets.len();
-    Batch { ids, b, t, positions, targets, real, tokens, seq: None }
+    let rows: Vec<Vec<&Example>> = examples.iter().map(|&e| vec![e]).collect();
+    Batch { seq: None, ..make_packed_batch(&rows, pad_id) }
 }
 
 #[cfg(test)]
