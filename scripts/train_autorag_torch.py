@@ -104,46 +104,44 @@ def load_plan(path):
 
 
 def make_batch(examples, pad_id, device):
-    """ids [b, t] right-padded; flat positions (row * t + j - 1) that predict targets (the token at j)."""
-    b, t = len(examples), max(len(e["ids"]) for e in examples)
-    ids = torch.full((b, t), pad_id, dtype=torch.long)
-    pos, tgt, tokens = [], [], 0
-    for r, e in enumerate(examples):
-        ids[r, : len(e["ids"])] = torch.tensor(e["ids"], dtype=torch.long)
-        for j in range(1, len(e["ids"])):
-            if e["loss"][j]:
-                pos.append(r * t + j - 1)
-                tgt.append(e["ids"][j])
-        tokens += len(e["ids"])
-    return ids.to(device), torch.tensor(pos, device=device), torch.tensor(tgt, device=device), tokens
+    """One example per row, right-padded, plain causal attention (no layout)."""
+    return make_rows([[e] for e in examples], pad_id, device, packed=False)
 
 
 def make_packed_batch(rows, pad_id, device):
-    """Packed rows (a plan written with --pack): row r holds rows[r]'s examples one after another, then pads. Each
-    example starts again at position 0 and attends only to its own tokens up to itself (a block-diagonal causal
-    mask, [b, 1, t, t], True where a query sees a key), as ragtime's packed rows. Returns ids, flat predicting
-    positions, targets, real tokens, and the (position_ids, mask) pair."""
+    """Packed rows (a plan written with --pack): each example starts again at position 0 and attends only to its own
+    tokens up to itself (a block-diagonal causal mask, [b, 1, t, t], True where a query sees a key), as ragtime's
+    packed rows."""
+    return make_rows(rows, pad_id, device, packed=True)
+
+
+def make_rows(rows, pad_id, device, packed):
+    """Row r holds rows[r]'s examples one after another, then pads. Returns ids [b, t], the flat positions
+    (row * t + cell - 1) that predict targets, the targets, the real tokens, and with `packed` the (position_ids,
+    mask) pair transformers takes as given (else None)."""
     b, t = len(rows), max(sum(len(e["ids"]) for e in row) for row in rows)
     ids = torch.full((b, t), pad_id, dtype=torch.long)
-    position_ids = torch.zeros((b, t), dtype=torch.long)
-    mask = torch.zeros((b, 1, t, t), dtype=torch.bool)
+    position_ids = torch.zeros((b, t), dtype=torch.long) if packed else None
+    mask = torch.zeros((b, 1, t, t), dtype=torch.bool) if packed else None
     pos, tgt, tokens = [], [], 0
     for r, row in enumerate(rows):
         at = 0
         for e in row:
             n = len(e["ids"])
             ids[r, at : at + n] = torch.tensor(e["ids"], dtype=torch.long)
-            position_ids[r, at : at + n] = torch.arange(n)
-            mask[r, 0, at : at + n, at : at + n] = torch.tril(torch.ones((n, n), dtype=torch.bool))
+            if packed:
+                position_ids[r, at : at + n] = torch.arange(n)
+                mask[r, 0, at : at + n, at : at + n] = torch.tril(torch.ones((n, n), dtype=torch.bool))
             for j in range(1, n):
                 if e["loss"][j]:
                     pos.append(r * t + at + j - 1)
                     tgt.append(e["ids"][j])
             at += n
             tokens += n
-        for j in range(at, t):  # pads: each sees itself (no row of the softmax is empty)
-            mask[r, 0, j, j] = True
-    layout = (position_ids.to(device), mask.to(device))
+        if packed:
+            for j in range(at, t):  # pads: each sees itself (no row of the softmax is empty)
+                mask[r, 0, j, j] = True
+    layout = (position_ids.to(device), mask.to(device)) if packed else None
     return ids.to(device), torch.tensor(pos, device=device), torch.tensor(tgt, device=device), tokens, layout
 
 
@@ -169,7 +167,7 @@ def evaluate(model, examples, batch, pad_id, device):
     order = sorted(range(len(examples)), key=lambda i: -len(examples[i]["ids"]))
     total, n = 0.0, 0
     for k in range(0, len(order), batch):
-        ids, pos, tgt, _ = make_batch([examples[i] for i in order[k : k + batch]], pad_id, device)
+        ids, pos, tgt, _, _ = make_batch([examples[i] for i in order[k : k + batch]], pad_id, device)
         total += nll_sum(model, ids, pos, tgt).item()
         n += len(tgt)
     model.train()
@@ -228,7 +226,7 @@ def main():
         if "rows" in up:  # packed: each micro-batch is rows of several dialogues
             micro = [make_packed_batch([[train[i] for i in row] for row in rows], pad_id, dev) for rows in up["rows"]]
         else:
-            micro = [make_batch([train[i] for i in idx], pad_id, dev) + (None,) for idx in up["micro"]]
+            micro = [make_batch([train[i] for i in idx], pad_id, dev) for idx in up["micro"]]
         n_targets = sum(len(m[2]) for m in micro)
         tokens = sum(m[3] for m in micro)
         if dev.type == "cuda":
