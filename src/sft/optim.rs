@@ -1,6 +1,7 @@
 //! AdamW, warm-up + cosine schedule, global-norm gradient clipping and gradient accumulation, written here
 //! rather than taken from `burn::optim` for two reasons: burn 0.21's `GradientClipping::Norm` clips each
-//! parameter's gradient separately (PyTorch's `clip_grad_norm_` clips the global norm), and its optimizer
+//! parameter's gradient separately (PyTorch's `clip_grad_norm_` clips the global norm; the test
+//! `burn_optimizers_clip_each_parameter_not_the_global_norm` shows both), and its optimizer
 //! record is keyed by `ParamId`s that are random for a model rebuilt from a file, which makes exact resume
 //! awkward. Here the state is keyed by the position of the parameter among the trainable ones (the module
 //! visit order, fixed by the model's structure) and saved as plain tensors.
@@ -325,6 +326,52 @@ mod tests {
         for k in 0..4 {
             assert!((first_m[k] as f64 - 0.1 * g[k]).abs() < 1e-6);
         }
+    }
+
+    /// Why the optimizer is written here: burn 0.21's own optimizers, given `GradientClippingConfig::Norm(1.0)`,
+    /// clip each parameter's gradient to norm 1 separately. Two parameters with gradients of norm 3 and 4 (global
+    /// norm 5) take an SGD step of lr 1 whose parts have norm 1 each (the step's norm is sqrt 2, above the bound,
+    /// and its direction is not the gradient's); PyTorch's `clip_grad_norm_(params, 1.0)`, and [`AdamW::step`],
+    /// scale the whole gradient by 1/5: parts of norm 0.6 and 0.8. If a burn release changes this, this test fails
+    /// and the note in the module's documentation is out of date.
+    #[test]
+    fn burn_optimizers_clip_each_parameter_not_the_global_norm() {
+        use burn::optim::grad_clipping::GradientClippingConfig;
+        use burn::optim::{GradientsParams, Optimizer, SgdConfig};
+        let _exclusive = crate::device::autodiff_exclusive();
+        let m = toy();
+        // loss = sum(w * a) + sum(bias * b): dL/dw = a (norm 3), dL/dbias = b (norm 4); `frozen` takes no part
+        let dev = Default::default();
+        let a = Tensor::<AB, 2>::from_data(TensorData::new(vec![3.0f32, 0.0, 0.0, 0.0], [2, 2]), &dev);
+        let b = Tensor::<AB, 1>::from_data(TensorData::new(vec![0.0f32, 4.0], [2]), &dev);
+        let loss = || (m.w.val() * a.clone()).sum() + (m.bias.val() * b.clone()).sum();
+        let (w0, b0) = (vals(m.w.val()), vals(m.bias.val()));
+        let moved = |m: &Toy<AB>| {
+            let dw: f64 = vals(m.w.val()).iter().zip(&w0).map(|(x, y)| (*x as f64 - *y as f64).powi(2)).sum();
+            let db: f64 = vals(m.bias.val()).iter().zip(&b0).map(|(x, y)| (*x as f64 - *y as f64).powi(2)).sum();
+            (dw.sqrt(), db.sqrt())
+        };
+
+        let grads = GradientsParams::from_grads(loss().backward(), &m);
+        let mut sgd =
+            SgdConfig::new().with_gradient_clipping(Some(GradientClippingConfig::Norm(1.0))).init::<AB, Toy<AB>>();
+        let stepped = sgd.step(1.0, m.clone(), grads);
+        let (dw, db) = moved(&stepped);
+        assert!((dw - 1.0).abs() < 1e-5 && (db - 1.0).abs() < 1e-5, "burn's clipped step: {dw} and {db}");
+
+        // the global bound, as here: `AdamW::step` feeds its moments the whole gradient scaled by 1/5
+        let mut acc = GradAccum::<Flex>::default();
+        acc.add::<AB, _>(&m, loss().backward());
+        assert!((acc.norm() - 5.0).abs() < 1e-5);
+        let mut opt = AdamW::<Flex>::new(AdamWConfig { clip_norm: Some(1.0), ..AdamWConfig::default() });
+        let _ = opt.step::<AB, _>(m, &mut acc, 1.0);
+        let norm = |t: &Option<Tensor<Flex, 1>>| {
+            let v = t.clone().unwrap().into_data().convert::<f32>().to_vec::<f32>().unwrap();
+            // m after one step = (1 - b1) * clipped g
+            v.iter().map(|x| (*x as f64 / 0.1).powi(2)).sum::<f64>().sqrt()
+        };
+        let (gw, gb) = (norm(&opt.m[0]), norm(&opt.m[1]));
+        assert!((gw - 0.6).abs() < 1e-5 && (gb - 0.8).abs() < 1e-5, "global clipping: {gw} and {gb}");
     }
 
     #[test]
