@@ -24,7 +24,8 @@
 #   DTYPES="f32 bf16 f16" gives a batched-engine row per `--dtype` (default f32); HF_DTYPES="f32" limits
 #   transformers to float32 (default "f32 bf16"); REF_ROW=0 leaves out the reference engine's row. HF_COMPILE=1
 #   adds transformers' bfloat16 rows with its static KV cache and `torch.compile` (`hf-cuda --compile`; each shape
-#   compiles first, so budget minutes per B).
+#   compiles first, so budget minutes per B), after a check on stderr that the compiled forward with internals
+#   gives the eager one's tokens (`bench_generate_peers.py compile-check`).
 # - SYNTH="B1 B2 ...": a second table, `synth hallucination` over the first SYNTH_ARTICLES (default 64) articles
 #   of wiki/dump_train at each B: labelled examples/s (the run's own progress rate) and wall time with loading.
 # - SYNTH_AUTORAG="B1 B2 ...": a third table, `synth autorag` (Algorithm 1, configs/autorag.toml) over the first
@@ -141,7 +142,12 @@ for m in $MODELS; do
   done
   if [[ $HF == 1 && $DEVICE != cpu && $DECODE == 1 ]]; then
     compile_flag=()
-    [[ ${HF_COMPILE:-0} == 1 ]] && compile_flag=(--compile)
+    if [[ ${HF_COMPILE:-0} == 1 ]]; then
+      compile_flag=(--compile)
+      # the compiled forward with internals must give what the eager one gives (on stderr, beside the table)
+      "${PEER_PY:-python3}" scripts/bench_generate_peers.py compile-check "$hf_model" cuda 2>"$WORK/compile-check.log" >&2 ||
+        echo "compile-check failed: $(tail -1 "$WORK/compile-check.log")" >&2
+    fi
     "${PEER_PY:-python3}" scripts/bench_generate_peers.py hf-cuda "$hf_model" "$WORK/all.jsonl" "$BATCHES" "$NEW" "$HF_DTYPES" \
       "${compile_flag[@]}" 2>"$WORK/hf.log" ||
       { echo "| transformers | | | failed: $(tail -1 "$WORK/hf.log") | |"; }

@@ -13,6 +13,9 @@
       (the recipe of transformers' LLM-optimization guide; two untimed warm-ups per shape: compilation and CUDA
       graph capture); a run that fails says so in its row. Prints one Markdown table row per run: engine, B,
       prompts, tok/s, peak GPU MiB.
+  python bench_generate_peers.py compile-check MODEL [cpu|cuda]
+      whether that compiled forward, with internals, gives what the eager one does (same greedy tokens; the
+      largest differences of the attentions and hidden states), float32, 2 prompts, 3 tokens; exit 1 if not.
   python bench_generate_peers.py llamacpp GGUF PROMPTS 1 NEW
       llama.cpp (llama-cpp-python) on the same GGUF, one prompt at a time (its high-level API decodes one
       sequence), greedy, NEW tokens, threads = the process's CPUs.
@@ -128,16 +131,38 @@ def hf_cuda(gguf, prompts, batches, new, dtypes, compiled):
         torch.cuda.empty_cache()
 
 
-def compiled_rows(model, tok, prompts, batches, new, name):
-    """transformers' static KV cache with the forward pass compiled, with internals and without."""
+def compile_forward(model, tok, prompts, shapes):
+    """Readies `model` for static-cache decoding with its forward compiled; returns (the eager forward, a function
+    that compiles it afresh into `model.forward`)."""
     import torch
+    import torch._dynamo
 
     # generate's own compilation of a static cache's decoding step is turned off where the version has it, so
-    # that only the compiled forward below runs
+    # that only the compiled forward runs
     model.generation_config.disable_compile = True
-    eager_forward = model.forward
-    model.forward = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True)
+    # every batch size compiles graphs of its own (the prefill and the decoding step): past dynamo's limit of 8
+    # recompilations a function falls back to eager, or fails under fullgraph
+    limit = "recompile_limit" if hasattr(torch._dynamo.config, "recompile_limit") else "cache_size_limit"
+    setattr(torch._dynamo.config, limit, max(64, 4 * shapes))
+    # transformers installs its output-capturing hooks (attentions, hidden states) on the first call that asks for
+    # them, under a lock that dynamo cannot trace (fullgraph fails on it): one eager call installs them first
+    with torch.inference_mode():
+        ids = tok(prompts[:1], return_tensors="pt").input_ids.to(model.device)
+        model(ids, output_attentions=True, output_hidden_states=True)
+    eager = model.forward
+
+    def fresh():
+        torch._dynamo.reset()
+        model.forward = torch.compile(eager, mode="reduce-overhead", fullgraph=True)
+
+    return eager, fresh
+
+
+def compiled_rows(model, tok, prompts, batches, new, name):
+    """transformers' static KV cache with the forward pass compiled, with internals and without."""
+    eager, fresh = compile_forward(model, tok, prompts, len(batches))
     for internals in (True, False):
+        fresh()
         set_attention(model, "eager" if internals else "sdpa")
         mode = "static cache, torch.compile, " + ("internals, eager" if internals else "sdpa")
         for b in batches:
@@ -148,7 +173,34 @@ def compiled_rows(model, tok, prompts, batches, new, name):
                 print(f"hf-cuda: {mode}, B {b}: {e!r}", file=sys.stderr, flush=True)
                 rate, mem = f"failed: {type(e).__name__}", "-"
             print(f"| transformers {name} ({mode}) | {b} | {b} | {rate} | {mem} |", flush=True)
-    model.forward = eager_forward
+    model.forward = eager
+
+
+def compile_check(path, device):
+    """The compiled static-cache `generate` with internals against the eager one, float32, two prompts, 3 tokens:
+    the same tokens, and how far the attentions and hidden states are apart. Exits 1 if the tokens differ."""
+    import torch
+
+    tok, model = load(path, dtype=torch.float32, attn_implementation="eager")
+    model.to(device)
+    prompts = ["The capital of France is", "Water boils at"]
+    enc = tok(prompts, return_tensors="pt", padding=True).to(device)
+    kw = dict(output_attentions=True, output_hidden_states=True, return_dict_in_generate=True, max_new_tokens=3,
+              min_new_tokens=3, do_sample=False, pad_token_id=tok.pad_token_id, cache_implementation="static")
+    eager, fresh = compile_forward(model, tok, prompts, 1)
+    with torch.inference_mode():
+        ref = model.generate(**enc, **kw)
+        fresh()
+        out = model.generate(**enc, **kw)
+    model.forward = eager
+    pairs = lambda a, b: [(x, y) for xs, ys in zip(a, b) for x, y in zip(xs, ys)]
+    att = max((x - y).abs().max().item() for x, y in pairs(ref.attentions, out.attentions))
+    hid = max(((x - y).abs().max() / x.abs().max()).item() for x, y in pairs(ref.hidden_states, out.hidden_states))
+    same = torch.equal(ref.sequences, out.sequences)
+    print(f"compile-check ({device}): same tokens {same}, {len(out.attentions)} steps of {len(out.attentions[-1])} "
+          f"layers; largest attention difference {att:.2e}, hidden states {hid:.2e} (relative to each's largest)")
+    if not same:
+        raise SystemExit(1)
 
 
 def llamacpp(gguf, prompts, new):
@@ -181,6 +233,9 @@ def llamacpp(gguf, prompts, new):
 
 
 def main():
+    if sys.argv[1] == "compile-check":
+        compile_check(sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else "cpu")
+        return
     if sys.argv[1] == "hf-cuda":
         prompts = [json.loads(l) for l in open(sys.argv[3], encoding="utf-8") if l.strip()]
         args = [a for a in sys.argv[6:] if a != "--compile"]
