@@ -145,7 +145,9 @@ def compile_forward(model, tok, prompts, shapes):
     limit = "recompile_limit" if hasattr(torch._dynamo.config, "recompile_limit") else "cache_size_limit"
     setattr(torch._dynamo.config, limit, max(64, 4 * shapes))
     # transformers installs its output-capturing hooks (attentions, hidden states) on the first call that asks for
-    # them, under a lock that dynamo cannot trace (fullgraph fails on it): one eager call installs them first
+    # them, under a lock that dynamo cannot trace (fullgraph fails on it): one eager call installs them first (with
+    # eager attention, which returns attentions; the caller sets each run's attention after)
+    set_attention(model, "eager")
     with torch.inference_mode():
         ids = tok(prompts[:1], return_tensors="pt").input_ids.to(model.device)
         model(ids, output_attentions=True, output_hidden_states=True)
