@@ -236,7 +236,10 @@ def llamacpp(gguf, prompts, new):
 
 def main():
     if sys.argv[1] == "compile-check":
-        compile_check(sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else "cpu")
+        device = sys.argv[3] if len(sys.argv) > 3 else "cpu"
+        if len(sys.argv) < 3 or len(sys.argv) > 4 or device not in ("cpu", "cuda"):
+            raise SystemExit("usage: bench_generate_peers.py compile-check MODEL [cpu|cuda]")
+        compile_check(sys.argv[2], device)
         return
     if sys.argv[1] == "hf-cuda":
         prompts = [json.loads(l) for l in open(sys.argv[3], encoding="utf-8") if l.strip()]
