@@ -2,7 +2,8 @@
 # Auto-RAG at scale, from the training pool to the verdict:
 #   1. synthesis (Algorithm 1) on the BioASQ 7B-9B pool (yes/no and factoid questions, their snippets as the
 #      corpus), sharded, with rejection sampling and up to KEEP distinct dialogues per question; `ragtime merge`
-#      once every shard is done;
+#      once every shard is done; PASSES > 1 runs the pool again with seeds 1, 2, ... (more samples per question,
+#      their dialogues beside the first pass's, repeats left out by `train autorag`);
 #   2. fine-tunes of the student on the first N dialogues for each N of CURVE (the learning curve; `all` = every
 #      dialogue), EPOCHS epochs each;
 #   3. Algorithm 2 on the test questions of each dataset of DATASETS (HotpotQA, PubMedQA: never trained on): the
@@ -24,8 +25,9 @@
 #      model, e.g. checkpoints/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf: about twice the dialogues per question,
 #      docs/autorag.md; default MODEL), TOKENIZER (a tokenizer.json for the fine-tunes, when the GGUF
 #      should not ship its own vocabulary), DEVICE (cpu), BATCH (lanes of synth and eval; default the
-#      device's), SAMPLES (4), KEEP (2), TEMP (reasoning temperature, 0.7), SHARD_COUNT (4), SHARDS (all),
-#      LIMIT (first N pool questions), DIALOGUES (a dialogues.jsonl or folder: skip step 1), CURVE ("100 300 all"),
+#      device's), SAMPLES (4), KEEP (2), TEMP (reasoning temperature, 0.7), PASSES (1; pass p > 0 writes
+#      OUT/dialogues-seed<p> with --seed p), SHARD_COUNT (4), SHARDS (all), LIMIT (first N pool questions),
+#      DIALOGUES (dialogues.jsonl files or folders, space-separated: skip step 1), CURVE ("100 300 all"),
 #      EPOCHS (5), TRAIN_ARGS (more `train autorag` flags, e.g. "--lora 16" or "--dtype bf16 --static-shapes"),
 #      DATASETS ("hotpotqa pubmedqa"), TEST (100 test questions), TRACE (3), OUT (runs/autorag-at-scale),
 #      CKPT (checkpoints/autorag-at-scale), BIN (target/release/ragtime).
@@ -34,7 +36,7 @@ cd "$(dirname "$0")/.."
 MODEL="${MODEL:-checkpoints/qwen2.5-coder-0.5b-instruct.gguf}"
 TEACHER="${TEACHER:-$MODEL}"
 DEVICE="${DEVICE:-cpu}"
-SAMPLES="${SAMPLES:-4}" KEEP="${KEEP:-2}" TEMP="${TEMP:-0.7}"
+SAMPLES="${SAMPLES:-4}" KEEP="${KEEP:-2}" TEMP="${TEMP:-0.7}" PASSES="${PASSES:-1}"
 SHARD_COUNT="${SHARD_COUNT:-4}"
 SHARDS="${SHARDS:-$(seq -s ' ' 0 $((SHARD_COUNT - 1)))}"
 CURVE="${CURVE:-100 300 all}" EPOCHS="${EPOCHS:-5}"
@@ -55,7 +57,7 @@ mkdir -p "$OUT"
 
 # 1. synthesis
 if [[ -n ${DIALOGUES:-} ]]; then
-  data="$DIALOGUES"
+  read -r -a data <<<"$DIALOGUES"
 else
   if [[ ! -f indexes/bioasq/ragtime-index.json ]]; then
     mkdir -p runs/bioasq
@@ -64,24 +66,31 @@ else
   fi
   limit=()
   [[ -n ${LIMIT:-} ]] && limit=(--limit "$LIMIT")
-  for i in $SHARDS; do
-    echo "autorag-at-scale: synthesis, shard $i/$SHARD_COUNT"
-    if ! "$BIN" synth autorag --model "$TEACHER" "${dev[@]}" "${int8[@]}" "${lanes[@]}" --dataset "$SHARED/qa/bioasq" \
-      --layout bioasq --index indexes/bioasq --out "$OUT/dialogues" --shard "$i/$SHARD_COUNT" "${limit[@]}" \
-      --samples "$SAMPLES" --keep "$KEEP" --set "synth.reasoning_temperature=$TEMP" >"$OUT/synth-$i.json" \
-      2>>"$OUT/synth-$i.log"; then
-      tail -1 "$OUT/synth-$i.log" >&2
-      exit 1
-    fi
-    tail -1 "$OUT/synth-$i.log"
+  data=()
+  for ((p = 0; p < PASSES; p++)); do
+    dir="$OUT/dialogues" tag=""
+    ((p > 0)) && dir="$OUT/dialogues-seed$p" tag="-seed$p"
+    for i in $SHARDS; do
+      echo "autorag-at-scale: synthesis, pass $((p + 1))/$PASSES, shard $i/$SHARD_COUNT"
+      if ! "$BIN" synth autorag --model "$TEACHER" "${dev[@]}" "${int8[@]}" "${lanes[@]}" --dataset "$SHARED/qa/bioasq" \
+        --layout bioasq --index indexes/bioasq --out "$dir" --shard "$i/$SHARD_COUNT" "${limit[@]}" \
+        --samples "$SAMPLES" --keep "$KEEP" --seed "$p" --set "synth.reasoning_temperature=$TEMP" \
+        >"$OUT/synth$tag-$i.json" 2>>"$OUT/synth$tag-$i.log"; then
+        tail -1 "$OUT/synth$tag-$i.log" >&2
+        exit 1
+      fi
+      tail -1 "$OUT/synth$tag-$i.log"
+    done
+    data+=("$dir/merged")
   done
-  if ! "$BIN" merge --check -q "$OUT/dialogues" >/dev/null 2>"$OUT/merge-check.log"; then
-    echo "autorag-at-scale: synthesis not complete, stopping here:" >&2
-    cat "$OUT/merge-check.log" >&2
-    exit 0
-  fi
-  "$BIN" merge -q "$OUT/dialogues"
-  data="$OUT/dialogues/merged"
+  for dir in "${data[@]%/merged}"; do
+    if ! "$BIN" merge --check -q "$dir" >/dev/null 2>"$OUT/merge-check.log"; then
+      echo "autorag-at-scale: synthesis not complete ($dir), stopping here:" >&2
+      cat "$OUT/merge-check.log" >&2
+      exit 0
+    fi
+    "$BIN" merge -q "$dir"
+  done
 fi
 
 # 2. the learning curve's fine-tunes
@@ -93,7 +102,7 @@ for n in $CURVE; do
   if [[ ! -f $CKPT-$n/model.safetensors ]]; then
     echo "autorag-at-scale: fine-tune on $n dialogues -> $CKPT-$n"
     # shellcheck disable=SC2086
-    if ! "$BIN" train autorag --data "$data" "${limit[@]}" --model "$MODEL" "${tok[@]}" --out "$CKPT-$n" \
+    if ! "$BIN" train autorag "${data[@]/#/--data=}" "${limit[@]}" --model "$MODEL" "${tok[@]}" --out "$CKPT-$n" \
       --epochs "$EPOCHS" "${dev[@]}" ${TRAIN_ARGS:-} >"$OUT/train-$n.log" 2>&1; then
       tail -3 "$OUT/train-$n.log" >&2
       exit 1

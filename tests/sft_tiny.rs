@@ -159,3 +159,56 @@ fn export_base_with_lora_writes_the_initial_adapters() {
     assert_ne!(export("c", &["--lora", "4", "--seed", "7"]).unwrap(), bytes, "another seed, other adapters");
     assert!(export("d", &[]).is_none(), "no --lora, no adapters");
 }
+
+/// `train autorag --data A --data B`: the dialogue sets of two synthesis runs train as one, in order, a dialogue
+/// that repeats an earlier one's question and queries (SQuAD-normalised) left out; a missing second set is an
+/// error naming it.
+#[test]
+fn several_dialogue_sets_train_as_one_without_repeats() {
+    let Some(s) = common::tiny_eval() else { return };
+    let write = |name: &str, ds: &[Dialogue]| {
+        let p = s.root.join(name);
+        let lines: Vec<String> = ds.iter().map(|d| serde_json::to_string(d).unwrap()).collect();
+        std::fs::write(&p, lines.join("\n") + "\n").unwrap();
+        p.to_str().unwrap().to_string()
+    };
+    let first = dialogues(6);
+    let mut again = dialogues(2); // d0 and d1 once more: d0 with the same query (other case), d1 with another
+    again[0].turns[0].output = "Retrieval Query: PERSON 0 birthplace.".into();
+    again[0].final_answer = "paris".into();
+    again[1].turns[0].output = "Retrieval Query: where was person 1 born".into();
+    let (a, b) = (write("a.jsonl", &first), write("b.jsonl", &again));
+    let plan = s.root.join("plan.jsonl");
+    let examples = |data: &[&str]| -> Vec<String> {
+        let mut args = vec!["train", "autorag", "--model", &s.model, "--tokenizer", &s.tokenizer];
+        for d in data {
+            args.extend(["--data", d]);
+        }
+        args.extend(["--max-len", "96", "--dump-plan", plan.to_str().unwrap()]);
+        common::ok(&args);
+        let text = std::fs::read_to_string(&plan).unwrap();
+        let rows = text.lines().map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap());
+        let mut ids: Vec<String> =
+            rows.filter(|r| r["kind"] == "example").map(|r| r["id"].as_str().unwrap().to_string()).collect();
+        ids.sort();
+        ids
+    };
+    assert_eq!(examples(&[&a]), ["d0", "d1", "d2", "d3", "d4", "d5"]);
+    assert_eq!(examples(&[&a, &b]), ["d0", "d1", "d1", "d2", "d3", "d4", "d5"], "d0's repeat left out");
+    let missing = s.root.join("none.jsonl");
+    let (success, _, err) = common::ragtime(&[
+        "train",
+        "autorag",
+        "--model",
+        &s.model,
+        "--tokenizer",
+        &s.tokenizer,
+        "--data",
+        &a,
+        "--data",
+        missing.to_str().unwrap(),
+        "--dump-plan",
+        plan.to_str().unwrap(),
+    ]);
+    assert!(!success && err.contains("none.jsonl"), "{err}");
+}

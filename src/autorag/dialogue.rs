@@ -37,3 +37,17 @@ pub struct Dialogue {
     /// The final answer the model gave (the text after "Final Answer:").
     pub final_answer: String,
 }
+
+impl Dialogue {
+    /// The queries the dialogue issued, in order: of each model turn whose last line holds a query label
+    /// (`Initial Query: q` / `Refined Query: q`, as synthesis writes it, `prompts::model_output`; any `...Query:`),
+    /// the text after the label.
+    pub fn queries(&self) -> Vec<String> {
+        let query = |out: &str| {
+            let last = out.trim_end().lines().last()?;
+            let at = last.to_ascii_lowercase().find("query:")?;
+            Some(last[at + "query:".len()..].trim().to_string())
+        };
+        self.turns.iter().filter_map(|t| query(&t.output)).collect()
+    }
+}

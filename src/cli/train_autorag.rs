@@ -29,9 +29,11 @@ use super::model_args::DEFAULT_MODEL;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Folder with dialogues.jsonl (one Dialogue per line), or the .jsonl file itself.
-    #[arg(long, default_value = "datasets/autorag")]
-    pub data: PathBuf,
+    /// Folder with dialogues.jsonl (one Dialogue per line), or the .jsonl file itself; or several, comma-separated
+    /// or repeated: the dialogue sets of several synthesis runs over the same questions (another `--seed`, more
+    /// samples) are read in order, a dialogue that repeats an earlier one's question and queries left out.
+    #[arg(long, value_delimiter = ',', default_value = "datasets/autorag")]
+    pub data: Vec<PathBuf>,
     /// Only the first N dialogues of --data (in its order, the synthesis order; a question's dialogues are kept
     /// together): nested training sets for a learning curve.
     #[arg(long, value_parser = super::ranges::int::<1, 100_000_000>)]
@@ -277,7 +279,11 @@ const ADAPTER_INIT: &str = "adapter_init.safetensors";
 
 pub fn run(a: Args) -> Result<()> {
     let cfg = a.config()?;
-    let data_file = if ragtime::io::is_dir(&a.data)? { a.data.join("dialogues.jsonl") } else { a.data.clone() };
+    let data_files = a
+        .data
+        .iter()
+        .map(|d| Ok(if ragtime::io::is_dir(d)? { d.join("dialogues.jsonl") } else { d.clone() }))
+        .collect::<Result<Vec<PathBuf>>>()?;
     let (src, model_cfg, tok, tok_json) = open_base(&a.model, a.tokenizer.as_deref())?;
     if let Some(dir) = &a.export_base {
         ragtime::io::claim_output_dir(dir, "--export-base", "model export", ragtime::io::OUTPUT_MARKER)?;
@@ -295,7 +301,14 @@ pub fn run(a: Args) -> Result<()> {
     }
     // the inputs, then the output, before any work: a wrong --data or --out fails at once, and a wrong --data
     // leaves no output directory behind
-    let mut dialogues = read_dialogues(&data_file)?;
+    let mut dialogues = Vec::new();
+    for f in &data_files {
+        dialogues.extend(read_dialogues(f)?);
+    }
+    let (mut dialogues, repeats) = ragtime::sft::distinct_dialogues(dialogues);
+    if repeats > 0 {
+        eprintln!("--data: {repeats} dialogue(s) left out that repeat an earlier one's question and queries");
+    }
     if let Some(n) = a.limit {
         dialogues = ragtime::sft::first_dialogues(dialogues, n);
     }
@@ -308,7 +321,7 @@ pub fn run(a: Args) -> Result<()> {
     let (vt, vg) = count(&data.valid);
     eprintln!(
         "{}: {} dialogues -> train {} ({tt} tokens, {tg} on model turns), valid {} ({vt} tokens, {vg}); {} cut at {} tokens, {} dropped",
-        data_file.display(),
+        data_files.iter().map(|f| f.display().to_string()).collect::<Vec<_>>().join(" + "),
         dialogues.len(),
         data.train.len(),
         data.valid.len(),

@@ -60,6 +60,24 @@ pub fn read_dialogues(path: &Path) -> Result<Vec<Dialogue>> {
     Ok(out)
 }
 
+/// `dialogues` without repeats: a dialogue of a question that issued the same queries (SQuAD-normalised) as an
+/// earlier dialogue of that question is dropped, as `synth autorag`'s rejection sampling drops a
+/// `duplicate_dialogue` within one run. Dialogue sets of several synthesis runs over the same questions (e.g.
+/// another `--seed`) are read in order and then this applied: the count dropped is returned beside.
+pub fn distinct_dialogues(dialogues: Vec<Dialogue>) -> (Vec<Dialogue>, usize) {
+    let mut seen: std::collections::HashSet<(String, Vec<String>)> = std::collections::HashSet::new();
+    let n = dialogues.len();
+    let kept: Vec<Dialogue> = dialogues
+        .into_iter()
+        .filter(|d| {
+            let qs = d.queries().iter().map(|q| crate::eval::metrics::normalize_answer(q)).collect();
+            seen.insert((d.id.clone(), qs))
+        })
+        .collect();
+    let dropped = n - kept.len();
+    (kept, dropped)
+}
+
 /// The first `n` dialogues of `dialogues` (in file order: the synthesis order), the cut moved on past the
 /// dialogues of the same question (the same id, adjacent as `synth autorag` writes them): nested subsets for a
 /// learning curve.
@@ -517,6 +535,35 @@ mod tests {
         assert_eq!(ids(first_dialogues(ds.clone(), 2)), ["a", "b", "b"]);
         assert_eq!(ids(first_dialogues(ds.clone(), 9)), ["a", "b", "b", "c"]);
         assert!(first_dialogues(ds, 0).is_empty());
+        // distinct_dialogues: a repeat is the same question with the same queries up to SQuAD normalisation
+        let asking = |id: &str, qs: &[&str], answer: &str| {
+            let mut turns: Vec<Turn> = qs
+                .iter()
+                .enumerate()
+                .map(|(t, q)| Turn {
+                    input: format!("x{t}"),
+                    output: crate::autorag::prompts::model_output(t, "r", crate::autorag::prompts::Next::Query(q)),
+                })
+                .collect();
+            let last =
+                crate::autorag::prompts::model_output(qs.len(), "r", crate::autorag::prompts::Next::Answer(answer));
+            turns.push(Turn { input: "docs".into(), output: last });
+            Dialogue { id: id.into(), turns, iterations: qs.len(), ..dialogue() }
+        };
+        assert_eq!(asking("a", &["Who is X?", "X's birthplace"], "Y").queries(), ["Who is X?", "X's birthplace"]);
+        assert!(asking("a", &[], "Y").queries().is_empty());
+        assert_eq!(dialogue().queries(), ["film director"], "any label ending in 'Query:'");
+        let runs = vec![
+            asking("a", &["Who is X?"], "Y"),
+            asking("b", &["Who is X?"], "Y"),
+            asking("a", &["who is x"], "Z"), // a's queries again (another answer text): dropped
+            asking("a", &["Who is X?", "where"], "Y"),
+            asking("a", &[], "Y"),
+            asking("a", &[], "yes"), // no queries again: dropped
+        ];
+        let (kept, dropped) = distinct_dialogues(runs.clone());
+        assert_eq!(dropped, 2);
+        assert_eq!(kept, [runs[0].clone(), runs[1].clone(), runs[3].clone(), runs[4].clone()]);
         // several dialogues of one question stay on one side: each id three times, cut after whole questions
         let tripled: Vec<&str> = refs.iter().flat_map(|r| [*r; 3]).collect();
         let (t, v) = split_valid(&tripled, 0.1);

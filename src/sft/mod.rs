@@ -54,7 +54,7 @@ pub mod plan;
 pub mod train;
 
 pub use config::SftConfig;
-pub use data::{first_dialogues, read_dialogues, render, Example};
+pub use data::{distinct_dialogues, first_dialogues, read_dialogues, render, Example};
 pub use lora::LoraConfig;
 pub use plan::SftData;
 pub use train::{train, Trained};
