@@ -116,6 +116,23 @@ fn trained_model_exports_and_loads_back_with_the_same_logits() {
         sb.prefill(&ids).unwrap();
         let bdiff = sb.logits().unwrap().iter().zip(&loaded).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
         assert!(bdiff > 1e-3, "{arch:?} lora={lora}: exported logits equal the base model's");
+
+        // The adapter alone (PEFT's files) on the base exported beside: the merged model's logits.
+        if let (Some(ad), Some(l)) = (&t.adapters, &cfg.lora) {
+            let base_dir = dir.path().join("base");
+            let base_model = ragtime::model::build_llama::<Flex>(&w, &mcfg, &dev).unwrap();
+            export_hf(&base_model, &mcfg, &TokenizerJson::File(tokenizer_path()), &tok, &base_dir).unwrap();
+            let ad_dir = dir.path().join("adapter");
+            std::fs::create_dir_all(&ad_dir).unwrap();
+            ragtime::sft::export::write_tensors(&ad_dir.join("adapter_model.safetensors"), ad).unwrap();
+            let acfg = ragtime::sft::lora::adapter_config_json(l, base_dir.to_str().unwrap());
+            std::fs::write(ad_dir.join("adapter_config.json"), acfg.to_string()).unwrap();
+            let lm = Lm::load(&ad_dir, DeviceKind::Cpu, None).unwrap();
+            let mut s = lm.session();
+            s.prefill(&ids).unwrap();
+            let adiff = s.logits().unwrap().iter().zip(&loaded).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+            assert!(adiff < 1e-4, "{arch:?}: adapter on its base differs from the merged export by {adiff}");
+        }
     }
 }
 

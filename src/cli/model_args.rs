@@ -13,7 +13,9 @@ pub const DEFAULT_MODEL: &str = "checkpoints/smollm2-135m-instruct-q4_1.gguf";
 
 #[derive(Args, Debug, Clone)]
 pub struct ModelArgs {
-    /// Model: a .gguf file or a Hugging Face folder (config.json, *.safetensors, tokenizer.json).
+    /// Model: a .gguf file, a Hugging Face folder (config.json, *.safetensors, tokenizer.json), or a PEFT LoRA
+    /// adapter folder (adapter_config.json + adapter_model.safetensors, e.g. `train autorag --lora`'s OUT/adapter)
+    /// on the base its base_model_name_or_path names.
     #[arg(long, default_value = DEFAULT_MODEL)]
     pub model: PathBuf,
     /// tokenizer.json to use instead of the model's own.

@@ -17,6 +17,7 @@ pub mod engine;
 pub mod gguf;
 pub mod llama;
 pub mod params;
+pub mod peft;
 pub mod quant;
 pub mod safetensors;
 pub mod sampling;
@@ -207,8 +208,9 @@ pub fn require_model(path: &Path) -> Result<()> {
 const MAX_POSITIONS: usize = 32768;
 
 impl Lm {
-    /// Loads a `.gguf` file or a Hugging Face folder (config.json + safetensors + tokenizer.json) onto the
-    /// device's inference engine. `tokenizer` overrides the tokenizer (a tokenizer.json).
+    /// Loads a `.gguf` file, a Hugging Face folder (config.json + safetensors + tokenizer.json) or a PEFT LoRA
+    /// adapter folder on its base model ([`peft`]) onto the device's inference engine. `tokenizer` overrides the
+    /// tokenizer (a tokenizer.json).
     pub fn load(path: &Path, device: DeviceKind, tokenizer: Option<&Path>) -> Result<Lm> {
         Self::load_on(path, device, EngineKind::Auto, tokenizer)
     }
@@ -216,6 +218,30 @@ impl Lm {
     /// [`Lm::load`] onto the engine `engine` picks (see [`engine`]).
     pub fn load_on(path: &Path, device: DeviceKind, engine: EngineKind, tokenizer: Option<&Path>) -> Result<Lm> {
         require_model(path)?;
+        let (src, cfg, tok) = Self::open_weights(path, tokenizer)?;
+        let name = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "model".into());
+        let mut tok = tok;
+        if tok.bos_id.is_none() {
+            tok.bos_id = cfg.bos_token_id;
+        }
+        Self::from_source_on(src.as_ref(), cfg, tok, name, device, engine)
+    }
+
+    /// The weights, config and tokenizer of a model path ([`Lm::load`]), checked against each other.
+    fn open_weights(path: &Path, tokenizer: Option<&Path>) -> Result<(Box<dyn WeightSource>, ModelConfig, Tokenizer)> {
+        if peft::is_adapter_dir(path)? {
+            let acfg = peft::AdapterConfig::read(path)?;
+            // the adapter folder's own tokenizer.json, if it has one, else the base's
+            let own = path.join("tokenizer.json");
+            let tok_path = match tokenizer {
+                Some(t) => Some(t.to_path_buf()),
+                None => crate::io::is_file(&own)?.then_some(own),
+            };
+            let (base, cfg, tok) = Self::open_weights(&acfg.base, tok_path.as_deref())
+                .with_context(|| format!("{}: base model {}", path.display(), acfg.base.display()))?;
+            let merged = peft::LoraMerged::open(path, &acfg, base, &cfg)?;
+            return Ok((Box::new(merged), cfg, tok));
+        }
         let (src, cfg, tok): (Box<dyn WeightSource>, ModelConfig, Tokenizer) = if crate::io::is_dir(path)? {
             let st = safetensors::SafetensorsDir::open(path)?;
             let cfg = st.config().clone();
@@ -240,12 +266,7 @@ impl Lm {
                 cfg.vocab_size
             );
         }
-        let name = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "model".into());
-        let mut tok = tok;
-        if tok.bos_id.is_none() {
-            tok.bos_id = cfg.bos_token_id;
-        }
-        Self::from_source_on(src.as_ref(), cfg, tok, name, device, engine)
+        Ok((src, cfg, tok))
     }
 
     /// Builds from any weight source onto the device's inference engine (used by tests with random weights).

@@ -72,15 +72,34 @@ impl WeightSource for SafetensorsDir {
         let (path, mmap) = &self.shards[i];
         let st = SafeTensors::deserialize(mmap).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
         let view = st.tensor(name).map_err(|e| anyhow::anyhow!("{}: tensor '{name}': {e}", path.display()))?;
-        let bytes = view.data();
-        let data: Vec<f32> = match view.dtype() {
-            Dtype::F32 => bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect(),
-            Dtype::F16 => bytes.chunks_exact(2).map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32()).collect(),
-            Dtype::BF16 => bytes.chunks_exact(2).map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f32()).collect(),
-            other => bail!("{}: tensor '{name}' has dtype {other:?} (f32, f16, bf16 supported)", path.display()),
-        };
-        Ok(Some(HostTensor { data, shape: view.shape().to_vec() }))
+        Ok(Some(host(&view, name, path)?))
     }
+}
+
+/// A tensor of a safetensors file as f32 (from f32, f16 or bf16).
+fn host(view: &safetensors::tensor::TensorView<'_>, name: &str, path: &Path) -> Result<HostTensor> {
+    let bytes = view.data();
+    let data: Vec<f32> = match view.dtype() {
+        Dtype::F32 => bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect(),
+        Dtype::F16 => bytes.chunks_exact(2).map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32()).collect(),
+        Dtype::BF16 => bytes.chunks_exact(2).map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f32()).collect(),
+        other => bail!("{}: tensor '{name}' has dtype {other:?} (f32, f16, bf16 supported)", path.display()),
+    };
+    Ok(HostTensor { data, shape: view.shape().to_vec() })
+}
+
+/// Reads every tensor of one safetensors file (f32, f16 or bf16) as f32, sorted by name.
+pub fn read_tensors(path: &Path) -> Result<Vec<(String, HostTensor)>> {
+    let bytes = std::fs::read(path).with_context(|| format!("{}: cannot read", path.display()))?;
+    let st = SafeTensors::deserialize(&bytes)
+        .map_err(|e| anyhow::anyhow!("{}: not a valid safetensors file ({e})", path.display()))?;
+    let mut out = Vec::new();
+    for (name, view) in st.tensors() {
+        let t = host(&view, &name, path)?;
+        out.push((name, t));
+    }
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(out)
 }
 
 /// Writes f32 tensors as a safetensors file (Hugging Face names), atomically ([`crate::io::write_atomic_with`]).

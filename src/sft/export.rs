@@ -21,31 +21,7 @@ pub fn write_tensors(path: &Path, tensors: &[(String, HostTensor)]) -> Result<()
     write_safetensors(path, tensors, Some(meta))
 }
 
-/// Reads every tensor of one safetensors file (f32, f16 or bf16) as f32.
-pub fn read_tensors(path: &Path) -> Result<Vec<(String, HostTensor)>> {
-    let bytes = std::fs::read(path).with_context(|| format!("{}: cannot read", path.display()))?;
-    let st = safetensors::SafeTensors::deserialize(&bytes)
-        .map_err(|e| anyhow::anyhow!("{}: not a valid safetensors file ({e})", path.display()))?;
-    let mut out = Vec::new();
-    for (name, view) in st.tensors() {
-        let b = view.data();
-        let data: Vec<f32> = match view.dtype() {
-            safetensors::Dtype::F32 => {
-                b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
-            }
-            safetensors::Dtype::F16 => {
-                b.chunks_exact(2).map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32()).collect()
-            }
-            safetensors::Dtype::BF16 => {
-                b.chunks_exact(2).map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f32()).collect()
-            }
-            other => anyhow::bail!("{}: tensor '{name}' has dtype {other:?}", path.display()),
-        };
-        out.push((name, HostTensor { data, shape: view.shape().to_vec() }));
-    }
-    out.sort_by(|a, b| a.0.cmp(&b.0));
-    Ok(out)
-}
+pub use crate::model::safetensors::read_tensors;
 
 /// `config.json` for the exported weights: [`ModelConfig::to_hf_config`] with the float fields written as
 /// their shortest decimal (`1e-5`, not the f32 widening `9.999999747378752e-6`).
