@@ -10,7 +10,8 @@ use burn::tensor::{Int, Tensor, TensorData};
 use ragtime::autorag::dialogue::{Dialogue, Turn};
 use ragtime::device::DeviceKind;
 use ragtime::model::llama::{Capture, Rope};
-use ragtime::model::{random_weights, Arch, Lm, MemoryWeights, ModelConfig, Tokenizer};
+use ragtime::model::quantize::Quantize;
+use ragtime::model::{random_weights, Arch, EngineKind, Lm, MemoryWeights, ModelConfig, Tokenizer};
 use ragtime::sft::export::{export_hf, TokenizerJson};
 use ragtime::sft::{LoraConfig, SftConfig, SftData};
 
@@ -87,10 +88,24 @@ fn trained_model_exports_and_loads_back_with_the_same_logits() {
 
         let lm = Lm::load(dir.path(), DeviceKind::Cpu, None).unwrap();
         assert_eq!(lm.tokenizer.default_system.as_deref(), Some("You are a test assistant."));
+        assert_eq!((lm.engine(), lm.int8_decode_bytes), ("cpu".to_string(), 0), "an f32 folder decodes in f32");
         let ids: Vec<u32> = data.train[0].ids[..40].to_vec();
         let mut s = lm.session();
         s.prefill(&ids).unwrap();
         let loaded = s.logits().unwrap().to_vec();
+
+        // --quantize q8_0: the same folder decoded from integer blocks, its logits near the f32 ones
+        let q8 = Lm::load_with(dir.path(), DeviceKind::Cpu, EngineKind::Auto, None, Some(Quantize::Q8_0)).unwrap();
+        assert_eq!(q8.engine(), "cpu (integer decode)");
+        assert!(q8.int8_decode_bytes > 0);
+        let mut s = q8.session();
+        s.prefill(&ids).unwrap();
+        let qdiff = s.logits().unwrap().iter().zip(&loaded).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+        let scale = loaded.iter().fold(0.0f32, |m, x| m.max(x.abs()));
+        assert!(
+            qdiff > 0.0 && qdiff < 0.02 * scale,
+            "{arch:?} lora={lora}: q8_0 logits differ by {qdiff} (max |logit| {scale})"
+        );
 
         let rope = Rope::<Flex>::new(&mcfg, 64, &dev);
         let x = Tensor::<Flex, 2, Int>::from_data(

@@ -169,6 +169,9 @@ fn run_header(args: &Args, dataset: &str, index: String) -> (PathBuf, toml::map:
     if args.model.int8_dot {
         c.insert("int8_dot".into(), toml::Value::Boolean(true));
     }
+    if let Some(q) = args.model.quantize_name() {
+        c.insert("quantize".into(), toml::Value::String(q));
+    }
     (out_dir, c)
 }
 

@@ -38,6 +38,12 @@ pub struct ModelArgs {
     /// f32 weights: docs/engine.md gives the error).
     #[arg(long, conflicts_with = "f32_decode")]
     pub int8_dot: bool,
+    /// Round the model's f32 weight matrices (an f32/f16/bf16 folder: a fine-tune's export, a LoRA adapter's
+    /// merged weights) to q8_0 blocks at load, as llama.cpp's quantize does to a file: the CPU engine then
+    /// decodes from integers as for a quantized GGUF (faster; numbers no longer those of the f32 weights).
+    /// Weights already in blocks stay as they are.
+    #[arg(long, value_name = "FORMAT", conflicts_with = "f32_decode")]
+    pub quantize: Option<ragtime::model::quantize::Quantize>,
     /// Weights and activations in f32, bf16 or f16 (the batched engine: `--device cuda` or `--engine batched`;
     /// norms, softmax and the returned logits stay f32).
     #[arg(long, default_value = "f32")]
@@ -80,9 +86,16 @@ impl ModelArgs {
         Ok(())
     }
 
+    /// `--quantize`'s format as written on the command line, for the settings a run records (it changes the
+    /// numbers, as `--int8-dot` does).
+    pub fn quantize_name(&self) -> Option<String> {
+        use clap::ValueEnum;
+        self.quantize.and_then(|q| q.to_possible_value()).map(|v| v.get_name().to_string())
+    }
+
     pub fn load(&self) -> Result<Lm> {
         self.check()?;
-        let mut lm = Lm::load_on(&self.model, self.device, self.engine, self.tokenizer.as_deref())?;
+        let mut lm = Lm::load_with(&self.model, self.device, self.engine, self.tokenizer.as_deref(), self.quantize)?;
         if self.f32_decode {
             lm.f32_decode();
         }

@@ -199,6 +199,10 @@ pub fn run(args: Args) -> Result<()> {
     if args.model.int8_dot {
         config["int8_dot"] = serde_json::Value::Bool(true);
     }
+    // and weights rounded at load
+    if let Some(q) = args.model.quantize_name() {
+        config["quantize"] = serde_json::Value::String(q);
+    }
     // and a precision other than f32 (the batched engine's bf16 or f16)
     if args.model.dtype != ragtime::model::Precision::F32 {
         config["dtype"] = serde_json::Value::String(args.model.dtype.to_string());

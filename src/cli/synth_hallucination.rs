@@ -155,5 +155,8 @@ fn job_settings(a: &Args, cfg: &SynthConfig) -> Result<serde_json::Value> {
     if a.model.int8_dot {
         m.insert("int8_dot".into(), serde_json::json!(true));
     }
+    if let Some(q) = a.model.quantize_name() {
+        m.insert("quantize".into(), serde_json::json!(q));
+    }
     Ok(v)
 }

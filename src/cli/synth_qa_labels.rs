@@ -73,6 +73,9 @@ pub fn run(a: Args) -> Result<()> {
     if a.model.int8_dot {
         settings["int8_dot"] = serde_json::Value::Bool(true);
     }
+    if let Some(q) = a.model.quantize_name() {
+        settings["quantize"] = serde_json::Value::String(q);
+    }
     let (out, part) = match ragtime::shard::Shard::resolve(a.shard)? {
         None => (a.out.clone(), None),
         Some(s) => {

@@ -19,6 +19,7 @@ pub mod llama;
 pub mod params;
 pub mod peft;
 pub mod quant;
+pub mod quantize;
 pub mod safetensors;
 pub mod sampling;
 pub mod swiglu;
@@ -217,8 +218,22 @@ impl Lm {
 
     /// [`Lm::load`] onto the engine `engine` picks (see [`engine`]).
     pub fn load_on(path: &Path, device: DeviceKind, engine: EngineKind, tokenizer: Option<&Path>) -> Result<Lm> {
+        Self::load_with(path, device, engine, tokenizer, None)
+    }
+
+    /// [`Lm::load_on`] with the weights rounded to `quantize` at load, when given ([`quantize`]).
+    pub fn load_with(
+        path: &Path,
+        device: DeviceKind,
+        engine: EngineKind,
+        tokenizer: Option<&Path>,
+        quantize: Option<quantize::Quantize>,
+    ) -> Result<Lm> {
         require_model(path)?;
-        let (src, cfg, tok) = Self::open_weights(path, tokenizer)?;
+        let (mut src, cfg, tok) = Self::open_weights(path, tokenizer)?;
+        if let Some(q) = quantize {
+            src = Box::new(quantize::Quantized::new(src, &cfg, q));
+        }
         let name = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "model".into());
         let mut tok = tok;
         if tok.bos_id.is_none() {

@@ -27,7 +27,7 @@
 //! ```
 //!
 //! A job may let its shards differ in how they compute rather than what ([`ENGINE_KEYS`]: the CPU's integer
-//! products, the GPU's precision; [`ShardRun::begin_any_engine`], `synth autorag`, whose dialogues are training
+//! products, weights rounded at load, the GPU's precision; [`ShardRun::begin_any_engine`], `synth autorag`, whose dialogues are training
 //! data from any engine): those keys are then not job settings, each part records its own in its directory, and
 //! the merge notes which part used which. The other jobs' shards must agree on them too.
 //!
@@ -186,9 +186,9 @@ pub struct Marker {
     pub seconds: f64,
 }
 
-/// Settings keys of how a part computes, not of what it computes (`--int8-dot`, `--dtype`), in which the shards of
+/// Settings keys of how a part computes, not of what it computes (`--int8-dot`, `--quantize`, `--dtype`), in which the shards of
 /// a job started by [`ShardRun::begin_any_engine`] may differ (see the module doc).
-pub const ENGINE_KEYS: &[&str] = &["int8_dot", "dtype"];
+pub const ENGINE_KEYS: &[&str] = &["int8_dot", "dtype", "quantize"];
 
 /// `settings` without the [`ENGINE_KEYS`] (an object's top-level keys; anything else as it is), and the
 /// engine keys it had with their values.
