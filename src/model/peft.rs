@@ -79,6 +79,14 @@ impl AdapterConfig {
                     dir.display()
                 )
             })?;
+        if is_adapter_dir(&base)? {
+            bail!(
+                "{}: the base model {} is itself an adapter folder; point base_model_name_or_path at the base's \
+                 .gguf file or model folder",
+                path.display(),
+                base.display()
+            );
+        }
         Ok(AdapterConfig { base, r, alpha, rslora })
     }
 
@@ -273,6 +281,10 @@ mod tests {
             ),
             (serde_json::json!({"r": 0, "lora_alpha": 2, "base_model_name_or_path": "base.gguf"}), "positive integer"),
             (serde_json::json!({"r": 1, "lora_alpha": 2, "base_model_name_or_path": "gone.gguf"}), "\"gone.gguf\""),
+            (
+                serde_json::json!({"r": 1, "lora_alpha": 2, "base_model_name_or_path": dir.path().to_str().unwrap()}),
+                "itself an adapter",
+            ),
         ] {
             json(dir.path(), v);
             let e = format!("{:#}", AdapterConfig::read(dir.path()).err().unwrap());

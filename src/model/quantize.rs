@@ -56,7 +56,7 @@ impl Quantized {
 
     /// The integer blocks of matrix `name` when this source rounds it: `None` when it is not one of the
     /// matrices, the base already holds it in integer blocks, or its rows are not whole blocks.
-    fn round(&self, name: &str) -> Result<Option<(QMatrix, HostTensor)>> {
+    fn round(&self, name: &str) -> Result<Option<QMatrix>> {
         if !self.names.contains(name) || self.base.quantized(name)?.is_some() {
             return Ok(None);
         }
@@ -67,9 +67,7 @@ impl Quantized {
         }
         let dense = candle_core::Tensor::from_vec(t.data, (rows, cols), &candle_core::Device::Cpu)?;
         let q = QTensor::quantize(&dense, self.format.dtype())?;
-        let m = QMatrix::from_ggml(self.format.dtype(), &q.data()?, rows, cols)?;
-        let back = HostTensor { data: m.dequantize(), shape: vec![rows, cols] };
-        Ok(Some((m, back)))
+        Ok(Some(QMatrix::from_ggml(self.format.dtype(), &q.data()?, rows, cols)?))
     }
 }
 
@@ -80,14 +78,14 @@ impl WeightSource for Quantized {
 
     fn tensor(&self, hf_name: &str) -> Result<Option<HostTensor>> {
         match self.round(hf_name)? {
-            Some((_, back)) => Ok(Some(back)),
+            Some(m) => Ok(Some(HostTensor { data: m.dequantize(), shape: vec![m.rows, m.cols] })),
             None => self.base.tensor(hf_name),
         }
     }
 
     fn quantized(&self, hf_name: &str) -> Result<Option<QMatrix>> {
         match self.round(hf_name)? {
-            Some((m, _)) => Ok(Some(m)),
+            Some(m) => Ok(Some(m)),
             None => self.base.quantized(hf_name),
         }
     }
