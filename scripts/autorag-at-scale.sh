@@ -30,7 +30,10 @@
 #      DIALOGUES (dialogues.jsonl files or folders, space-separated: skip step 1), CURVE ("100 300 all"),
 #      EPOCHS (5), TRAIN_ARGS (more `train autorag` flags, e.g. "--lora 16" or "--dtype bf16 --static-shapes"),
 #      DATASETS ("hotpotqa pubmedqa"), TEST (100 test questions), TRACE (3), OUT (runs/autorag-at-scale),
-#      CKPT (checkpoints/autorag-at-scale), BIN (target/release/ragtime).
+#      CKPT (checkpoints/autorag-at-scale), BIN (target/release/ragtime), QUANTIZE (e.g. q8_0: every eval with
+#      --quantize, so that the f32 fine-tunes decode from integer blocks on the CPU; the GGUF base keeps its own),
+#      EVAL_MODEL_SUFFIX (e.g. /adapter: evaluate each fine-tune's LoRA adapter on the base, when only the
+#      adapters were brought from the machine that trained them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODEL="${MODEL:-checkpoints/qwen2.5-coder-0.5b-instruct.gguf}"
@@ -99,7 +102,8 @@ tok=()
 for n in $CURVE; do
   limit=()
   [[ $n != all ]] && limit=(--limit "$n")
-  if [[ ! -f $CKPT-$n/model.safetensors ]]; then
+  # done when the merged model or (a LoRA fine-tune brought back without it) its adapter is there
+  if [[ ! -f $CKPT-$n/model.safetensors && ! -f $CKPT-$n/adapter/adapter_model.safetensors ]]; then
     echo "autorag-at-scale: fine-tune on $n dialogues -> $CKPT-$n"
     # shellcheck disable=SC2086
     if ! "$BIN" train autorag "${data[@]/#/--data=}" "${limit[@]}" --model "$MODEL" "${tok[@]}" --out "$CKPT-$n" \
@@ -120,12 +124,13 @@ for ds in $DATASETS; do
   elif [[ $ds == hotpotqa && ! -f indexes/hotpotqa/ragtime-index.json ]]; then
     "$BIN" index --corpus "$SHARED/corpus/hotpotqa_paragraphs.tsv" --out indexes/hotpotqa
   fi
-  ev=("$BIN" eval --dataset "$ds" --split test --limit "$TEST" --trigger autorag "${dev[@]}" "${lanes[@]}")
+  ev=("$BIN" eval --dataset "$ds" --split test --limit "$TEST" --trigger autorag "${dev[@]}" "${lanes[@]}"
+    ${QUANTIZE:+--quantize "$QUANTIZE"})
   echo "autorag-at-scale: $ds, $TEST test questions"
   "${ev[@]}" --model "$MODEL" --label "autorag few-shot" --out "$OUT/eval-$ds/autorag-fewshot" >/dev/null
   runs=("$OUT/eval-$ds/autorag-fewshot")
   for n in $CURVE; do
-    "${ev[@]}" --model "$CKPT-$n" --set autorag.fewshot=false --label "autorag fine-tuned $n" \
+    "${ev[@]}" --model "$CKPT-$n${EVAL_MODEL_SUFFIX:-}" --set autorag.fewshot=false --label "autorag fine-tuned $n" \
       --out "$OUT/eval-$ds/autorag-ft-$n" >/dev/null
     runs+=("$OUT/eval-$ds/autorag-ft-$n")
   done
