@@ -1,13 +1,13 @@
 //! Rounding a model's f32 weights to a ggml block format at load (`--quantize q8_0`), as llama.cpp's
 //! `llama-quantize` does to a file: for an f32, f16 or bf16 model (a Hugging Face folder such as a fine-tune's
 //! export, or a LoRA adapter's merged weights) the CPU engine then decodes from integer blocks as it does for a
-//! quantized GGUF (about 1.06 bytes per weight read per token instead of 4; `--int8-dot` applies too).
+//! quantized GGUF (about 1.1 bytes per weight read per token instead of 4; `--int8-dot` applies too).
 //!
 //! Q8_0 (llama.cpp's `quantize_row_q8_0`, through candle): per block of 32 weights of a row, `d = max|w| / 127`
-//! stored as f16, `q = round(w / d)` (with the f32 `d`); a weight becomes `f16(d) * q`, within `d / 2` of its f32
-//! value plus `127 |d - f16(d)|`. Rounded are the decoder layers' seven linear weights, the token embedding and an untied
-//! output projection, each only when the source holds it without an integer form and its rows are whole blocks;
-//! norms and biases stay f32. Every engine sees the rounded values ([`WeightSource::tensor`] gives them back
+//! stored as f16, `q = round(w / d)` (with the f32 `d`); a weight becomes `f16(d) * q`, within `d / 2` of its
+//! f32 value plus `127 |d - f16(d)|`. Rounded are the decoder layers' seven linear weights, the token embedding and
+//! an untied output projection, each only when the source holds it without an integer form and its rows are whole
+//! blocks; norms and biases stay f32. Every engine sees the rounded values ([`WeightSource::tensor`] gives them back
 //! de-quantized), so the CPU, batched and reference engines still compute the same model.
 
 use anyhow::Result;
@@ -54,10 +54,11 @@ impl Quantized {
         Quantized { base, format, names }
     }
 
-    /// The integer blocks of matrix `name` when this source rounds it: `None` when it is not one of the
-    /// matrices, the base already holds it in integer blocks, or its rows are not whole blocks.
+    /// The integer blocks of matrix `name`, rounded from the base's values, when this source rounds it: `None`
+    /// when it is not one of the matrices or its rows are not whole blocks. The caller has found that the base
+    /// holds no integer blocks of it.
     fn round(&self, name: &str) -> Result<Option<QMatrix>> {
-        if !self.names.contains(name) || self.base.quantized(name)?.is_some() {
+        if !self.names.contains(name) {
             return Ok(None);
         }
         let Some(t) = self.base.tensor(name)? else { return Ok(None) };
@@ -77,16 +78,18 @@ impl WeightSource for Quantized {
     }
 
     fn tensor(&self, hf_name: &str) -> Result<Option<HostTensor>> {
-        match self.round(hf_name)? {
-            Some(m) => Ok(Some(HostTensor { data: m.dequantize(), shape: vec![m.rows, m.cols] })),
-            None => self.base.tensor(hf_name),
+        if self.names.contains(hf_name) && self.base.quantized(hf_name)?.is_none() {
+            if let Some(m) = self.round(hf_name)? {
+                return Ok(Some(HostTensor { data: m.dequantize(), shape: vec![m.rows, m.cols] }));
+            }
         }
+        self.base.tensor(hf_name)
     }
 
     fn quantized(&self, hf_name: &str) -> Result<Option<QMatrix>> {
-        match self.round(hf_name)? {
-            Some(m) => Ok(Some(m)),
-            None => self.base.quantized(hf_name),
+        match self.base.quantized(hf_name)? {
+            Some(q) => Ok(Some(q)),
+            None => self.round(hf_name),
         }
     }
 }
