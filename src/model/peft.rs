@@ -119,9 +119,13 @@ impl LoraMerged {
         for (name, t) in super::safetensors::read_tensors(&path)? {
             // PEFT: base_model.model.<HF module path>.lora_A.weight (older files: .lora_A.default.weight)
             let module = name.strip_prefix("base_model.model.").unwrap_or(&name);
-            let (module, a) = if let Some(m) = module.strip_suffix(".lora_A.weight") {
+            let half = |ab: &str| {
+                let plain = module.strip_suffix(&format!(".lora_{ab}.weight"));
+                plain.or_else(|| module.strip_suffix(&format!(".lora_{ab}.default.weight")))
+            };
+            let (module, a) = if let Some(m) = half("A") {
                 (m, true)
-            } else if let Some(m) = module.strip_suffix(".lora_B.weight") {
+            } else if let Some(m) = half("B") {
                 (m, false)
             } else {
                 bail!("{}: tensor {name:?} is neither a lora_A nor a lora_B weight", path.display());
@@ -234,7 +238,8 @@ mod tests {
         let adapter = |extra: Vec<(String, HostTensor)>| {
             let mut v = vec![
                 (format!("base_model.model.{q}.lora_A.weight"), t(vec![1.0, 0.0], vec![1, 2])),
-                (format!("base_model.model.{q}.lora_B.weight"), t(vec![2.0, -1.0], vec![2, 1])),
+                // PEFT's older name, with the adapter's name "default"
+                (format!("base_model.model.{q}.lora_B.default.weight"), t(vec![2.0, -1.0], vec![2, 1])),
             ];
             v.extend(extra);
             crate::model::safetensors::write_safetensors(&dir.path().join(ADAPTER_WEIGHTS), &v, None).unwrap();
