@@ -166,11 +166,12 @@ fn run_header(args: &Args, dataset: &str, index: String) -> (PathBuf, toml::map:
     if args.model.f32_decode {
         c.insert("f32_decode".into(), toml::Value::Boolean(true));
     }
-    if args.model.int8_dot {
-        c.insert("int8_dot".into(), toml::Value::Boolean(true));
-    }
-    if let Some(q) = args.model.quantize_name() {
-        c.insert("quantize".into(), toml::Value::String(q));
+    for (k, v) in args.model.numeric_settings() {
+        let v = match v {
+            serde_json::Value::Bool(b) => toml::Value::Boolean(b),
+            other => toml::Value::String(other.as_str().unwrap_or_default().to_string()),
+        };
+        c.insert(k.into(), v);
     }
     (out_dir, c)
 }

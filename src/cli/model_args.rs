@@ -86,11 +86,19 @@ impl ModelArgs {
         Ok(())
     }
 
-    /// `--quantize`'s format as written on the command line, for the settings a run records (it changes the
-    /// numbers, as `--int8-dot` does).
-    pub fn quantize_name(&self) -> Option<String> {
+    /// The flags that change a run's numbers on the CPU, as the settings a run records so that it resumes only
+    /// with the same ones: `int8_dot` (integer products) and `quantize` (weights rounded at load, its format as
+    /// written on the command line). Each only when given, so outputs made before the flag existed still resume.
+    pub fn numeric_settings(&self) -> Vec<(&'static str, serde_json::Value)> {
         use clap::ValueEnum;
-        self.quantize.and_then(|q| q.to_possible_value()).map(|v| v.get_name().to_string())
+        let mut out = Vec::new();
+        if self.int8_dot {
+            out.push(("int8_dot", serde_json::Value::Bool(true)));
+        }
+        if let Some(q) = self.quantize.and_then(|q| q.to_possible_value()) {
+            out.push(("quantize", serde_json::Value::String(q.get_name().to_string())));
+        }
+        out
     }
 
     pub fn load(&self) -> Result<Lm> {

@@ -195,13 +195,9 @@ pub fn run(args: Args) -> Result<()> {
     if args.retr.retriever != ragtime::retrieval::RetrieverKind::Bm25 {
         config["retriever"] = serde_json::Value::String(args.retr.describe());
     }
-    // Likewise integer products (their numbers differ from the exact ones; a resumed run must match).
-    if args.model.int8_dot {
-        config["int8_dot"] = serde_json::Value::Bool(true);
-    }
-    // and weights rounded at load
-    if let Some(q) = args.model.quantize_name() {
-        config["quantize"] = serde_json::Value::String(q);
+    // Likewise integer products and weights rounded at load (their numbers differ from the exact ones)
+    for (k, v) in args.model.numeric_settings() {
+        config[k] = v;
     }
     // and a precision other than f32 (the batched engine's bf16 or f16)
     if args.model.dtype != ragtime::model::Precision::F32 {

@@ -152,11 +152,8 @@ fn job_settings(a: &Args, cfg: &SynthConfig) -> Result<serde_json::Value> {
     m.insert("glove_threshold".into(), serde_json::json!(a.glove_threshold));
     m.insert("no_wordnet".into(), serde_json::json!(a.no_wordnet));
     m.insert("flush_every".into(), serde_json::json!(a.flush_every));
-    if a.model.int8_dot {
-        m.insert("int8_dot".into(), serde_json::json!(true));
-    }
-    if let Some(q) = a.model.quantize_name() {
-        m.insert("quantize".into(), serde_json::json!(q));
+    for (k, v) in a.model.numeric_settings() {
+        m.insert(k.into(), v);
     }
     Ok(v)
 }

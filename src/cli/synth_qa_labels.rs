@@ -70,11 +70,8 @@ pub fn run(a: Args) -> Result<()> {
         "max_new_tokens": method.max_new,
     });
     // recorded only when set, so label stores made before `--int8-dot` existed still resume
-    if a.model.int8_dot {
-        settings["int8_dot"] = serde_json::Value::Bool(true);
-    }
-    if let Some(q) = a.model.quantize_name() {
-        settings["quantize"] = serde_json::Value::String(q);
+    for (k, v) in a.model.numeric_settings() {
+        settings[k] = v;
     }
     let (out, part) = match ragtime::shard::Shard::resolve(a.shard)? {
         None => (a.out.clone(), None),

@@ -230,12 +230,11 @@ impl Lm {
         quantize: Option<quantize::Quantize>,
     ) -> Result<Lm> {
         require_model(path)?;
-        let (mut src, cfg, tok) = Self::open_weights(path, tokenizer)?;
+        let (mut src, cfg, mut tok) = Self::open_weights(path, tokenizer)?;
         if let Some(q) = quantize {
             src = Box::new(quantize::Quantized::new(src, &cfg, q));
         }
         let name = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "model".into());
-        let mut tok = tok;
         if tok.bos_id.is_none() {
             tok.bos_id = cfg.bos_token_id;
         }

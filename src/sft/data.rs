@@ -69,10 +69,7 @@ pub fn distinct_dialogues(dialogues: Vec<Dialogue>) -> (Vec<Dialogue>, usize) {
     let n = dialogues.len();
     let kept: Vec<Dialogue> = dialogues
         .into_iter()
-        .filter(|d| {
-            let qs = d.queries().iter().map(|q| crate::eval::metrics::normalize_answer(q)).collect();
-            seen.insert((d.id.clone(), qs))
-        })
+        .filter(|d| seen.insert((d.id.clone(), crate::autorag::dialogue::query_key(&d.queries()))))
         .collect();
     let dropped = n - kept.len();
     (kept, dropped)

@@ -90,7 +90,7 @@ impl Samples {
         self.seconds += a.seconds;
         let first_kept = self.kept_samples.is_empty();
         match d {
-            Some(d) if self.kept_queries.insert(a.queries.iter().map(|q| normalize_answer(q)).collect()) => {
+            Some(d) if self.kept_queries.insert(crate::autorag::dialogue::query_key(&a.queries)) => {
                 self.kept_samples.push(a.sample);
                 self.dialogues.push(d);
                 if first_kept {
