@@ -51,6 +51,7 @@ SHARED=../shared/data
 for n in $CURVE; do
   [[ $n == all || $n =~ ^[1-9][0-9]*$ ]] || { echo "CURVE: '$n' is neither a dialogue count nor 'all'" >&2; exit 2; }
 done
+[[ $PASSES =~ ^[1-9][0-9]*$ ]] || { echo "PASSES: '$PASSES' is not a positive number of synthesis passes" >&2; exit 2; }
 dev=(--device "$DEVICE")
 lanes=()
 [[ -n ${BATCH:-} ]] && lanes=(--batch "$BATCH")
