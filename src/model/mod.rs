@@ -20,6 +20,7 @@ pub mod params;
 pub mod peft;
 pub mod quant;
 pub mod quantize;
+pub mod reduce;
 pub mod safetensors;
 pub mod sampling;
 pub mod swiglu;

@@ -2,11 +2,11 @@
 //! target token over a set of examples for validation.
 
 use burn::prelude::Backend;
-use burn::tensor::activation::log_softmax;
 use burn::tensor::{DType, Int, Tensor, TensorData};
 
 use super::data::{eval_batches, make_batch, Batch, Example, Shapes};
 use crate::model::llama::{to_dtype, At, Capture, Llama, Packed, Rope};
+use crate::model::reduce;
 
 /// Sum over the batch's targets of `-log p(target | prefix)`: `[1]`. The entries of a padded batch's target
 /// list past `real` are weighted 0.
@@ -44,8 +44,11 @@ pub(super) fn nll_of_hidden<B: Backend>(
     let pos = Tensor::<B, 1, Int>::from_data(TensorData::new(batch.positions.clone(), [n]), device);
     // Only the positions that predict a model token go through the LM head: [1, n, d] -> [1, n, vocab]
     let h = hidden.reshape([b * t, d]).select(0, pos).unsqueeze::<3>();
-    // the LM head in the model's dtype, the log-softmax and the loss in f32
-    let logp = log_softmax(to_dtype(model.logits(h), DType::F32), 2);
+    // the LM head in the model's dtype, the log-softmax and the loss in f32; the log-softmax's reductions over
+    // the vocabulary in stages (model::reduce: one GPU thread per row would read the whole row)
+    let logits = to_dtype(model.logits(h), DType::F32); // [1, n, vocab]
+    let vocab = logits.dims()[2];
+    let logp = reduce::log_softmax_rows(logits.reshape([n, vocab]), reduce::CHUNK).reshape([1, n, vocab]);
     let tgt = Tensor::<B, 3, Int>::from_data(TensorData::new(batch.targets.clone(), [1, n, 1]), device);
     let nll = logp.gather(2, tgt).neg(); // [1, n, 1]
     if batch.real == n {

@@ -37,13 +37,13 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use anyhow::{anyhow, Result};
 use burn::module::{Module, Param};
 use burn::prelude::Backend;
-use burn::tensor::activation::softmax;
 use burn::tensor::{Bool, DType, IndexingUpdateOp, Int, Tensor, TensorData};
 
 use super::dist::{NextDist, RowSource, Scored};
 use super::{check_positions, host_rows, Cache, ChunkOut, Engine, Phases, Precision, SeqIn};
 use crate::model::config::ModelConfig;
 use crate::model::llama::{in_dtype, Linear, Llama, Rope};
+use crate::model::reduce;
 
 /// Lanes the buffers start with, and the smallest capacity (positions) they hold.
 const MIN_SLOTS: usize = 8;
@@ -138,7 +138,10 @@ impl<B: Backend> FusedBlock<B> {
     fn norm(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
         let dtype = x.dtype();
         let x = x.cast(DType::F32);
-        let ms = x.clone().powi_scalar(2).mean_dim(2); // [1, n, 1]
+        let [_, n, d] = x.dims();
+        // the mean of squares over d in stages (reduce.rs), [1, n, 1]
+        let ms = reduce::sum_rows(x.clone().powi_scalar(2).reshape([n, d]), reduce::CHUNK).reshape([1, n, 1]);
+        let ms = ms.div_scalar(d as f64);
         (x * ms.add_scalar(self.eps).powf_scalar(-0.5)).cast(dtype)
     }
 
@@ -418,7 +421,9 @@ impl<B: Backend> BatchedEngine<B> {
                 let q = q.swap_dims(1, 2).reshape([r, kvh, rep * t, hd]);
                 let scores = q.matmul(kk.swap_dims(2, 3)); // [r, kvh, rep*t, keys], already scaled
                 let scores = scores.reshape([r, nh, t, keys]).mask_fill(part.mask.clone(), f32::NEG_INFINITY);
-                let probs = softmax(scores.cast(DType::F32), 3).cast(self.precision.dtype()); // [r, nh, t, keys]
+                // softmax over the keys in stages (reduce.rs)
+                let probs = reduce::softmax_rows(scores.cast(DType::F32).reshape([r * nh * t, keys]), reduce::CHUNK);
+                let probs = probs.reshape([r, nh, t, keys]).cast(self.precision.dtype()); // [r, nh, t, keys]
                 if l + 1 == n_layers && captures {
                     probs_last[gi] = Some(probs.clone());
                 }
@@ -468,15 +473,15 @@ impl<B: Backend> BatchedEngine<B> {
             let logits = logits.reshape([n, vocab]).cast(DType::F32);
             let next: Vec<Option<u32>> = logit_cells.iter().map(|c| row(c).ids.get(c.2 + 1).copied()).collect();
             let next_ids = self.ints(next.iter().map(|x| x.map_or(0, |x| x as i32)).collect(), [n, 1]);
-            let max = logits.clone().max_dim(1); // [n, 1]
+            // over the vocabulary in stages (reduce.rs: one GPU thread per row would read the whole row)
+            let (max, argmax) = reduce::max_argmax_rows(logits.clone(), reduce::CHUNK); // [n, 1] each
             let z = logits.clone() - max.clone(); // [n, vocab]
             let e = z.clone().exp();
             // H = log Z - E[l - m], with Z = sum exp(l - m), as sampling::entropy_and_prob (in f32 here)
-            let sum = e.clone().sum_dim(1); // [n, 1]
-            let entropy = sum.clone().log() - (e * z).sum_dim(1).div(sum.clone());
+            let sum = reduce::sum_rows(e.clone(), reduce::CHUNK); // [n, 1]
+            let entropy = sum.clone().log() - reduce::sum_rows(e * z, reduce::CHUNK).div(sum.clone());
             let lse = max.clone() + sum.log();
             let next_logit = logits.clone().gather(1, next_ids); // [n, 1]
-            let argmax = logits.clone().argmax(1); // [n, 1]
             let stats = Tensor::cat(vec![entropy, lse, max, next_logit], 1); // [n, 4]
             self.phases.lap(1, &mut since);
             let stats = host_rows(stats);
