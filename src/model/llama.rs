@@ -14,6 +14,7 @@ use burn::tensor::{Bool, DType, Int, Tensor, TensorData};
 use super::attention::{self, Mask};
 use super::config::ModelConfig;
 pub use super::dtype::to_dtype;
+use super::reduce;
 use super::swiglu::swiglu;
 
 /// `y = x W + b` with `W` stored `[in, out]` (the transpose of Hugging Face's `[out, in]`), plus an optional
@@ -75,7 +76,7 @@ impl<B: Backend> RmsNorm<B> {
         // x: [b, t, d]; a bf16/f16 x is normalised in f32 and cast back before the weight, as transformers does
         let dtype = x.dtype();
         let x = x.cast(DType::F32); // no-op on f32
-        let var = x.clone().powi_scalar(2).mean_dim(2); // [b, t, 1]
+        let var = reduce::mean_of_squares(x.clone()); // [b, t, 1], summed in stages (reduce.rs)
         (x * var.add_scalar(self.eps).sqrt().recip()).cast(dtype) * self.weight.val().unsqueeze::<3>()
     }
 }

@@ -6,8 +6,9 @@
 //! of the GPU idles. These functions reduce a `[rows, len]` tensor in stages instead: the row is cut into chunks
 //! of `chunk` values (`[rows, len / chunk, chunk]`), each chunk reduced by a thread of its own, then the
 //! `len / chunk` partial results the same way, until at most `chunk` are left. A row of 151,936 values in chunks
-//! of 128 is 1,187 threads, then 10, then one. The tail of a row that `chunk` does not divide is filled with the
-//! reduction's identity (0 for a sum, -inf for a maximum).
+//! of 128 is 1,187 threads, then 10, then one. A stage takes a shorter chunk where one divides the row (64 for
+//! SmolLM2's 576 hidden values); otherwise the tail of the row is filled with the reduction's identity (0 for a
+//! sum, -inf for a maximum), which copies the row once.
 //!
 //! The results are those of one reduction up to f32 rounding (a sum adds in another order); a maximum and the
 //! index of the first largest value are exact. On the CPU backend the stages cost a few more small tensors.
@@ -17,6 +18,19 @@ use burn::tensor::{Int, Tensor};
 
 /// Values per thread of each stage (a power of two, so that loads vectorise).
 pub const CHUNK: usize = 128;
+
+/// The chunk length of a stage over rows of `len`: the largest power of two that divides `len`, up to `chunk`, when
+/// it is at least a quarter of `chunk` (no padding: 576 = 9 x 64, 896 = 7 x 128), else `chunk` (the tail padded).
+fn chunk_for(len: usize, chunk: usize) -> usize {
+    let fits = 1usize << len.trailing_zeros().min(usize::BITS - 1);
+    if fits >= chunk {
+        chunk
+    } else if fits >= 2 && fits * 4 >= chunk {
+        fits
+    } else {
+        chunk
+    }
+}
 
 /// `x [rows, len]` with `len` rounded up to a multiple of `chunk` by columns of `fill`.
 fn padded<B: Backend>(x: Tensor<B, 2>, chunk: usize, fill: f32) -> Tensor<B, 2> {
@@ -46,9 +60,10 @@ fn staged<B: Backend>(
         if len <= chunk {
             return reduce2(x);
         }
-        let x3 = padded(x, chunk, fill);
-        let k = x3.dims()[1] / chunk;
-        x = reduce3(x3.reshape([rows, k, chunk])).reshape([rows, k]);
+        let c = chunk_for(len, chunk);
+        let x3 = padded(x, c, fill);
+        let k = x3.dims()[1] / c;
+        x = reduce3(x3.reshape([rows, k, c])).reshape([rows, k]);
     }
 }
 
@@ -81,19 +96,20 @@ pub fn max_argmax_rows<B: Backend>(x: Tensor<B, 2>, chunk: usize) -> (Tensor<B, 
             };
             return (max, arg);
         }
-        let k = len.div_ceil(chunk);
-        let x3 = padded(x, chunk, f32::NEG_INFINITY).reshape([rows, k, chunk]);
+        let c = chunk_for(len, chunk);
+        let k = len.div_ceil(c);
+        let x3 = padded(x, c, f32::NEG_INFINITY).reshape([rows, k, c]);
         let (max, arg) = x3.max_dim_with_indices(2); // [rows, k, 1] each
         at = Some(match at {
             // the first stage: chunk c starts at column c * chunk
             None => {
-                let start = Tensor::<B, 1, Int>::arange(0..k as i64, &device).mul_scalar(chunk as i64);
+                let start = Tensor::<B, 1, Int>::arange(0..k as i64, &device).mul_scalar(c as i64);
                 arg.reshape([rows, k]) + start.reshape([1, k])
             }
             // later stages: the columns the chunk's values came from, padded like the values (with column 0,
             // never chosen: a padded value is -inf, below every real one)
             Some(at) => {
-                let at = pad_int(at, chunk).reshape([rows, k, chunk]);
+                let at = pad_int(at, c).reshape([rows, k, c]);
                 at.gather(2, arg).reshape([rows, k])
             }
         });
@@ -110,6 +126,12 @@ fn pad_int<B: Backend>(x: Tensor<B, 2, Int>, chunk: usize) -> Tensor<B, 2, Int> 
     }
     let tail = Tensor::<B, 2, Int>::zeros([rows, pad], &x.device());
     Tensor::cat(vec![x, tail], 1)
+}
+
+/// The mean of squares over the last dim of `x [a, b, d]` (an RMS norm's), summed in stages: `[a, b, 1]`.
+pub fn mean_of_squares<B: Backend>(x: Tensor<B, 3>) -> Tensor<B, 3> {
+    let [a, b, d] = x.dims();
+    sum_rows(x.powi_scalar(2).reshape([a * b, d]), CHUNK).reshape([a, b, 1]).div_scalar(d as f64)
 }
 
 /// `softmax` of each row of `x [rows, len]`, its maximum and normaliser reduced in stages: `exp(x - m) / sum
@@ -149,6 +171,17 @@ mod tests {
 
     fn col_int(x: Tensor<B, 2, Int>) -> Vec<i64> {
         x.into_data().convert::<i64>().to_vec::<i64>().unwrap()
+    }
+
+    #[test]
+    fn chunks_divide_the_row_where_a_large_enough_power_of_two_does() {
+        assert_eq!(chunk_for(151_936, 128), 128); // 1187 x 128
+        assert_eq!(chunk_for(576, 128), 64); // SmolLM2's width: 9 x 64
+        assert_eq!(chunk_for(896, 128), 128); // Qwen's: 7 x 128
+        assert_eq!(chunk_for(1187, 128), 128); // odd: padded to 1280
+        assert_eq!(chunk_for(1040, 128), 128); // 65 x 16: 16 is too short, padded to 1152
+        assert_eq!(chunk_for(11, 3), 3);
+        assert_eq!(chunk_for(7, 2), 2); // never a chunk of 1: every stage shortens the row
     }
 
     /// Two rows of 11 values in chunks of 3: stages of 11 -> 4 (one padded column) -> 2 -> 1, worked by hand.
@@ -206,6 +239,19 @@ mod tests {
             assert!((a - b).abs() < 1e-6, "{a} vs {b}");
         }
         assert!(got[len + 100] == 0.0 && (got[..len].iter().sum::<f32>() - 1.0).abs() < 1e-5);
+    }
+
+    /// An RMS norm's mean of squares over 300 values (chunks of 128, the last padded) equals burn's `mean_dim`.
+    #[test]
+    fn mean_of_squares_equals_mean_dim() {
+        let v: Vec<f32> = (0..2 * 3 * 300).map(|i| (i as f32 * 0.29).sin() * 3.0).collect();
+        let x = Tensor::<B, 3>::from_data(TensorData::new(v, [2, 3, 300]), &Default::default());
+        let got = mean_of_squares(x.clone()).into_data().to_vec::<f32>().unwrap();
+        let want = x.powi_scalar(2).mean_dim(2).into_data().to_vec::<f32>().unwrap();
+        assert_eq!(got.len(), 6);
+        for (a, b) in got.iter().zip(&want) {
+            assert!((a - b).abs() < 1e-5 * b, "{a} vs {b}");
+        }
     }
 
     /// The staged log-softmax equals burn's, and so does its gradient.

@@ -138,10 +138,7 @@ impl<B: Backend> FusedBlock<B> {
     fn norm(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
         let dtype = x.dtype();
         let x = x.cast(DType::F32);
-        let [_, n, d] = x.dims();
-        // the mean of squares over d in stages (reduce.rs), [1, n, 1]
-        let ms = reduce::sum_rows(x.clone().powi_scalar(2).reshape([n, d]), reduce::CHUNK).reshape([1, n, 1]);
-        let ms = ms.div_scalar(d as f64);
+        let ms = reduce::mean_of_squares(x.clone()); // [1, n, 1], summed in stages (reduce.rs)
         (x * ms.add_scalar(self.eps).powf_scalar(-0.5)).cast(dtype)
     }
 
