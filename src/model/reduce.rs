@@ -44,9 +44,9 @@ fn padded<B: Backend>(x: Tensor<B, 2>, chunk: usize, fill: f32) -> Tensor<B, 2> 
     Tensor::cat(vec![x, tail], 1)
 }
 
-/// Reduces `x [rows, len]` along dim 1 to `[rows, 1]` with `reduce` (which reduces dim 2 of a
-/// `[rows, chunks, chunk]` tensor and dim 1 of a 2-D one alike, as `sum_dim`/`max_dim` do) in stages of at
-/// most `chunk` values; `fill` is the reduction's identity.
+/// Reduces `x [rows, len]` along dim 1 to `[rows, 1]` in stages of at most `chunk` values: `reduce3` reduces dim 2
+/// of `[rows, chunks, chunk]` (keeping it), `reduce2` dim 1 of the last `[rows, <= chunk]`; `fill` is the
+/// reduction's identity.
 fn staged<B: Backend>(
     mut x: Tensor<B, 2>,
     chunk: usize,
@@ -101,7 +101,7 @@ pub fn max_argmax_rows<B: Backend>(x: Tensor<B, 2>, chunk: usize) -> (Tensor<B, 
         let x3 = padded(x, c, f32::NEG_INFINITY).reshape([rows, k, c]);
         let (max, arg) = x3.max_dim_with_indices(2); // [rows, k, 1] each
         at = Some(match at {
-            // the first stage: chunk c starts at column c * chunk
+            // the first stage: chunk j starts at column j * c
             None => {
                 let start = Tensor::<B, 1, Int>::arange(0..k as i64, &device).mul_scalar(c as i64);
                 arg.reshape([rows, k]) + start.reshape([1, k])
