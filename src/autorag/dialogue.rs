@@ -38,16 +38,6 @@ pub struct Dialogue {
     pub final_answer: String,
 }
 
-impl Dialogue {
-    /// The queries the dialogue issued, in order: of each model turn whose last line holds a query label
-    /// (`Initial Query: q` / `Refined Query: q`, as synthesis writes it, `prompts::model_output`; any `...Query:`),
-    /// the query [`super::prompts::parse_turn`] reads from that line.
-    pub fn queries(&self) -> Vec<String> {
-        let query = |out: &str| super::prompts::parse_turn(out.trim_end().lines().last()?).query;
-        self.turns.iter().filter_map(|t| query(&t.output)).collect()
-    }
-}
-
 /// What makes two dialogues of one question the same: their queries, SQuAD-normalised, in order (rejection
 /// sampling's `duplicate_dialogue` within a synthesis run, `sft::distinct_dialogues` across runs).
 pub fn query_key<S: AsRef<str>>(queries: &[S]) -> Vec<String> {

@@ -327,6 +327,14 @@ pub fn model_output(t: usize, r: &str, next: Next<'_>) -> String {
     }
 }
 
+/// The queries a dialogue issued, in order: of each model turn whose last line holds a query label (`Initial Query:
+/// q` / `Refined Query: q`, as synthesis writes it, [`model_output`]; any `...Query:`), the query [`parse_turn`]
+/// reads from that line.
+pub fn dialogue_queries(turns: &[Turn]) -> Vec<String> {
+    let query = |out: &str| parse_turn(out.trim_end().lines().last()?).query;
+    turns.iter().filter_map(|t| query(&t.output)).collect()
+}
+
 /// The chat messages of a dialogue (system prompt, then x_0, y_0, x_1, ...): how synthesis, training and
 /// inference render it. `prefix` (few-shot exemplar turns) goes between the system prompt and x_0.
 pub fn dialogue_messages(system: Option<&str>, prefix: &[Message], turns: &[Turn]) -> Vec<Message> {

@@ -17,6 +17,7 @@ use rand::SeedableRng;
 use sha2::{Digest, Sha256};
 
 use crate::autorag::dialogue::Dialogue;
+use crate::autorag::prompts::dialogue_queries;
 use crate::model::{Message, Tokenizer};
 
 /// One tokenized dialogue.
@@ -69,7 +70,7 @@ pub fn distinct_dialogues(dialogues: Vec<Dialogue>) -> (Vec<Dialogue>, usize) {
     let n = dialogues.len();
     let kept: Vec<Dialogue> = dialogues
         .into_iter()
-        .filter(|d| seen.insert((d.id.clone(), crate::autorag::dialogue::query_key(&d.queries()))))
+        .filter(|d| seen.insert((d.id.clone(), crate::autorag::dialogue::query_key(&dialogue_queries(&d.turns)))))
         .collect();
     let dropped = n - kept.len();
     (kept, dropped)
@@ -547,9 +548,12 @@ mod tests {
             turns.push(Turn { input: "docs".into(), output: last });
             Dialogue { id: id.into(), turns, iterations: qs.len(), ..dialogue() }
         };
-        assert_eq!(asking("a", &["Who is X?", "X's birthplace"], "Y").queries(), ["Who is X?", "X's birthplace"]);
-        assert!(asking("a", &[], "Y").queries().is_empty());
-        assert_eq!(dialogue().queries(), ["film director"], "any label ending in 'Query:'");
+        assert_eq!(
+            dialogue_queries(&asking("a", &["Who is X?", "X's birthplace"], "Y").turns),
+            ["Who is X?", "X's birthplace"]
+        );
+        assert!(dialogue_queries(&asking("a", &[], "Y").turns).is_empty());
+        assert_eq!(dialogue_queries(&dialogue().turns), ["film director"], "any label ending in 'Query:'");
         let runs = vec![
             asking("a", &["Who is X?"], "Y"),
             asking("b", &["Who is X?"], "Y"),
