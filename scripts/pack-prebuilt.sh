@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Prebuilt binaries for a GPU machine without a Rust toolchain: the release `ragtime` (CUDA loads at run time),
-# the label-store writer of scripts/bench-detector-memory.sh, and the test binaries whose tests need a GPU, all
-# stripped, in one xz'd tar (tests under tests/NAME).
+# the label-store writer of scripts/bench-detector-memory.sh, the reductions benchmark (bench_staged_reductions),
+# and the test binaries whose tests need a GPU, all stripped, in one xz'd tar (tests under tests/NAME).
 #
 #   scripts/pack-prebuilt.sh [OUT]        # default target/prebuilt.tar.xz
 #   VARIANTS="cuda-fusion" scripts/pack-prebuilt.sh   # also ragtime-cuda-fusion, built with that Cargo feature
@@ -15,6 +15,7 @@
 #   mkdir -p /tmp/b && xz -dc prebuilt.tar.xz | tar x -C /tmp/b
 #   BIN=/tmp/b/ragtime scripts/bench-generate.sh ...            (likewise bench-train-autorag-gpu.sh)
 #   BIN=/tmp/b/ragtime FAKE=/tmp/b/fake_label_store scripts/bench-detector-memory.sh ...
+#   /tmp/b/bench_staged_reductions cuda                         (one pass against in stages, docs/burn.md item 6)
 #   for t in /tmp/b/tests/*; do $t --ignored cuda; done         (the CUDA tests)
 # A test binary finds `checkpoints/` under the folder it was built in (its CARGO_MANIFEST_DIR, printed below) and the
 # shared data through RAGTIME_DATA or ../shared/data beside that folder: link the checkout there if it lies elsewhere.
@@ -37,7 +38,7 @@ for v in "${variants[@]}"; do
   cargo build --release --bin ragtime --features "$v"
   cp target/release/ragtime "$stage/ragtime-${v//,/-}"
 done
-cargo build --release --bin ragtime --example fake_label_store
+cargo build --release --bin ragtime --example fake_label_store --example bench_staged_reductions
 test_args=()
 for t in "${TESTS[@]}"; do test_args+=(--test "$t"); done
 # the test executables, from cargo's own report of what it built
@@ -47,14 +48,14 @@ for l in sys.stdin:
     m = json.loads(l)
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["kind"] == ["test"]:
         print(m["target"]["name"], m["executable"])')
-cp target/release/ragtime target/release/examples/fake_label_store "$stage/"
+cp target/release/ragtime target/release/examples/{fake_label_store,bench_staged_reductions} "$stage/"
 for e in "${exes[@]}"; do
   read -r name path <<<"$e"
   cp "$path" "$stage/tests/$name"
 done
 [[ $(ls "$stage/tests" | wc -l) -eq ${#TESTS[@]} ]] || { echo "pack-prebuilt: expected ${#TESTS[@]} test binaries, got: $(ls "$stage/tests")" >&2; exit 1; }
-strip "$stage"/ragtime* "$stage/fake_label_store" "$stage"/tests/*
+strip "$stage"/ragtime* "$stage"/{fake_label_store,bench_staged_reductions} "$stage"/tests/*
 mkdir -p "$(dirname "$OUT")"
 tar c -C "$stage" . | xz -T0 -6 >"$OUT.tmp"
 mv "$OUT.tmp" "$OUT"
-echo "wrote $OUT ($(du -h "$OUT" | cut -f1)): $(cd "$stage" && ls -d ragtime* | paste -sd' ' -), fake_label_store, tests/{${TESTS[*]}}; built in $PWD (git $(git rev-parse --short HEAD))"
+echo "wrote $OUT ($(du -h "$OUT" | cut -f1)): $(cd "$stage" && ls -d ragtime* | paste -sd' ' -), fake_label_store, bench_staged_reductions, tests/{${TESTS[*]}}; built in $PWD (git $(git rev-parse --short HEAD))"
