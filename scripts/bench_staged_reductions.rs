@@ -1,7 +1,7 @@
 //! Row-wise reductions in one pass (burn's `max_dim`, `argmax`, `sum_dim`, `log_softmax`) against the same in stages
 //! (`ragtime::model::reduce`), at the shapes ragtime reduces: a decode pass's scores over the vocabulary (maximum,
 //! argmax and two sums, as the batched engine computes them), RMS norms' mean of squares, the attention softmax over
-//! the keys, and training's log-softmax with its backward. Prints a table; on CUDA the difference is what burn's
+//! the keys, and training's loss with its backward. Prints a table; on CUDA the difference is what burn's
 //! one-thread-per-row reduction costs (docs/burn.md, item 6).
 //!
 //!     cargo run --release --example bench_staged_reductions -- cpu      # or cuda, cuda:N
@@ -13,7 +13,7 @@ use std::time::Instant;
 
 use anyhow::Result;
 use burn::tensor::backend::AutodiffBackend;
-use burn::tensor::{activation, Distribution, ElementConversion, Tensor};
+use burn::tensor::{activation, Distribution, ElementConversion, Int, Tensor, TensorData};
 use ragtime::device::{train_on, DeviceKind, TrainJob};
 use ragtime::model::reduce::{self, CHUNK};
 
@@ -82,14 +82,20 @@ impl TrainJob for Bench {
             read(reduce::softmax_rows(x.clone(), CHUNK).narrow(1, 0, 1));
         });
         row("softmax", rows, len, one, staged);
-        // training's loss: log-softmax and its backward
+        // training's loss, -log p(target), and its backward: burn's log-softmax and a gather, against log sum exp in
+        // stages minus the target's logit
         let (rows, len) = (2048, 49_152);
         let x0 = random(rows, len);
+        let targets: Vec<i64> = (0..rows as i64).map(|i| i * 7919 % len as i64).collect();
+        let tgt = Tensor::<B, 2, Int>::from_data(TensorData::new(targets, [rows, 1]), device);
         let backward = |staged: bool| {
             let x = x0.clone().detach().require_grad();
-            let y =
-                if staged { reduce::log_softmax_rows(x.clone(), CHUNK) } else { activation::log_softmax(x.clone(), 1) };
-            let grads = y.narrow(1, 0, 1).sum().backward();
+            let nll = if staged {
+                reduce::log_sum_exp_rows(x.clone(), CHUNK) - x.clone().gather(1, tgt.clone())
+            } else {
+                activation::log_softmax(x.clone(), 1).gather(1, tgt.clone()).neg()
+            };
+            let grads = nll.sum().backward();
             let g: f32 = x.grad(&grads).expect("a gradient").narrow(1, 0, 1).sum().into_scalar().elem();
             g
         };
@@ -99,7 +105,7 @@ impl TrainJob for Bench {
         let staged = time(|| {
             backward(true);
         });
-        row("log-softmax, forward and backward", rows, len, one, staged);
+        row("loss (-log p(target)), forward and backward", rows, len, one, staged);
         Ok(())
     }
 }

@@ -143,13 +143,13 @@ pub fn softmax_rows<B: Backend>(x: Tensor<B, 2>, chunk: usize) -> Tensor<B, 2> {
     e / sum
 }
 
-/// `log softmax` of each row of `x [rows, len]`, with its normaliser summed in stages: `x - m - log sum exp(x -
-/// m)`, `m` the row's maximum (held constant for the gradient, which is then the same as with any constant).
-pub fn log_softmax_rows<B: Backend>(x: Tensor<B, 2>, chunk: usize) -> Tensor<B, 2> {
+/// `log sum_j exp x[i, j]` of each row of `x [rows, len]`: `[rows, 1]`, as `m + log sum exp(x - m)` with `m` the
+/// row's maximum (held constant for the gradient, which is then `softmax(x)` as with any constant), summed in
+/// stages. A loss `lse - x[target]` (`sft::loss`) needs no `[rows, len]` log-probabilities, and its backward no
+/// reduction over the row: the gradient reaches `x` through the stages' sums (broadcasts) and the gather.
+pub fn log_sum_exp_rows<B: Backend>(x: Tensor<B, 2>, chunk: usize) -> Tensor<B, 2> {
     let m = max_rows(x.clone().detach(), chunk); // [rows, 1]
-    let z = x - m;
-    let lse = sum_rows(z.clone().exp(), chunk).log(); // [rows, 1]
-    z - lse
+    sum_rows((x - m.clone()).exp(), chunk).log() + m
 }
 
 #[cfg(test)]
@@ -254,29 +254,33 @@ mod tests {
         }
     }
 
-    /// The staged log-softmax equals burn's, and so does its gradient.
+    /// `lse - x[target]` equals burn's `-log_softmax(x)[target]`, and so does its gradient.
     #[test]
-    fn staged_log_softmax_and_its_gradient_equal_burns() {
+    fn staged_log_sum_exp_loss_and_its_gradient_equal_burns() {
         type A = Autodiff<Flex>;
-        let (rows, len) = (2, 300);
+        let (rows, len) = (3, 300);
         let v: Vec<f32> = (0..rows * len).map(|i| (i as f32 * 0.37).cos() * 8.0).collect();
-        let w: Vec<f32> = (0..rows * len).map(|i| (i as f32 * 0.11).sin()).collect();
         let dev = Default::default();
-        let weights = Tensor::<A, 2>::from_data(TensorData::new(w, [rows, len]), &dev);
+        let targets = Tensor::<A, 2, Int>::from_data(TensorData::new(vec![5i64, 299, 130], [rows, 1]), &dev);
         let run = |staged: bool| {
             let x = Tensor::<A, 2>::from_data(TensorData::new(v.clone(), [rows, len]), &dev).require_grad();
-            let y = if staged {
-                log_softmax_rows(x.clone(), 16)
+            let nll = if staged {
+                log_sum_exp_rows(x.clone(), 16) - x.clone().gather(1, targets.clone())
             } else {
-                burn::tensor::activation::log_softmax(x.clone(), 1)
+                burn::tensor::activation::log_softmax(x.clone(), 1).gather(1, targets.clone()).neg()
             };
-            let grads = (y.clone() * weights.clone()).sum().backward();
+            let grads = nll.clone().sum().backward();
             let g = x.grad(&grads).unwrap().into_data().to_vec::<f32>().unwrap();
-            (y.into_data().to_vec::<f32>().unwrap(), g)
+            (nll.into_data().to_vec::<f32>().unwrap(), g)
         };
         let ((y1, g1), (y0, g0)) = (run(true), run(false));
+        assert_eq!(y1.len(), rows);
         for (a, b) in y1.iter().zip(&y0).chain(g1.iter().zip(&g0)) {
             assert!((a - b).abs() < 1e-5, "{a} vs {b}");
+        }
+        // d nll / d x = softmax(x) - onehot(target): each row's gradient sums to 0
+        for row in g1.chunks(len) {
+            assert!(row.iter().sum::<f32>().abs() < 1e-5);
         }
     }
 }

@@ -44,13 +44,14 @@ pub(super) fn nll_of_hidden<B: Backend>(
     let pos = Tensor::<B, 1, Int>::from_data(TensorData::new(batch.positions.clone(), [n]), device);
     // Only the positions that predict a model token go through the LM head: [1, n, d] -> [1, n, vocab]
     let h = hidden.reshape([b * t, d]).select(0, pos).unsqueeze::<3>();
-    // the LM head in the model's dtype, the log-softmax and the loss in f32; the log-softmax's reductions over
-    // the vocabulary in stages (model::reduce: one GPU thread per row would read the whole row)
+    // the LM head in the model's dtype, the loss in f32: -log p(target) = log sum exp(logits) - logit(target), the
+    // normaliser summed over the vocabulary in stages (model::reduce: one GPU thread per row would read the whole row)
     let logits = to_dtype(model.logits(h), DType::F32); // [1, n, vocab]
     let vocab = logits.dims()[2];
-    let logp = reduce::log_softmax_rows(logits.reshape([n, vocab]), reduce::CHUNK).reshape([1, n, vocab]);
-    let tgt = Tensor::<B, 3, Int>::from_data(TensorData::new(batch.targets.clone(), [1, n, 1]), device);
-    let nll = logp.gather(2, tgt).neg(); // [1, n, 1]
+    let logits = logits.reshape([n, vocab]);
+    let tgt = Tensor::<B, 2, Int>::from_data(TensorData::new(batch.targets.clone(), [n, 1]), device);
+    let lse = reduce::log_sum_exp_rows(logits.clone(), reduce::CHUNK); // [n, 1]
+    let nll = (lse - logits.gather(1, tgt)).reshape([1, n, 1]);
     if batch.real == n {
         return nll.sum();
     }
