@@ -167,11 +167,7 @@ fn run_header(args: &Args, dataset: &str, index: String) -> (PathBuf, toml::map:
         c.insert("f32_decode".into(), toml::Value::Boolean(true));
     }
     for (k, v) in args.model.numeric_settings() {
-        let v = match v {
-            serde_json::Value::Bool(b) => toml::Value::Boolean(b),
-            other => toml::Value::String(other.as_str().unwrap_or_default().to_string()),
-        };
-        c.insert(k.into(), v);
+        c.insert(k.into(), toml::Value::try_from(v).expect("a boolean or a string is a TOML value"));
     }
     (out_dir, c)
 }
