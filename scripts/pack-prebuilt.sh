@@ -17,7 +17,8 @@
 #   BIN=/tmp/b/ragtime FAKE=/tmp/b/fake_label_store scripts/bench-detector-memory.sh ...
 #   /tmp/b/bench_staged_reductions cuda                         (one pass against in stages, docs/burn.md item 6)
 #   for t in /tmp/b/tests/*; do $t --ignored cuda; done         (the CUDA tests)
-# A test binary finds `checkpoints/` under the folder it was built in (its CARGO_MANIFEST_DIR, printed below) and the
+# A test binary finds `checkpoints/` under the folder it was built in (its CARGO_MANIFEST_DIR, printed below and
+# written to `built-in` in the tar, where scripts/gpu-suite.sh reads it) and the
 # shared data through RAGTIME_DATA or ../shared/data beside that folder: link the checkout there if it lies elsewhere.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -49,6 +50,7 @@ for l in sys.stdin:
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["kind"] == ["test"]:
         print(m["target"]["name"], m["executable"])')
 cp target/release/ragtime target/release/examples/{fake_label_store,bench_staged_reductions} "$stage/"
+echo "$PWD" >"$stage/built-in"
 for e in "${exes[@]}"; do
   read -r name path <<<"$e"
   cp "$path" "$stage/tests/$name"
