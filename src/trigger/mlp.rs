@@ -95,7 +95,12 @@ impl MlpTrigger {
         };
         let block = p.usize("block", Some(1))?;
         p.finish()?;
-        let detector = Detector::load(&dir).with_context(|| format!("mlp trigger: cannot load detector {dir}"))?;
+        let detector = Detector::load(&dir).with_context(|| {
+            format!(
+                "mlp trigger: cannot load detector {dir} (a folder written by `ragtime train detector --out {dir}`; \
+                 --detector DIR names another)"
+            )
+        })?;
         Ok(MlpTrigger::new(detector, rule).with_block(block))
     }
 
@@ -230,6 +235,18 @@ mod tests {
         assert_eq!(MlpRule::parse("threshold:0.7").unwrap(), MlpRule::Threshold(0.7));
         assert!(MlpRule::parse("threshold:2").is_err());
         assert!(MlpRule::parse("rind").is_err());
+    }
+
+    #[test]
+    fn a_missing_detector_names_the_folder_and_how_to_make_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("no-detector");
+        let config: toml::Value = toml::from_str(&format!("detector = {:?}", missing.display().to_string())).unwrap();
+        let e = MlpTrigger::from_config(&config).err().expect("no detector there");
+        let msg = format!("{e:#}");
+        assert!(msg.contains(&missing.display().to_string()), "{msg}");
+        assert!(msg.contains("ragtime train detector --out"), "{msg}");
+        assert!(msg.contains("detector.json"), "{msg}");
     }
 
     #[test]
