@@ -16,6 +16,8 @@
 # Step (cap s / minimum s to start)  what it measures
 #   env         (30 / 1)     GPU, driver, PyTorch and transformers versions, the binary's version
 #   reductions  (90 / 20)    row reductions in one pass against in stages (bench_staged_reductions cuda; burn.md 6)
+#   tests       (240 / 60)   the CUDA tests of the packed test binaries (each with --ignored cuda): the GPU's
+#                            results against the CPU's and transformers', before any speed is read
 #   generate    (300 / 90)   decoding tokens/s with internals at LANES beside transformers f32 (bench-generate.sh)
 #   profile     (240 / 90)   kernel by kernel: a 128-lane decode pass and a training update (profile-kernels-gpu.sh)
 #   fusion      (240 / 90)   the cuda-fusion build's decoding beside the default build's, at 1 and 128 lanes
@@ -26,7 +28,6 @@
 #   detector    (240 / 120)  train detector on 200k rows: first (compiling) and second epoch on CUDA
 #                            (bench-detector-memory.sh; the CPU's rows are in docs/results)
 #   compile     (300 / 150)  transformers' static-cache torch.compile rows at LANES (bench-generate.sh HF_COMPILE=1)
-#   tests       (240 / 60)   the CUDA tests of the packed test binaries (each with --ignored cuda)
 #
 # Env: BINDIR  the unpacked tar of scripts/pack-prebuilt.sh (ragtime, bench_staged_reductions, fake_label_store,
 #              tests/, and ragtime-cuda-fusion when packed with VARIANTS="cuda-fusion"); default /tmp/b
@@ -63,7 +64,7 @@ for n in DEADLINE RESERVE NEW; do
   [[ ${!n} =~ ^[0-9]+$ ]] || { echo "gpu-suite: $n=${!n}: expected a whole number of seconds or tokens" >&2; exit 2; }
 done
 
-ALL=(env reductions generate profile fusion synth train train-lora train-pack detector compile tests)
+ALL=(env reductions tests generate profile fusion synth train train-lora train-pack detector compile)
 declare -A CAP=([env]=30 [reductions]=90 [generate]=300 [profile]=240 [fusion]=240 [synth]=240 [train]=300
   [train-lora]=240 [train-pack]=240 [detector]=240 [compile]=300 [tests]=240)
 declare -A MIN=([env]=1 [reductions]=20 [generate]=90 [profile]=90 [fusion]=90 [synth]=60 [train]=120
