@@ -16,7 +16,9 @@ import os
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SRC = os.path.join(ROOT, "..", "shared", "data", "qa", "hotpotqa", "ircot_dev_250.jsonl")
+# the shared data folder as ragtime finds it: $RAGTIME_DATA, else ../shared/data beside the repository
+DATA = os.environ.get("RAGTIME_DATA") or os.path.join(ROOT, "..", "shared", "data")
+SRC = os.path.join(DATA, "qa", "hotpotqa", "ircot_dev_250.jsonl")
 ARGS = [a for a in sys.argv[1:] if a != "--long"]
 LONG = "--long" in sys.argv[1:]
 OUT = ARGS[0] if ARGS else os.path.join(ROOT, "datasets", "autorag", "smoke", "dialogues.jsonl")

@@ -128,8 +128,12 @@ one() {
         "$BINDIR/ragtime" data corpus bioasq --out runs/bioasq/corpus.jsonl >&2
         "$BINDIR/ragtime" index --corpus runs/bioasq/corpus.jsonl --out indexes/bioasq >&2
       fi
-      BIN="$BINDIR/ragtime" DEVICE=cuda MODELS="$MODEL" DECODE=0 HF=0 SYNTH_AUTORAG=64 SYNTH_QUESTIONS=128 \
-        scripts/bench-generate.sh
+      # bench-generate.sh goes on past a failed synthesis run (its error on stderr): no row is a failure here
+      local table
+      table=$(BIN="$BINDIR/ragtime" DEVICE=cuda MODELS="$MODEL" DECODE=0 HF=0 SYNTH_AUTORAG=64 SYNTH_QUESTIONS=128 \
+        scripts/bench-generate.sh)
+      echo "$table"
+      grep -q '^| 64 |' <<<"$table" || { echo "synth autorag gave no row (its error above)" >&2; return 1; }
       ;;
     train | train-lora | train-pack)
       smoke
@@ -141,8 +145,9 @@ one() {
       ;;
     detector)
       mkdir -p "$dir"
+      # the trainer's own output stays in WORK (stdout, stderr): its last lines come to the log when it fails
       BIN="$BINDIR/ragtime" FAKE="$BINDIR/fake_label_store" WORK="$dir" DEVICES=cuda EPOCHS=2 MODES=memory \
-        scripts/bench-detector-memory.sh 200000
+        scripts/bench-detector-memory.sh 200000 || { tail -5 "$dir/stderr" >&2 2>/dev/null; return 1; }
       rm -rf "$dir"/rows-* # the synthetic store: 200k rows, not a result
       ;;
     compile)
@@ -152,16 +157,20 @@ one() {
     tests)
       # a test binary reads checkpoints/ under the folder it was built in (pack-prebuilt.sh writes it to built-in)
       # and the shared data through RAGTIME_DATA: where that folder is missing here, it becomes a link to this checkout
-      local t rc=0 built
+      local built
       built=$(cat "$BINDIR/built-in" 2>/dev/null || true)
       if [[ -n $built && ! -e $built ]]; then
         mkdir -p "$(dirname "$built")" && ln -s "$ROOT" "$built" && echo "linked $built -> $ROOT" >&2
       fi
       export RAGTIME_DATA
       RAGTIME_DATA=$(cd "$DATA_DIR" && pwd)
+      # each binary's test lines here, its whole output (a failure's panic message too) in the log
+      local t rc=0 out
       for t in "$BINDIR"/tests/*; do
         echo "#### $(basename "$t")"
-        "$t" --ignored cuda 2>&1 | grep -E '^(test |test result)' || rc=1
+        out=$("$t" --ignored cuda 2>&1) || rc=1
+        grep -E '^(test |test result)' <<<"$out" || true
+        echo "$out" >&2
       done
       return "$rc"
       ;;
