@@ -99,6 +99,7 @@ smoke() { [[ -f datasets/autorag/smoke/dialogues.jsonl ]] || python3 scripts/aut
 # One step, run in a process of its own: its table on stdout, its log on stderr.
 one() {
   local dir="$WORK/$1"
+  rm -rf "$dir"
   case "$1" in
     env)
       nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
@@ -197,12 +198,19 @@ if [[ $DRY == 1 ]]; then
   exit 0
 fi
 
-# OUT is this script's own: a folder of that name without its summary is someone else's and is left alone
+# OUT and WORK are this script's own: a folder of that name without its summary (OUT) or its mark (WORK) is
+# someone else's and is left alone; in its own WORK a step starts from an empty folder (a trainer's checkpoint
+# left from an earlier run would be resumed, not timed)
 if [[ -e $OUT && ! -f $OUT/summary.md ]]; then
   echo "gpu-suite: $OUT exists and is not a results folder of this script; choose another OUT" >&2
   exit 2
 fi
+if [[ -e $WORK && ! -f $WORK/.gpu-suite ]]; then
+  echo "gpu-suite: $WORK exists and is not a work folder of this script; choose another WORK" >&2
+  exit 2
+fi
 mkdir -p "$OUT" "$WORK"
+touch "$WORK/.gpu-suite"
 OUT=$(cd "$OUT" && pwd)
 WORK=$(cd "$WORK" && pwd)
 start=$(date +%s)
