@@ -18,8 +18,8 @@
 #   /tmp/b/bench_staged_reductions cuda                         (one pass against in stages, docs/burn.md item 6)
 #   for t in /tmp/b/tests/*; do $t --ignored cuda; done         (the CUDA tests)
 # A test binary finds `checkpoints/` under the folder it was built in (its CARGO_MANIFEST_DIR, printed below and
-# written to `built-in` in the tar, where scripts/gpu-suite.sh reads it) and the
-# shared data through RAGTIME_DATA or ../shared/data beside that folder: link the checkout there if it lies elsewhere.
+# written to `built-in` in the tar, where scripts/gpu-suite.sh reads it) and the shared data through RAGTIME_DATA
+# or ../shared/data beside that folder: link the checkout there if it lies elsewhere.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT="${1:-target/prebuilt.tar.xz}"
