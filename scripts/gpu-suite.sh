@@ -34,7 +34,8 @@
 #      MODEL   qwen or smollm2 (default qwen when its GGUF is in checkpoints/, else smollm2)
 #      DEADLINE seconds for the whole suite (default 540); RESERVE seconds kept back for the archive (default 10)
 #      LANES   generate's and compile's lane counts (default "1 8 32 128"); NEW new tokens per prompt (default 32)
-#      OUT     results folder (default runs/gpu-suite); ARCHIVE a .tar.gz of OUT, rewritten after each step
+#      OUT     results folder (default runs/gpu-suite); ARCHIVE a .tar.gz of OUT, rewritten after each step (a file
+#              that exists before the run is someone else's: refused)
 #      WORK    the steps' bulky outputs (default runs/gpu-suite-work)
 # Data as everywhere: RAGTIME_DATA or ../shared/data (qa/nq, qa/bioasq, qa/hotpotqa, models/ for SmolLM2's tokenizer).
 set -euo pipefail
@@ -83,13 +84,13 @@ missing() {
       [[ -f $DATA_DIR/qa/hotpotqa/ircot_dev_250.jsonl || -f datasets/autorag/smoke/dialogues.jsonl ]] ||
         echo "$DATA_DIR/qa/hotpotqa/ircot_dev_250.jsonl (for the smoke dialogues)" ;;
   esac
+  # every other step runs ragtime on the model
   case "$1" in
     env | reductions | tests) ;;
-    *) [[ -f $GG ]] || echo "$GG (scripts/setup.sh --model $MODEL)" ;;
-  esac
-  case "$1" in
-    env | reductions | tests) ;;
-    *) [[ -x $BINDIR/ragtime ]] || echo "$BINDIR/ragtime" ;;
+    *)
+      [[ -f $GG ]] || echo "$GG (scripts/setup.sh --model $MODEL)"
+      [[ -x $BINDIR/ragtime ]] || echo "$BINDIR/ragtime"
+      ;;
   esac
 }
 
@@ -207,6 +208,10 @@ if [[ -e $OUT && ! -f $OUT/summary.md ]]; then
 fi
 if [[ -e $WORK && ! -f $WORK/.gpu-suite ]]; then
   echo "gpu-suite: $WORK exists and is not a work folder of this script; choose another WORK" >&2
+  exit 2
+fi
+if [[ -n ${ARCHIVE:-} && -e $ARCHIVE ]]; then
+  echo "gpu-suite: ARCHIVE=$ARCHIVE exists; remove it or name another" >&2
   exit 2
 fi
 mkdir -p "$OUT" "$WORK"

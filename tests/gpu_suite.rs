@@ -111,6 +111,16 @@ fn refuses_folders_it_did_not_make_and_unknown_steps() {
         assert_eq!(fs::read_to_string(theirs.join("notes.txt")).unwrap(), "mine");
         assert_eq!(fs::read_dir(&theirs).unwrap().count(), 1, "nothing written into a folder of someone else's");
     }
+    // an archive that exists before the run is not overwritten
+    let archive = theirs.join("notes.txt");
+    let (out, work) = (tmp.path().join("out"), tmp.path().join("work"));
+    let env = [("BINDIR", bin.as_path()), ("OUT", out.as_path()), ("WORK", work.as_path()), ("ARCHIVE", &archive)];
+    let (code, _, stderr) = suite(&env, &[], &["env"]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("ARCHIVE=") && stderr.contains("exists"), "{stderr}");
+    assert_eq!(fs::read_to_string(&archive).unwrap(), "mine");
+    assert!(!out.exists() && !work.exists(), "nothing made before the refusal");
+
     let env = [("OUT", mine.as_path()), ("WORK", mine.as_path())];
     let (code, _, stderr) = suite(&env, &[], &["warp"]);
     assert_eq!(code, 2);
