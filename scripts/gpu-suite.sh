@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # The GPU measurements that docs/gpu.md and docs/engine.md list as not yet made, in one command on a GPU machine,
-# most wanted first, under one deadline: a short lease gets the top of the list, a longer one more of it, and
-# every step that ran is written down before the deadline. Each step runs in its own process under a time limit
+# most wanted first, under one deadline: a short time on the GPU gets the top of the list, a longer one more of
+# it, and every step that ran is written down before the deadline. Each step runs in its own process under a time limit
 # (the smaller of its cap and the time left); its table goes to OUT/STEP.md, its log to OUT/STEP.log, and its
 # outcome (done, failed with its exit code, cut at its limit, skipped for lack of time or input) to
 # OUT/summary.md, which is printed at the end. ARCHIVE=FILE.tar.gz is rewritten after every step, so that a command
 # killed from outside still leaves the steps before.
 #
 #   scripts/gpu-suite.sh [STEP...]        # default: every step below, in this order
-#   DRY=1 scripts/gpu-suite.sh            # the plan: each step's cap, minimum and command line; runs nothing
+#   DRY=1 scripts/gpu-suite.sh            # the plan: each step's cap, minimum and what it lacks; runs nothing
 #
 # Bulky outputs (exports, checkpoints, kernel logs, synthetic stores) go to WORK, not OUT, so that OUT and its
 # archive hold tables and logs only.
