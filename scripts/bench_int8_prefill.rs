@@ -1,7 +1,9 @@
 //! The products of a prefill chunk on the integer blocks against the f32 gemm, by rows per call: why chunks of more
-//! than 32 rows go through gemm with `--int8-dot` too (docs/engine.md, "Integer dot products"). One 4,864 x 896
-//! matrix (Qwen2.5-Coder-0.5B's gate/up shape) of fixed pseudo-random weights, quantized by candle to Q8_0 and Q5_0;
-//! the rayon pool's threads (RAYON_NUM_THREADS); each cell the mean of at least 2 calls, in GFLOPS.
+//! than 32 rows go through gemm with `--int8-dot` too (docs/engine.md, "Integer dot products"), and what the
+//! row tiles of `--int8-dot` (`QMatrix::tile_for_int8`, AVX-512 VNNI) gain. Qwen2.5-Coder-0.5B's shapes: a 4,864 x
+//! 896 matrix (gate/up) quantized by candle to Q8_0 and Q5_0, a 896 x 4,864 one (down) to Q4_K, of fixed
+//! pseudo-random weights; the rayon pool's threads (RAYON_NUM_THREADS); each cell the mean of at least 2 calls, in
+//! GFLOPS.
 //!
 //!     cargo run --release --example bench_int8_prefill
 
@@ -13,33 +15,44 @@ use ragtime::model::engine::kernels;
 use ragtime::model::quant::QMatrix;
 
 fn main() -> anyhow::Result<()> {
-    let (rows, cols) = (4864usize, 896usize);
-    let w: Vec<f32> = (0..rows * cols).map(|i| (i as f32 * 0.618).sin() * 0.05).collect();
-    let t = Tensor::from_vec(w, (rows, cols), &Device::Cpu)?;
-    println!("| blocks | rows per call | integer kernel (`--int8-dot`) | exact blocks | gemm on de-quantized tiles |");
-    println!("|---|---:|---:|---:|---:|");
-    for dtype in [GgmlDType::Q8_0, GgmlDType::Q5_0] {
+    println!(
+        "| blocks | rows per call | integer kernel (`--int8-dot`), row tiles | integer kernel, rows | exact blocks | \
+         gemm on de-quantized tiles | the same from the row tiles |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|");
+    for (dtype, rows, cols) in [(GgmlDType::Q8_0, 4864, 896), (GgmlDType::Q5_0, 4864, 896), (GgmlDType::Q4K, 896, 4864)]
+    {
+        let w: Vec<f32> = (0..rows * cols).map(|i| (i as f32 * 0.618).sin() * 0.05).collect();
+        let t = Tensor::from_vec(w, (rows, cols), &Device::Cpu)?;
         let m = QMatrix::from_ggml(dtype, &QTensor::quantize(&t, dtype)?.data()?, rows, cols)?;
-        for n in [8usize, 32, 64, 128, 256, 512] {
+        let mut tiled = m.clone();
+        let tiles = if tiled.tile_for_int8() { "" } else { " (no VNNI: rows)" };
+        for n in [1usize, 8, 32, 64, 128, 256, 512] {
             let x: Vec<f32> = (0..n * cols).map(|i| (i as f32 * 0.37).cos()).collect();
             let mut y = vec![0f32; n * rows];
             let reps = (2048 / n).max(2);
             let gflops = |secs: f64| 2.0 * (n * rows * cols * reps) as f64 / secs / 1e9;
             // inside the pool, as the CPU engine calls its products
-            let (int8, exact, gemm) = rayon::scope(|_| {
+            let (int8_tiles, int8, exact, gemm, gemm_tiles) = rayon::scope(|_| {
                 let time = |f: &mut dyn FnMut()| {
                     let t0 = Instant::now();
                     (0..reps).for_each(|_| f());
                     gflops(t0.elapsed().as_secs_f64())
                 };
+                let int8_tiles = time(&mut || tiled.matvec_int8(&x, &mut y));
                 let int8 = time(&mut || m.matvec_int8(&x, &mut y));
                 let exact = time(&mut || m.matvec(&x, &mut y));
                 let gemm = time(&mut || {
                     kernels::matmul_filled(&[&x], cols, rows, None, &|j0, tile| m.dequantize_rows(j0, tile));
                 });
-                (int8, exact, gemm)
+                let gemm_tiles = time(&mut || {
+                    kernels::matmul_filled(&[&x], cols, rows, None, &|j0, tile| tiled.dequantize_rows(j0, tile));
+                });
+                (int8_tiles, int8, exact, gemm, gemm_tiles)
             });
-            println!("| {dtype:?} | {n} | {int8:.0} | {exact:.0} | {gemm:.0} |");
+            println!(
+                "| {dtype:?} | {n} | {int8_tiles:.0}{tiles} | {int8:.0} | {exact:.0} | {gemm:.0} | {gemm_tiles:.0} |"
+            );
         }
     }
     Ok(())

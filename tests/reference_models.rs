@@ -248,7 +248,11 @@ fn smollm2_on_cuda_in_f32_bf16_and_f16_stays_near_transformers_f32() {
 
 /// `--int8-dot`: the CPU engine with llama.cpp's arithmetic (inputs quantized to int8, integer products) against
 /// transformers' f32 outputs, beside the exact products (printed with `--nocapture`; docs/engine.md keeps the
-/// table): within about 1.5x what it measures, the reference's greedy token at 95% of the steps or more.
+/// table): within about 1.5x the largest of what six orders of the same kernels' f32 additions measured (four on
+/// SmolLM2's file, which has no int8 copies; the
+/// rounding of each layer's inputs to 8 bits turns a last-bit difference into a step of the rounding, so the
+/// largest error over the reference's steps moves by up to 2.4x with the order alone; docs/engine.md), the
+/// reference's greedy token at 95% of the steps or more.
 fn check_int8_dot(model_file: &str, reference: &str, bounds: [f32; 4]) {
     let Some(reference) = load_reference(reference) else { return };
     let model = ragtime::require_checkpoint!(model_file);
@@ -266,14 +270,14 @@ fn check_int8_dot(model_file: &str, reference: &str, bounds: [f32; 4]) {
 
 #[test]
 fn smollm2_with_int8_dot_stays_near_transformers_f32() {
-    check_int8_dot("smollm2-135m-instruct-q4_1.gguf", "smollm2_135m_q4_1.json", [0.75, 0.25, 0.06, 0.045]);
+    check_int8_dot("smollm2-135m-instruct-q4_1.gguf", "smollm2_135m_q4_1.json", [1.1, 0.42, 0.055, 0.055]);
 }
 
 /// The same for Qwen2.5-Coder-0.5B (`--ignored`, after `scripts/setup.sh --model qwen`).
 #[test]
 #[ignore = "needs scripts/setup.sh --model qwen (491 MB); run with --ignored"]
 fn qwen25_coder_with_int8_dot_stays_near_transformers_f32() {
-    check_int8_dot("qwen2.5-coder-0.5b-instruct.gguf", "qwen25_coder_05b_instruct.json", [0.2, 0.07, 0.025, 0.022]);
+    check_int8_dot("qwen2.5-coder-0.5b-instruct.gguf", "qwen25_coder_05b_instruct.json", [0.5, 0.2, 0.026, 0.033]);
 }
 
 /// Bounds per precision: top-5 logits, entropy, attention (absolute), hidden states (relative L2).

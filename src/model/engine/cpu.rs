@@ -584,6 +584,20 @@ impl Engine for CpuEngine {
 
     fn int8_dot(&mut self) -> bool {
         self.int8_dot = true;
+        // the symmetric int8 copies in row tiles, where the CPU has their kernel (AVX-512 VNNI): the decoding
+        // products of several lanes at once take fewer instructions per weight (`quant::tiles`)
+        let tile = |q: &mut Arc<QMatrix>| {
+            Arc::make_mut(q).tile_for_int8();
+        };
+        for l in self.layers.iter_mut().flat_map(|b| b.lin.iter_mut()) {
+            if let Weight::Int(q) = &mut l.w {
+                tile(q);
+            }
+        }
+        match (&mut self.lm_head, &mut self.embed) {
+            (Head::Own(Weight::Int(q)), _) | (Head::Tied, Embedding::Int(q)) => tile(q),
+            _ => {}
+        }
         self.int_decode_bytes() > 0
     }
 

@@ -17,13 +17,13 @@ use super::q8::Int8Rows;
 use super::q8::BLOCK;
 #[cfg(target_arch = "x86_64")]
 use super::x86;
-use super::{Layout, QMatrix};
+use super::{Layout, QMatrix, ROWS};
 
 impl QMatrix {
     /// Whether [`QMatrix::matvec_int8`] multiplies in integers here: a nibble copy or a symmetric int8 copy on a
-    /// CPU with AVX2 (x86-64) — else it gives the exact [`QMatrix::matvec`].
+    /// CPU with AVX2 (x86-64), or a tiled copy (`super::tiles`) — else it gives the exact [`QMatrix::matvec`].
     pub fn int8_dot(&self) -> bool {
-        (self.layout == Layout::U4 || self.offset.is_empty()) && int8_width() > 0
+        self.tiled || ((self.layout == Layout::U4 || self.offset.is_empty()) && int8_width() > 0)
     }
 
     /// [`QMatrix::matvec`] with the inputs quantized to int8 and integer products (module doc); the exact
@@ -36,11 +36,14 @@ impl QMatrix {
         assert_eq!(x.len() % self.cols, 0, "matvec_int8: input length {} is not a multiple of {}", x.len(), self.cols);
         let n = x.len() / self.cols;
         assert_eq!(y.len(), n * self.rows, "matvec_int8: output length");
+        if self.tiled {
+            return self.matvec_tiles(x, y);
+        }
         for (done, k) in passes(n, int8_width()) {
             // each row is quantized on its own, so a pass quantizes just its rows
             let xq = Int8Rows::new(&x[done * self.cols..(done + k) * self.cols], self.cols);
             let mut inter = vec![0f32; k * self.rows];
-            self.split_rows(k, &mut inter, |row0, out| self.int8_rows_into(k, row0, &xq, out));
+            self.split_rows(k, ROWS, &mut inter, |row0, out| self.int8_rows_into(k, row0, &xq, out));
             deinterleave(&inter, k, &mut y[done * self.rows..(done + k) * self.rows]);
         }
     }
@@ -79,7 +82,7 @@ impl QMatrix {
 
 /// Vectors per pass of the integer kernels on this CPU: 8 with AVX-512 (F, BW, VNNI), 2 with AVX2, 0 without
 /// (no integer path).
-fn int8_width() -> usize {
+pub(super) fn int8_width() -> usize {
     #[cfg(target_arch = "x86_64")]
     {
         use std::arch::is_x86_feature_detected as has;

@@ -17,27 +17,34 @@ impl QMatrix {
         assert_eq!(x.len() % self.cols, 0, "matvec: input length {} is not a multiple of {}", x.len(), self.cols);
         let n = x.len() / self.cols;
         assert_eq!(y.len(), n * self.rows, "matvec: output length");
+        if self.tiled {
+            // a tiled copy decodes in integers (`matvec_int8`); its exact product, one value at a time
+            for (xs, ys) in x.chunks_exact(self.cols).zip(y.chunks_exact_mut(self.rows)) {
+                rows_scalar(self, 0, xs, ys);
+            }
+            return;
+        }
         for (done, k) in passes(n, Self::vectors_per_pass()) {
             let xs = &x[done * self.cols..(done + k) * self.cols];
             let ys = &mut y[done * self.rows..(done + k) * self.rows];
             if k == 1 {
-                self.split_rows(1, ys, |row0, out| self.rows_into(row0, xs, out));
+                self.split_rows(1, ROWS, ys, |row0, out| self.rows_into(row0, xs, out));
             } else {
                 // k vectors, results interleaved [rows][k]
                 let mut inter = vec![0f32; k * self.rows];
-                self.split_rows(k, &mut inter, |row0, out| self.rows_into_n(k, row0, xs, out));
+                self.split_rows(k, ROWS, &mut inter, |row0, out| self.rows_into_n(k, row0, xs, out));
                 deinterleave(&inter, k, ys);
             }
         }
     }
 
-    /// Runs `rows(row0, out)` over `out` (`[rows][k]`, `k` results per row) in pieces of whole rows, split over
-    /// the rayon pool when the matrix is large.
-    pub(super) fn split_rows(&self, k: usize, out: &mut [f32], rows: impl Fn(usize, &mut [f32]) + Sync) {
+    /// Runs `rows(row0, out)` over `out` (`[rows][k]`, `k` results per row) in pieces of whole rows, each
+    /// starting at a multiple of `align` rows, split over the rayon pool when the matrix is large.
+    pub(super) fn split_rows(&self, k: usize, align: usize, out: &mut [f32], rows: impl Fn(usize, &mut [f32]) + Sync) {
         let threads = rayon::current_num_threads();
         if threads > 1 && self.rows * self.cols >= PARALLEL_MIN {
             use rayon::prelude::*;
-            let chunk = self.rows.div_ceil(threads * 2).next_multiple_of(ROWS);
+            let chunk = self.rows.div_ceil(threads * 2).next_multiple_of(align);
             out.par_chunks_mut(k * chunk).enumerate().for_each(|(c, o)| rows(c * chunk, o));
         } else {
             rows(0, out);

@@ -22,12 +22,14 @@
 //!
 //! Files: `blocks` reads the ggml block formats into the integer copy; `matvec` computes products from it,
 //! with the SIMD kernels in `x86` (AVX-512, AVX2); `int8` computes them in integer arithmetic from inputs
-//! quantized to 8 bits (`q8`), as llama.cpp does (`--int8-dot`: faster, no longer exact).
+//! quantized to 8 bits (`q8`), as llama.cpp does (`--int8-dot`: faster, no longer exact); `tiles` lays the
+//! symmetric int8 copies out in row tiles for those products with AVX-512 VNNI.
 
 mod blocks;
 mod int8;
 mod matvec;
 mod q8;
+mod tiles;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
@@ -74,9 +76,9 @@ pub struct QMatrix {
     pub rows: usize,
     pub cols: usize,
     pub layout: Layout,
-    /// `[rows, row_bytes]`
+    /// `[rows, row_bytes]` (or row tiles, `tiled`)
     q: Vec<u8>,
-    /// `[rows, cols / group >> scale_shift]`
+    /// `[rows, cols / group >> scale_shift]` (or row tiles, `tiled`)
     scale: Vec<f32>,
     /// `[rows, cols / group >> scale_shift]`, or empty when every offset is +0 (the symmetric formats: Q8_0,
     /// Q5_0, Q6_K)
@@ -85,11 +87,14 @@ pub struct QMatrix {
     /// scale per 32 weights: Q5_0, Q5_1, Q8_0, Q5_K), else 0. With the empty offsets, a Q8_0 or Q5_0 copy takes
     /// 1.125 bytes per weight instead of 1.5: decoding a model is bound by the bytes it reads.
     scale_shift: u32,
+    /// `q` and `scale` laid out in row tiles of 16 for the integer products (`tiles`: a symmetric int8 copy
+    /// under `--int8-dot` with AVX-512 VNNI).
+    tiled: bool,
 }
 
 impl std::fmt::Debug for QMatrix {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "QMatrix[{}x{}, {:?}]", self.rows, self.cols, self.layout)
+        write!(f, "QMatrix[{}x{}, {:?}{}]", self.rows, self.cols, self.layout, if self.tiled { ", tiled" } else { "" })
     }
 }
 
@@ -118,7 +123,8 @@ impl QMatrix {
             decode_block(dtype, blk, &mut d);
         }
         debug_assert_eq!((d.q.len(), d.scale.len()), (rows * layout.row_bytes(cols), groups));
-        let mut m = QMatrix { rows, cols, layout, q: d.q, scale: d.scale, offset: d.offset, scale_shift: 0 };
+        let mut m =
+            QMatrix { rows, cols, layout, q: d.q, scale: d.scale, offset: d.offset, scale_shift: 0, tiled: false };
         if layout == Layout::I8 {
             m.compact_scales();
         }
@@ -142,6 +148,10 @@ impl QMatrix {
 
     /// The scale and offset of group `g` of `row` (offset +0 when the copy keeps none).
     fn scale_offset(&self, row: usize, g: usize) -> (f32, f32) {
+        if self.tiled {
+            let i = self.tiled_scale_index(row, g >> self.scale_shift);
+            return (self.scale[i], self.offset.get(i).copied().unwrap_or(0.0));
+        }
         let i = (row * (self.cols / self.layout.group()) + g) >> self.scale_shift;
         (self.scale[i], if self.offset.is_empty() { 0.0 } else { self.offset[i] })
     }
@@ -149,6 +159,12 @@ impl QMatrix {
     /// The integer weights of group `g` of `row` (16 or 32 of them, in column order).
     fn group_ints(&self, row: usize, g: usize, out: &mut [f32; 32]) {
         let n = self.layout.group();
+        if self.tiled {
+            for (i, o) in out[..n].iter_mut().enumerate() {
+                *o = self.tiled_weight(row, g * n + i) as f32;
+            }
+            return;
+        }
         let start = row * self.layout.row_bytes(self.cols) + g * self.layout.row_bytes(n);
         match self.layout {
             Layout::I8 => {
@@ -183,6 +199,9 @@ impl QMatrix {
             out.len(),
             self.rows
         );
+        if self.tiled {
+            return self.dequantize_tiled_rows(first, out);
+        }
         let rb = self.layout.row_bytes(cols);
         // groups per row: even where a scale serves two groups (rows hold whole 32-weight blocks), so group `g` of
         // `row` takes scale `(row * per_row + g) >> shift` = `(row * per_row >> shift) + (g >> shift)`
@@ -226,6 +245,7 @@ impl QMatrix {
 
     /// Row `dst` of the result is row `src_of[dst]` of `self` (for undoing llama.cpp's Q/K permutation).
     pub fn permute_rows(&self, src_of: &[usize]) -> QMatrix {
+        assert!(!self.tiled, "permute_rows: a tiled copy (rows are permuted at load, before any tiling)");
         let rb = self.layout.row_bytes(self.cols);
         // scales and offsets per row (offsets: none when the copy keeps none)
         let (sg, og) = (self.scale.len() / self.rows, self.offset.len() / self.rows);

@@ -13,6 +13,9 @@ pub(super) struct Int8Rows {
     pub(super) scale: Vec<f32>,
     /// `[n, cols / BLOCK]`: each block's `scale * sum q` (what an offset is multiplied by)
     pub(super) sum: Vec<f32>,
+    /// `[n, cols / 16]`: the sum of the `q` of each 16 values (what the tiled kernels subtract 128 times, their
+    /// weights being stored as `w + 128`)
+    pub(super) sum16: Vec<i32>,
     /// `[n, cols.div_ceil(64) * 16]`: per 64 columns, the scale of the first block in lanes 0..8 and of the second
     /// in lanes 8..16 (0 past the end), the layout of the 16 sums of 4 products one AVX-512 multiply-add gives.
     pub(super) lanes: Vec<f32>,
@@ -34,6 +37,7 @@ impl Int8Rows {
             scale.push(d);
             sum.push(d * q[at..].iter().map(|&v| v as i32).sum::<i32>() as f32);
         }
+        let sum16 = q.chunks_exact(16).map(|h| h.iter().map(|&v| v as i32).sum()).collect();
         let (per_row, chunks) = (cols / BLOCK, cols.div_ceil(64));
         let mut lanes = vec![0f32; x.len() / cols * chunks * 16];
         for (r, row_lanes) in lanes.chunks_exact_mut(chunks * 16).enumerate() {
@@ -42,7 +46,7 @@ impl Int8Rows {
                 row_lanes[at..at + 8].fill(d);
             }
         }
-        Int8Rows { q, scale, sum, lanes }
+        Int8Rows { q, scale, sum, sum16, lanes }
     }
 }
 
@@ -66,6 +70,7 @@ mod tests {
         assert!((r.sum[0] - 0.02 * -76.0).abs() < 1e-6, "{}", r.sum[0]);
         assert_eq!(r.scale[1], 0.0);
         assert!(r.q[32..].iter().all(|&v| v == 0));
+        assert_eq!(r.sum16, vec![50 - 127 + 1, 0, 0, 0]);
         assert_eq!(r.lanes.len(), 16);
         assert!(r.lanes[..8].iter().all(|&v| v == r.scale[0]) && r.lanes[8..].iter().all(|&v| v == 0.0));
     }

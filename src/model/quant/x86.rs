@@ -504,3 +504,119 @@ pub(super) unsafe fn rows_int8_u4_avx2<const N: usize>(
         }
     }
 }
+
+/// Integer products from a tiled copy (`super::tiles`) with AVX-512 VNNI, for `N` quantized vectors, `Q` tile
+/// registers (4 columns each) per weight scale: rows `row0..` (`row0` a tile's first), `out` `[rows][N]`. Per
+/// tile of 16 rows and scale group, the group's `Q` registers are loaded once for all vectors; per vector,
+/// `vpdpbusd` of each with 4 of the vector's inputs broadcast, from `-128 sum x` (the weights are stored as
+/// `w + 128`), in two chains, then one conversion, one scale product (the 16 rows' scales times the input
+/// block's) and one FMA per 16 rows. Integer sums are exact, so each vector's result is that of
+/// `super::tiles::tiles_portable`, bit for bit, whatever `N` is.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+pub(super) unsafe fn tiles_int8_avx512<const N: usize, const Q: usize>(
+    m: &QMatrix,
+    row0: usize,
+    x: &super::q8::Int8Rows,
+    out: &mut [f32],
+) {
+    use super::tiles::TILE;
+    let (cols, glen) = (m.cols, 4 * Q);
+    let (groups, blocks, halves) = (cols / glen, cols / super::q8::BLOCK, cols / 16);
+    let rows = out.len() / N;
+    let (qp, sp, xq, xs, xsum) = (m.q.as_ptr(), m.scale.as_ptr(), x.q.as_ptr(), x.scale.as_ptr(), x.sum16.as_ptr());
+    for t in 0..rows.div_ceil(TILE) {
+        let tile = row0 / TILE + t;
+        let (wt, st) = (qp.add(tile * TILE * cols), sp.add(tile * TILE * groups));
+        // even and odd groups in two accumulators (summed at the end)
+        let mut acc = [[_mm512_setzero_ps(); N]; 2];
+        for g in 0..groups {
+            let mut w = [_mm512_setzero_si512(); Q];
+            for (k, wk) in w.iter_mut().enumerate() {
+                *wk = _mm512_loadu_si512(wt.add((g * Q + k) * 64) as *const __m512i);
+            }
+            let ws = _mm512_loadu_ps(st.add(g * TILE));
+            for (j, a) in acc[g % 2].iter_mut().enumerate() {
+                let xj = xq.add(j * cols + g * glen);
+                let h = j * halves + g * glen / 16;
+                let xsum16 = if Q == 8 { *xsum.add(h) + *xsum.add(h + 1) } else { *xsum.add(h) };
+                let (mut d0, mut d1) = (_mm512_set1_epi32(-128 * xsum16), _mm512_setzero_si512());
+                let mut k = 0;
+                while k < Q {
+                    let v0 = _mm512_set1_epi32((xj.add(4 * k) as *const i32).read_unaligned());
+                    let v1 = _mm512_set1_epi32((xj.add(4 * k + 4) as *const i32).read_unaligned());
+                    d0 = _mm512_dpbusd_epi32(d0, w[k], v0);
+                    d1 = _mm512_dpbusd_epi32(d1, w[k + 1], v1);
+                    k += 2;
+                }
+                let s = _mm512_mul_ps(ws, _mm512_set1_ps(*xs.add(j * blocks + g * glen / super::q8::BLOCK)));
+                *a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(d0, d1)), s, *a);
+            }
+        }
+        let valid = TILE.min(rows - t * TILE);
+        for j in 0..N {
+            let mut v = [0f32; TILE];
+            _mm512_storeu_ps(v.as_mut_ptr(), _mm512_add_ps(acc[0][j], acc[1][j]));
+            for (i, &vi) in v[..valid].iter().enumerate() {
+                out[(t * TILE + i) * N + j] = vi;
+            }
+        }
+    }
+}
+
+/// [`tiles_int8_avx512`] for tiled nibble copies: per tile of 16 rows and group of 32 columns, 4 loads of 64 bytes
+/// give the group's 8 registers (the low nibbles columns `4r..4r + 4`, the high ones `16 + 4r..`, unsigned as
+/// `vpdpbusd` takes them); per vector, the 8 `vpdpbusd` in two chains, one conversion, scale product and FMA, and
+/// one FMA more for the offsets times the input block's `scale * sum q`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+pub(super) unsafe fn tiles_int8_u4_avx512<const N: usize>(
+    m: &QMatrix,
+    row0: usize,
+    x: &super::q8::Int8Rows,
+    out: &mut [f32],
+) {
+    use super::tiles::TILE;
+    let (cols, groups) = (m.cols, m.cols / 32);
+    let rows = out.len() / N;
+    let (qp, sp, op) = (m.q.as_ptr(), m.scale.as_ptr(), m.offset.as_ptr());
+    let (xq, xs, xsum) = (x.q.as_ptr(), x.scale.as_ptr(), x.sum.as_ptr());
+    let nib = _mm512_set1_epi8(0x0F);
+    for t in 0..rows.div_ceil(TILE) {
+        let tile = row0 / TILE + t;
+        let (wt, st, ot) = (qp.add(tile * TILE * cols / 2), sp.add(tile * TILE * groups), op.add(tile * TILE * groups));
+        // even and odd groups in two accumulators (summed at the end)
+        let mut acc = [[_mm512_setzero_ps(); N]; 2];
+        for g in 0..groups {
+            let mut w = [_mm512_setzero_si512(); 8];
+            for r in 0..4 {
+                let b = _mm512_loadu_si512(wt.add((g * 4 + r) * 64) as *const __m512i);
+                w[r] = _mm512_and_si512(b, nib);
+                w[r + 4] = _mm512_and_si512(_mm512_srli_epi16(b, 4), nib);
+            }
+            let (ws, os) = (_mm512_loadu_ps(st.add(g * TILE)), _mm512_loadu_ps(ot.add(g * TILE)));
+            for (j, a) in acc[g % 2].iter_mut().enumerate() {
+                let xj = xq.add(j * cols + g * 32);
+                let (mut d0, mut d1) = (_mm512_setzero_si512(), _mm512_setzero_si512());
+                let mut k = 0;
+                while k < 8 {
+                    let v0 = _mm512_set1_epi32((xj.add(4 * k) as *const i32).read_unaligned());
+                    let v1 = _mm512_set1_epi32((xj.add(4 * k + 4) as *const i32).read_unaligned());
+                    d0 = _mm512_dpbusd_epi32(d0, w[k], v0);
+                    d1 = _mm512_dpbusd_epi32(d1, w[k + 1], v1);
+                    k += 2;
+                }
+                let b = j * groups + g;
+                let s = _mm512_mul_ps(ws, _mm512_set1_ps(*xs.add(b)));
+                *a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(d0, d1)), s, *a);
+                *a = _mm512_fmadd_ps(os, _mm512_set1_ps(*xsum.add(b)), *a);
+            }
+        }
+        let valid = TILE.min(rows - t * TILE);
+        for j in 0..N {
+            let mut v = [0f32; TILE];
+            _mm512_storeu_ps(v.as_mut_ptr(), _mm512_add_ps(acc[0][j], acc[1][j]));
+            for (i, &vi) in v[..valid].iter().enumerate() {
+                out[(t * TILE + i) * N + j] = vi;
+            }
+        }
+    }
+}
