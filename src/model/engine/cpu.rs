@@ -584,8 +584,8 @@ impl Engine for CpuEngine {
 
     fn int8_dot(&mut self) -> bool {
         self.int8_dot = true;
-        // the symmetric int8 copies in row tiles, where the CPU has their kernel (AVX-512 VNNI): the decoding
-        // products of several lanes at once take fewer instructions per weight (`quant::tiles`)
+        // the integer copies in row tiles where the CPU has their kernels (AVX-512 VNNI; int8 copies without
+        // offsets and nibble copies): several lanes' products take fewer instructions per weight (`quant::tiles`)
         let tile = |q: &mut Arc<QMatrix>| {
             Arc::make_mut(q).tile_for_int8();
         };

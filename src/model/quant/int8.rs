@@ -117,16 +117,9 @@ pub(super) fn int8_reference(m: &QMatrix, x: &Int8Rows, row: usize, j: usize) ->
 
 #[cfg(test)]
 mod tests {
-    use super::super::fixtures::random;
+    use super::super::fixtures::{matrix, random};
     use super::*;
-    use candle_core::quantized::{GgmlDType, QTensor};
-    use candle_core::{Device, Tensor};
-
-    fn matrix(dtype: GgmlDType, rows: usize, cols: usize, seed: u64) -> QMatrix {
-        let t = Tensor::from_vec(random(rows * cols, seed), (rows, cols), &Device::Cpu).unwrap();
-        let qt = QTensor::quantize(&t, dtype).unwrap();
-        QMatrix::from_ggml(dtype, &qt.data().unwrap(), rows, cols).unwrap()
-    }
+    use candle_core::quantized::GgmlDType;
 
     /// Inputs that int8 holds exactly (multiples of a block's scale, the largest 127 of them) give the exact
     /// product up to f32 rounding: only the order of the additions differs.

@@ -23,7 +23,7 @@
 //! Files: `blocks` reads the ggml block formats into the integer copy; `matvec` computes products from it,
 //! with the SIMD kernels in `x86` (AVX-512, AVX2); `int8` computes them in integer arithmetic from inputs
 //! quantized to 8 bits (`q8`), as llama.cpp does (`--int8-dot`: faster, no longer exact); `tiles` lays the
-//! symmetric int8 copies out in row tiles for those products with AVX-512 VNNI.
+//! int8 copies without offsets and the nibble copies out in row tiles for those products with AVX-512 VNNI.
 
 mod blocks;
 mod int8;
@@ -42,6 +42,9 @@ use blocks::{block_layout, decode_block, Decoded};
 /// Rows computed together by the kernels: they share each load of `x` and give the CPU independent
 /// accumulator chains.
 const ROWS: usize = 4;
+
+/// Weight rows per tile of a tiled copy (`tiles`): one 32-bit lane each of an AVX-512 register.
+const TILE: usize = 16;
 
 /// How the integer weights are stored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -80,15 +83,15 @@ pub struct QMatrix {
     q: Vec<u8>,
     /// `[rows, cols / group >> scale_shift]` (or row tiles, `tiled`)
     scale: Vec<f32>,
-    /// `[rows, cols / group >> scale_shift]`, or empty when every offset is +0 (the symmetric formats: Q8_0,
-    /// Q5_0, Q6_K)
+    /// `[rows, cols / group >> scale_shift]` (or row tiles, `tiled`), or empty when every offset is +0 (the
+    /// symmetric formats: Q8_0, Q5_0, Q6_K)
     offset: Vec<f32>,
     /// 1 when each scale and offset serve two consecutive groups (an [`Layout::I8`] copy of a format with one
     /// scale per 32 weights: Q5_0, Q5_1, Q8_0, Q5_K), else 0. With the empty offsets, a Q8_0 or Q5_0 copy takes
     /// 1.125 bytes per weight instead of 1.5: decoding a model is bound by the bytes it reads.
     scale_shift: u32,
-    /// `q` and `scale` laid out in row tiles of 16 for the integer products (`tiles`: a symmetric int8 copy
-    /// under `--int8-dot` with AVX-512 VNNI).
+    /// `q`, `scale` and `offset` laid out in row tiles of 16 for the integer products (`tiles`: an int8 copy
+    /// without offsets or a nibble copy, under `--int8-dot` with AVX-512 VNNI).
     tiled: bool,
 }
 
@@ -274,6 +277,19 @@ pub(crate) mod fixtures {
         use rand::{Rng, SeedableRng};
         let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
         (0..n).map(|_| rng.random::<f32>() * 2.0 - 1.0).collect()
+    }
+
+    /// A `[rows, cols]` matrix of [`random`] weights quantized by candle to `dtype`, as the integer copy.
+    pub(crate) fn matrix(
+        dtype: candle_core::quantized::GgmlDType,
+        rows: usize,
+        cols: usize,
+        seed: u64,
+    ) -> super::QMatrix {
+        use candle_core::{quantized::QTensor, Device, Tensor};
+        let t = Tensor::from_vec(random(rows * cols, seed), (rows, cols), &Device::Cpu).unwrap();
+        let qt = QTensor::quantize(&t, dtype).unwrap();
+        super::QMatrix::from_ggml(dtype, &qt.data().unwrap(), rows, cols).unwrap()
     }
 }
 

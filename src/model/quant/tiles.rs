@@ -28,10 +28,7 @@ use super::matvec::{deinterleave, passes};
 use super::q8::{Int8Rows, BLOCK};
 #[cfg(target_arch = "x86_64")]
 use super::x86;
-use super::{Layout, QMatrix};
-
-/// Weight rows per tile: one 32-bit lane each of an AVX-512 register.
-pub(super) const TILE: usize = 16;
+use super::{Layout, QMatrix, TILE};
 
 /// Columns per tile register: the 4 bytes `vpdpbusd` sums into one lane.
 const QUAD: usize = 4;
@@ -223,17 +220,10 @@ pub(super) fn tiles_portable(m: &QMatrix, k: usize, row0: usize, x: &Int8Rows, o
 
 #[cfg(test)]
 mod tests {
-    use super::super::fixtures::random;
+    use super::super::fixtures::{matrix, random};
     use super::super::int8::int8_reference;
     use super::*;
-    use candle_core::quantized::{GgmlDType, QTensor};
-    use candle_core::{Device, Tensor};
-
-    fn matrix(dtype: GgmlDType, rows: usize, cols: usize, seed: u64) -> QMatrix {
-        let t = Tensor::from_vec(random(rows * cols, seed), (rows, cols), &Device::Cpu).unwrap();
-        let qt = QTensor::quantize(&t, dtype).unwrap();
-        QMatrix::from_ggml(dtype, &qt.data().unwrap(), rows, cols).unwrap()
-    }
+    use candle_core::quantized::GgmlDType;
 
     /// By hand: two rows of 32 int8 weights, row 0 `q = c - 16` with scale 0.5, row 1 all 3 with scale 0.25;
     /// inputs all 127 (one block, scale 1, q = 127). Row 1's weight at column 5 sits at byte

@@ -5,7 +5,7 @@
 
 use std::arch::x86_64::*;
 
-use super::{QMatrix, ROWS};
+use super::{QMatrix, ROWS, TILE};
 
 const GROUP: usize = 16;
 
@@ -519,7 +519,6 @@ pub(super) unsafe fn tiles_int8_avx512<const N: usize, const Q: usize>(
     x: &super::q8::Int8Rows,
     out: &mut [f32],
 ) {
-    use super::tiles::TILE;
     let (cols, glen) = (m.cols, 4 * Q);
     let (groups, blocks, halves) = (cols / glen, cols / super::q8::BLOCK, cols / 16);
     let rows = out.len() / N;
@@ -574,7 +573,6 @@ pub(super) unsafe fn tiles_int8_u4_avx512<const N: usize>(
     x: &super::q8::Int8Rows,
     out: &mut [f32],
 ) {
-    use super::tiles::TILE;
     let (cols, groups) = (m.cols, m.cols / 32);
     let rows = out.len() / N;
     let (qp, sp, op) = (m.q.as_ptr(), m.scale.as_ptr(), m.offset.as_ptr());
