@@ -115,6 +115,50 @@ pub(super) fn int8_reference(m: &QMatrix, x: &Int8Rows, row: usize, j: usize) ->
     sum
 }
 
+/// The matrices the integer kernels are tested on: each format with an integer path, a 96-column one (a last
+/// half-chunk of 32), and two of a real model's size.
+#[cfg(test)]
+pub(super) const CASES: [(candle_core::quantized::GgmlDType, usize, usize); 8] = {
+    use candle_core::quantized::GgmlDType as T;
+    [
+        (T::Q8_0, 37, 256),
+        (T::Q6K, 37, 256),
+        (T::Q5_0, 21, 96),
+        (T::Q4_0, 21, 96),
+        (T::Q4_1, 37, 256),
+        (T::Q4K, 37, 256),
+        (T::Q8_0, 1030, 4096),
+        (T::Q4K, 1030, 4096),
+    ]
+};
+
+/// `m`'s integer products of 15 random vectors (from `seed`), one at a time, against [`int8_reference`] of
+/// `weights` (the same weights, in any layout; tight), and all 15 at once (8 + 4 + 2 + 1 per pass) on pools of 1
+/// and 3 threads bit for bit the same. Returns the vectors and the one-at-a-time products (`[15][rows]`).
+#[cfg(test)]
+pub(super) fn check_integer_products(m: &QMatrix, weights: &QMatrix, seed: u64) -> (Vec<f32>, Vec<f32>) {
+    let (rows, cols, nv) = (m.rows, m.cols, 15);
+    let x = super::fixtures::random(nv * cols, seed);
+    let xq = Int8Rows::new(&x, cols);
+    let mut one = vec![0f32; nv * rows];
+    for j in 0..nv {
+        m.matvec_int8(&x[j * cols..(j + 1) * cols], &mut one[j * rows..(j + 1) * rows]);
+    }
+    for j in 0..nv {
+        for r in 0..rows {
+            let (got, want) = (one[j * rows + r] as f64, int8_reference(weights, &xq, r, j));
+            assert!((got - want).abs() < 1e-4 * (1.0 + want.abs()), "{m:?} row {r} vector {j}: {got} vs {want}");
+        }
+    }
+    for threads in [1, 3] {
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+        let mut all = vec![0f32; nv * rows];
+        pool.install(|| m.matvec_int8(&x, &mut all));
+        assert_eq!(all, one, "{m:?}, {threads} threads");
+    }
+    (x, one)
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::fixtures::{matrix, random};
@@ -154,33 +198,14 @@ mod tests {
     /// half-chunk of 32) and a split over a pool too.
     #[test]
     fn kernels_equal_the_integer_products() {
-        for (dtype, rows, cols) in [
-            (GgmlDType::Q8_0, 37, 256),
-            (GgmlDType::Q6K, 37, 256),
-            (GgmlDType::Q5_0, 21, 96),
-            (GgmlDType::Q4_0, 21, 96),
-            (GgmlDType::Q4_1, 37, 256),
-            (GgmlDType::Q4K, 37, 256),
-            (GgmlDType::Q8_0, 1030, 4096),
-            (GgmlDType::Q4K, 1030, 4096),
-        ] {
+        for (dtype, rows, cols) in CASES {
             let m = matrix(dtype, rows, cols, 22);
-            let nv = 15;
-            let x = random(nv * cols, 23);
+            let (x, one) = check_integer_products(&m, &m, 23);
             let xq = Int8Rows::new(&x, cols);
             let w = m.dequantize();
-            let mut one = vec![0f32; nv * rows];
-            for j in 0..nv {
-                m.matvec_int8(&x[j * cols..(j + 1) * cols], &mut one[j * rows..(j + 1) * rows]);
-            }
-            for j in 0..nv {
+            for j in 0..x.len() / cols {
                 for r in 0..rows {
                     let got = one[j * rows + r] as f64;
-                    let want = int8_reference(&m, &xq, r, j);
-                    assert!(
-                        (got - want).abs() < 1e-4 * (1.0 + want.abs()),
-                        "{dtype:?} row {r} vector {j}: {got} vs {want}"
-                    );
                     let exact: f64 = (0..cols).map(|c| w[r * cols + c] as f64 * x[j * cols + c] as f64).sum();
                     let step: f64 = (0..cols)
                         .map(|c| (w[r * cols + c] as f64).abs() * xq.scale[j * cols / BLOCK + c / BLOCK] as f64 / 2.0)
@@ -190,12 +215,6 @@ mod tests {
                         "{dtype:?} row {r}: {got} vs exact {exact} (bound {step})"
                     );
                 }
-            }
-            for threads in [1, 3] {
-                let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
-                let mut all = vec![0f32; nv * rows];
-                pool.install(|| m.matvec_int8(&x, &mut all));
-                assert_eq!(all, one, "{dtype:?} {rows}x{cols}, {threads} threads");
             }
         }
     }

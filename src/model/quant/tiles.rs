@@ -220,8 +220,8 @@ pub(super) fn tiles_portable(m: &QMatrix, k: usize, row0: usize, x: &Int8Rows, o
 
 #[cfg(test)]
 mod tests {
-    use super::super::fixtures::{matrix, random};
-    use super::super::int8::int8_reference;
+    use super::super::fixtures::matrix;
+    use super::super::int8::{check_integer_products, CASES};
     use super::*;
     use candle_core::quantized::GgmlDType;
 
@@ -316,42 +316,12 @@ mod tests {
     /// the exact product of a tiled copy still the exact one.
     #[test]
     fn tiled_products_equal_the_integer_products() {
-        for (dtype, rows, cols) in [
-            (GgmlDType::Q8_0, 37, 256),
-            (GgmlDType::Q6K, 37, 256),
-            (GgmlDType::Q5_0, 21, 96),
-            (GgmlDType::Q4_0, 21, 96),
-            (GgmlDType::Q4_1, 37, 256),
-            (GgmlDType::Q4K, 37, 256),
-            (GgmlDType::Q8_0, 1030, 4096),
-            (GgmlDType::Q4K, 1030, 4096),
-        ] {
+        for (dtype, rows, cols) in CASES {
             let rowwise = matrix(dtype, rows, cols, 32);
             let mut m = rowwise.clone();
             m.tile();
             assert!(m.int8_dot());
-            let nv = 15;
-            let x = random(nv * cols, 33);
-            let xq = Int8Rows::new(&x, cols);
-            let mut one = vec![0f32; nv * rows];
-            for j in 0..nv {
-                m.matvec_int8(&x[j * cols..(j + 1) * cols], &mut one[j * rows..(j + 1) * rows]);
-            }
-            for j in 0..nv {
-                for r in 0..rows {
-                    let (got, want) = (one[j * rows + r] as f64, int8_reference(&rowwise, &xq, r, j));
-                    assert!(
-                        (got - want).abs() < 1e-4 * (1.0 + want.abs()),
-                        "{dtype:?} row {r} vector {j}: {got} vs {want}"
-                    );
-                }
-            }
-            for threads in [1, 3] {
-                let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
-                let mut all = vec![0f32; nv * rows];
-                pool.install(|| m.matvec_int8(&x, &mut all));
-                assert_eq!(all, one, "{dtype:?} {rows}x{cols}, {threads} threads");
-            }
+            let (x, _) = check_integer_products(&m, &rowwise, 33);
             let eight = Int8Rows::new(&x[..8 * cols], cols);
             let (mut simd, mut portable) = (vec![0f32; 8 * rows], vec![0f32; 8 * rows]);
             m.tiles_into(8, 0, &eight, &mut simd);
