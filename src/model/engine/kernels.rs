@@ -291,6 +291,10 @@ pub fn rope(x: &mut [f32], t: usize, heads: usize, hd: usize, start: usize, cos:
     }
 }
 
+/// Query rows times keys per head from which [`causal_attention`] spreads its heads over the rayon pool: a head's
+/// 2 x 1,024 x `hd` multiply-adds (about 10 us at `hd` = 64) outweigh handing it to another thread.
+const ATTENTION_SPLIT: usize = 1024;
+
 /// Causal grouped-query attention for one sequence.
 ///
 /// `q [t, h * hd]` (RoPE applied): the last `t` of the `keys` positions; `k`, `v`: the cache, key/value head `g`'s
@@ -376,7 +380,8 @@ pub fn causal_attention(
             );
         }
     };
-    if t <= 4 {
+    // the heads over the pool once each has some work: a few rows over a short context are cheaper on one thread
+    if t * keys < ATTENTION_SPLIT {
         probs.chunks_mut(t * keys).enumerate().for_each(|(hh, p)| head(hh, p));
     } else {
         probs.par_chunks_mut(t * keys).enumerate().for_each(|(hh, p)| head(hh, p));
