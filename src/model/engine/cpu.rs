@@ -469,9 +469,9 @@ impl CpuEngine {
                     kernels::rope(q, t, h, hd, start, cos, sin);
                     kernels::rope(k, t, kvh, hd, start, cos, sin);
                     c.write(l, start, k, v);
-                    let (o, p) =
-                        kernels::causal_attention(q, t, h, kvh, hd, &c.k[l], &c.v[l], c.capacity * hd, start + t);
-                    (o, (last && cap_from[i] < t).then_some(p)) // o: [t, h * hd]; p: [h, t, keys]
+                    let keep = last && cap_from[i] < t;
+                    // o: [t, h * hd]; p: [h, t, keys]
+                    kernels::causal_attention(q, t, h, kvh, hd, &c.k[l], &c.v[l], c.capacity * hd, start + t, keep)
                 })
                 .collect();
             let mut att = Vec::with_capacity(ns);
