@@ -278,7 +278,8 @@ mod tests {
             let sd = (p * (1.0 - p) / draws as f64).sqrt();
             assert!((f - p).abs() <= 5.0 * sd + 1e-9, "token {i}: frequency {f} against p {p}");
         }
-        // p of token 3 is e^-2 / z ~ 1.6e-4: drawn at least once, token 2 (e^0 / z ~ 1.2e-3) too
+        // z = e^2 + e^4 + 1 + e^-2 + e^6 ~ 466.5: token 3 (e^-2 / z ~ 2.9e-4, some 29 draws) and token 2 (1 / z ~
+        // 2.1e-3) are drawn too
         assert!(count[2] > 0 && count[3] > 0, "{count:?}");
     }
 }
