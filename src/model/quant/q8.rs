@@ -28,6 +28,7 @@ impl Int8Rows {
         let mut q = Vec::with_capacity(x.len());
         let mut scale = Vec::with_capacity(x.len() / BLOCK);
         let mut sum = Vec::with_capacity(x.len() / BLOCK);
+        let mut sum16 = Vec::with_capacity(x.len() / 16);
         #[cfg(target_arch = "x86_64")]
         let simd = std::arch::is_x86_feature_detected!("avx512f");
         for block in x.chunks_exact(BLOCK) {
@@ -39,9 +40,11 @@ impl Int8Rows {
             let (d, ints) = quantize_block(block);
             q.extend_from_slice(&ints);
             scale.push(d);
-            sum.push(d * ints.iter().map(|&v| v as i32).sum::<i32>() as f32);
+            // the block's sum from its sums per 16 values (integers: the same in any order)
+            let at = sum16.len();
+            sum16.extend(ints.chunks_exact(16).map(|h| h.iter().map(|&v| v as i32).sum::<i32>()));
+            sum.push(d * sum16[at..].iter().sum::<i32>() as f32);
         }
-        let sum16 = q.chunks_exact(16).map(|h| h.iter().map(|&v| v as i32).sum()).collect();
         let (per_row, chunks) = (cols / BLOCK, cols.div_ceil(64));
         let mut lanes = vec![0f32; x.len() / cols * chunks * 16];
         for (r, row_lanes) in lanes.chunks_exact_mut(chunks * 16).enumerate() {
@@ -100,9 +103,6 @@ fn round_half_away(v: f32) -> f32 {
 mod tests {
     use super::*;
 
-    /// Quantization by hand: a block of 32 whose largest magnitude is 2.54 gets scale 0.02; 1.0 -> 50, -2.54 ->
-    /// -127, 0.011 -> 1 (0.55 rounds up), 0.009 -> 0; an all-zero block gets scale 0 and zeros; the lanes hold the
-    /// first block's scale in 0..8, the second's in 8..16.
     /// The vectorizing rounding gives `f32::round`'s bits on halves, values next to halves, integers, zeros of
     /// both signs, large values and random ones.
     #[test]
@@ -154,6 +154,9 @@ mod tests {
         }
     }
 
+    /// Quantization by hand: a block of 32 whose largest magnitude is 2.54 gets scale 0.02; 1.0 -> 50, -2.54 ->
+    /// -127, 0.011 -> 1 (0.55 rounds up), 0.009 -> 0; an all-zero block gets scale 0 and zeros; the lanes hold the
+    /// first block's scale in 0..8, the second's in 8..16.
     #[test]
     fn rows_quantize_as_ggml_q8_0() {
         let mut x = vec![0f32; 64];
