@@ -4,7 +4,7 @@
 
 #[cfg(target_arch = "x86_64")]
 use super::x86;
-use super::{Layout, QMatrix, ROWS};
+use super::{Layout, QMatrix, ROWS, TILE};
 
 impl QMatrix {
     /// `y[r] = sum_c W[r, c] x[c]` for each of the `x.len() / cols` row vectors in `x` (row-major), written to
@@ -48,6 +48,21 @@ impl QMatrix {
             out.par_chunks_mut(k * chunk).enumerate().for_each(|(c, o)| rows(c * chunk, o));
         } else {
             rows(0, out);
+        }
+    }
+
+    /// [`QMatrix::split_rows`] for kernels that write their rows of the output themselves: `rows(row0, count)`
+    /// over ranges of whole tiles of [`TILE`] rows covering the matrix, on the pool as there.
+    pub(super) fn split_tiles(&self, rows: impl Fn(usize, usize) + Sync) {
+        let threads = rayon::current_num_threads();
+        if threads > 1 && self.rows * self.cols >= PARALLEL_MIN {
+            use rayon::prelude::*;
+            let chunk = self.rows.div_ceil(threads * 2).next_multiple_of(TILE);
+            (0..self.rows.div_ceil(chunk))
+                .into_par_iter()
+                .for_each(|c| rows(c * chunk, chunk.min(self.rows - c * chunk)));
+        } else {
+            rows(0, self.rows);
         }
     }
 

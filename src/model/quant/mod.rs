@@ -18,13 +18,17 @@
 //! gemm on the de-quantized matrix.
 //!
 //! Products of many rows at once (prefill) de-quantize a block of rows at a time ([`QMatrix::dequantize_rows`])
-//! for an f32 gemm; training and the burn engines use f32 weights of their own.
+//! for an f32 gemm, except with `--int8-dot` on a CPU with AMX (below); training and the burn engines use f32
+//! weights of their own.
 //!
 //! Files: `blocks` reads the ggml block formats into the integer copy; `matvec` computes products from it,
 //! with the SIMD kernels in `x86` (AVX-512, AVX2); `int8` computes them in integer arithmetic from inputs
 //! quantized to 8 bits (`q8`), as llama.cpp does (`--int8-dot`: faster, no longer exact); `tiles` lays the
-//! int8 copies without offsets and the nibble copies out in row tiles for those products with AVX-512 VNNI.
+//! int8 copies without offsets and the nibble copies out in row tiles for those products with AVX-512 VNNI;
+//! `amx` multiplies many rows at once from the same tiles on Intel AMX, to the same bits.
 
+#[cfg(target_arch = "x86_64")]
+mod amx;
 mod blocks;
 mod int8;
 mod matvec;

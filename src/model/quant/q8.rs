@@ -25,36 +25,72 @@ impl Int8Rows {
     /// Quantizes each row of `x` (`[n, cols]`, `cols` a multiple of [`BLOCK`]).
     pub(super) fn new(x: &[f32], cols: usize) -> Int8Rows {
         assert!(cols.is_multiple_of(BLOCK) && x.len().is_multiple_of(cols));
-        let mut q = Vec::with_capacity(x.len());
-        let mut scale = Vec::with_capacity(x.len() / BLOCK);
-        let mut sum = Vec::with_capacity(x.len() / BLOCK);
-        let mut sum16 = Vec::with_capacity(x.len() / 16);
-        #[cfg(target_arch = "x86_64")]
-        let simd = std::arch::is_x86_feature_detected!("avx512f");
-        for block in x.chunks_exact(BLOCK) {
-            let block: &[f32; BLOCK] = block.try_into().unwrap();
-            #[cfg(target_arch = "x86_64")]
-            // SAFETY: the CPU has AVX-512F.
-            let (d, ints) = if simd { unsafe { quantize_block_avx512(block) } } else { quantize_block(block) };
-            #[cfg(not(target_arch = "x86_64"))]
-            let (d, ints) = quantize_block(block);
-            q.extend_from_slice(&ints);
-            scale.push(d);
-            // the block's sum from its sums per 16 values (integers: the same in any order)
-            let at = sum16.len();
-            sum16.extend(ints.chunks_exact(16).map(|h| h.iter().map(|&v| v as i32).sum::<i32>()));
-            sum.push(d * sum16[at..].iter().sum::<i32>() as f32);
-        }
+        let n = x.len() / cols;
+        let mut r = Int8Rows::zeros(n, cols);
+        quantize_rows(x, &mut r.q, &mut r.scale, &mut r.sum, &mut r.sum16);
         let (per_row, chunks) = (cols / BLOCK, cols.div_ceil(64));
-        let mut lanes = vec![0f32; x.len() / cols * chunks * 16];
-        for (r, row_lanes) in lanes.chunks_exact_mut(chunks * 16).enumerate() {
-            for (b, &d) in scale[r * per_row..(r + 1) * per_row].iter().enumerate() {
+        r.lanes = vec![0f32; n * chunks * 16];
+        for (row, row_lanes) in r.lanes.chunks_exact_mut(chunks * 16).enumerate() {
+            for (b, &d) in r.scale[row * per_row..(row + 1) * per_row].iter().enumerate() {
                 let at = (b / 2) * 16 + (b % 2) * 8;
                 row_lanes[at..at + 8].fill(d);
             }
         }
-        Int8Rows { q, scale, sum, sum16, lanes }
+        r
     }
+
+    /// [`Int8Rows::new`] for the tiled kernels, which read no `lanes` (left empty): `rows` rows, those past `x`'s
+    /// zeros, quantized in blocks of 64 rows over the pool.
+    pub(super) fn padded(x: &[f32], cols: usize, rows: usize) -> Int8Rows {
+        assert!(cols.is_multiple_of(BLOCK) && x.len().is_multiple_of(cols) && x.len() <= rows * cols);
+        use rayon::prelude::*;
+        let mut r = Int8Rows::zeros(rows, cols);
+        let (c, b) = (64 * cols, 64 * cols / BLOCK);
+        x.par_chunks(c)
+            .zip(r.q.par_chunks_mut(c))
+            .zip(r.scale.par_chunks_mut(b).zip(r.sum.par_chunks_mut(b)))
+            .zip(r.sum16.par_chunks_mut(2 * b))
+            .for_each(|(((x, q), (scale, sum)), sum16)| quantize_rows(x, q, scale, sum, sum16));
+        r
+    }
+
+    /// `n` rows of zeros (scales 0), no `lanes`.
+    fn zeros(n: usize, cols: usize) -> Int8Rows {
+        Int8Rows {
+            q: vec![0; n * cols],
+            scale: vec![0.0; n * cols / BLOCK],
+            sum: vec![0.0; n * cols / BLOCK],
+            sum16: vec![0; n * cols / 16],
+            lanes: Vec::new(),
+        }
+    }
+}
+
+/// Quantizes `x`'s blocks into the first `x.len()` values of `q` and the matching blocks of `scale`, `sum` and
+/// `sum16`.
+fn quantize_rows(x: &[f32], q: &mut [i8], scale: &mut [f32], sum: &mut [f32], sum16: &mut [i32]) {
+    #[cfg(target_arch = "x86_64")]
+    let simd = std::arch::is_x86_feature_detected!("avx512f");
+    for (b, block) in x.chunks_exact(BLOCK).enumerate() {
+        let block: &[f32; BLOCK] = block.try_into().unwrap();
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: the CPU has AVX-512F.
+        let (d, ints, halves) = if simd { unsafe { quantize_block_avx512(block) } } else { portable(block) };
+        #[cfg(not(target_arch = "x86_64"))]
+        let (d, ints, halves) = portable(block);
+        q[b * BLOCK..(b + 1) * BLOCK].copy_from_slice(&ints);
+        scale[b] = d;
+        // the block's sum from its sums per 16 values (integers: the same in any order)
+        sum16[2 * b..2 * b + 2].copy_from_slice(&halves);
+        sum[b] = d * (halves[0] + halves[1]) as f32;
+    }
+}
+
+/// [`quantize_block`] and the sums of each 16 values.
+fn portable(block: &[f32; BLOCK]) -> (f32, [i8; BLOCK], [i32; 2]) {
+    let (d, ints) = quantize_block(block);
+    let sum = |h: &[i8]| h.iter().map(|&v| v as i32).sum::<i32>();
+    (d, ints, [sum(&ints[..16]), sum(&ints[16..])])
 }
 
 /// One block's scale `max |x| / 127` and its values rounded to -127..=127.
@@ -79,11 +115,37 @@ fn quantize_block(block: &[f32; BLOCK]) -> (f32, [i8; BLOCK]) {
     (d, ints)
 }
 
-/// [`quantize_block`] compiled for AVX-512 (the truncation one instruction for 16 values, not a call per value).
+/// [`quantize_block`] with AVX-512, 16 values per instruction, and the sums of each 16 values: the same bits
+/// (`vmaxps` keeps its second operand where the first is a NaN, so `max(|v|, acc)` ignores NaNs as `f32::max`
+/// does; the rounding and the clamp as [`round_half_away`] and `clamp`, a NaN first set to 0).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-unsafe fn quantize_block_avx512(block: &[f32; BLOCK]) -> (f32, [i8; BLOCK]) {
-    quantize_block(block)
+unsafe fn quantize_block_avx512(block: &[f32; BLOCK]) -> (f32, [i8; BLOCK], [i32; 2]) {
+    use std::arch::x86_64::*;
+    let v = [_mm512_loadu_ps(block.as_ptr()), _mm512_loadu_ps(block.as_ptr().add(16))];
+    let zero = _mm512_setzero_ps();
+    let lanes = _mm512_max_ps(_mm512_abs_ps(v[1]), _mm512_max_ps(_mm512_abs_ps(v[0]), zero));
+    let d = _mm512_reduce_max_ps(lanes) / 127.0;
+    let inv = _mm512_set1_ps(if d > 0.0 { 1.0 / d } else { 0.0 });
+    let (one, sign) = (_mm512_set1_ps(1.0), _mm512_set1_epi32(i32::MIN));
+    let (lo, hi) = (_mm512_set1_ps(-127.0), _mm512_set1_ps(127.0));
+    let mut ints = [0i8; BLOCK];
+    let mut sums = [0i32; 2];
+    for (h, &x) in v.iter().enumerate() {
+        let x = _mm512_mul_ps(x, inv);
+        let t = _mm512_roundscale_ps::<{ _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC }>(x);
+        let half = _mm512_cmp_ps_mask::<_CMP_GE_OQ>(_mm512_abs_ps(_mm512_sub_ps(x, t)), _mm512_set1_ps(0.5));
+        let away = _mm512_castsi512_ps(_mm512_or_si512(
+            _mm512_and_si512(_mm512_castps_si512(x), sign),
+            _mm512_castps_si512(one),
+        ));
+        let r = _mm512_mask_add_ps(t, half, t, away);
+        let r = _mm512_mask_mov_ps(r, _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(r, r), zero);
+        let q = _mm512_cvttps_epi32(_mm512_min_ps(_mm512_max_ps(r, lo), hi));
+        _mm_storeu_si128(ints.as_mut_ptr().add(16 * h) as *mut __m128i, _mm512_cvtepi32_epi8(q));
+        sums[h] = _mm512_reduce_add_epi32(q);
+    }
+    (d, ints, sums)
 }
 
 /// `v.round()` (halves away from zero, as ggml's `roundf`) in operations that vectorize (`round` is a libm call
@@ -134,7 +196,8 @@ mod tests {
         assert_eq!((d, ints), (f32::INFINITY, [0i8; BLOCK]));
     }
 
-    /// The AVX-512 build of a block's quantization gives the portable one's bits (random blocks, the NaN block).
+    /// The AVX-512 quantization of a block gives the portable one's bits and sums (random blocks, a NaN, exact
+    /// halves, an infinity, zeros of both signs, a subnormal largest value).
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn the_avx512_build_quantizes_as_the_portable_one() {
@@ -146,11 +209,19 @@ mod tests {
         let mut odd = [0.5f32; BLOCK];
         (odd[1], odd[2]) = (f32::NAN, -1.5);
         blocks.push(odd);
+        // exact halves of the scale 1 (127 the largest), an infinity, zeros, a subnormal largest (1 / d overflows)
+        let mut halves: [f32; BLOCK] = std::array::from_fn(|i| (i as f32 - 16.0) * 2.5 + 0.5);
+        halves[31] = -127.0;
+        let mut inf = [1.0f32; BLOCK];
+        inf[7] = f32::INFINITY;
+        let mut tiny = [0f32; BLOCK];
+        (tiny[0], tiny[20]) = (1e-42, -5e-43);
+        blocks.extend([halves, inf, [0f32; BLOCK], [-0.0f32; BLOCK], tiny]);
         for b in &blocks {
-            let (d, ints) = quantize_block(b);
+            let (d, ints, sums) = portable(b);
             // SAFETY: the CPU has AVX-512F.
-            let (ds, ints_s) = unsafe { quantize_block_avx512(b) };
-            assert_eq!((d.to_bits(), ints), (ds.to_bits(), ints_s));
+            let (ds, ints_s, sums_s) = unsafe { quantize_block_avx512(b) };
+            assert_eq!((d.to_bits(), ints, sums), (ds.to_bits(), ints_s, sums_s));
         }
     }
 

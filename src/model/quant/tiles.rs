@@ -20,8 +20,9 @@
 //! - the last tile padded with weights, scales and offsets 0.
 //!
 //! Each result is the integer products of `super::int8` with the f32 additions in another order, and the same
-//! for a vector whatever the others in its pass (bit for bit). Products of many rows (prefill) and the
-//! embedding's rows de-quantize from the tiles (`QMatrix::dequantize_rows`) to the same values as before tiling.
+//! for a vector whatever the others in its pass (bit for bit), or whether it came in a pass of up to 8 or, on
+//! AMX, with many more (`super::amx`). Products of many rows (prefill) elsewhere, and the embedding's rows,
+//! de-quantize from the tiles (`QMatrix::dequantize_rows`) to the same values as before tiling.
 
 use super::int8::int8_width;
 use super::matvec::{deinterleave, passes};
@@ -139,9 +140,47 @@ impl QMatrix {
         }
     }
 
-    /// `y = W x` in integers (`--int8-dot`) from a tiled copy, up to 8 vectors per pass over the weights.
+    /// Whether products of any number of rows run in integers here (`super::amx`: a tiled int8 copy without
+    /// offsets, on a CPU with AMX), so that a prefill chunk needs no f32 gemm; the tile kernels' results either way.
+    pub fn int8_many_rows(&self) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        if self.tiled && super::amx::available() {
+            return true;
+        }
+        false
+    }
+
+    /// `y = W x` in integers (`--int8-dot`) from a tiled copy: more than 8 vectors in one pass over the weights
+    /// on AMX ([`QMatrix::int8_many_rows`]), else up to 8 per pass.
     pub(super) fn matvec_tiles(&self, x: &[f32], y: &mut [f32]) {
         let n = x.len() / self.cols;
+        #[cfg(target_arch = "x86_64")]
+        if n > 8 && self.int8_many_rows() {
+            // whole tiles of 16 input rows: the rest zeros
+            let xq = Int8Rows::padded(x, self.cols, n.next_multiple_of(16));
+            let inputs = super::amx::Inputs::new(&xq, self);
+            let y_at = super::amx::Rows(y.as_mut_ptr());
+            self.split_tiles(|row0, rows| {
+                // SAFETY: AMX is available and the copy tiled (int8_many_rows), the kernel picked by its layout and
+                // columns per scale; `inputs` were made for it from `n` rows rounded up to 16; `y` holds `n` rows of
+                // `self.rows`, and split_tiles hands each call whole tiles of its own.
+                unsafe {
+                    match (self.layout, self.scale_cols()) {
+                        (Layout::I8, 16) => {
+                            super::amx::tiles_int8_amx::<4, false>(self, row0, rows, &inputs, n, y_at.at())
+                        }
+                        (Layout::I8, 32) => {
+                            super::amx::tiles_int8_amx::<8, false>(self, row0, rows, &inputs, n, y_at.at())
+                        }
+                        (Layout::U4, 32) => {
+                            super::amx::tiles_int8_amx::<8, true>(self, row0, rows, &inputs, n, y_at.at())
+                        }
+                        (l, c) => unreachable!("no AMX kernel for {l:?} with {c} columns per scale"),
+                    }
+                }
+            });
+            return;
+        }
         for (done, k) in passes(n, 8) {
             let xq = Int8Rows::new(&x[done * self.cols..(done + k) * self.cols], self.cols);
             let mut inter = vec![0f32; k * self.rows];
@@ -226,7 +265,7 @@ mod tests {
     use candle_core::quantized::GgmlDType;
 
     /// By hand: two rows of 32 int8 weights, row 0 `q = c - 16` with scale 0.5, row 1 all 3 with scale 0.25;
-    /// inputs all 127 (one block, scale 1, q = 127). Row 1's weight at column 5 sits at byte
+    /// inputs all 127 (one block, scale 1, q = 127), one vector and nine. Row 1's weight at column 5 sits at byte
     /// `((0 * 8 + 1) * 16 + 1) * 4 + 1 = 69` as `3 + 128`; the padding rows 2..16 hold 128 (weight 0).
     /// `y0 = 0.5 * 1 * 127 * sum(c - 16) = 0.5 * 127 * -16 = -1016`, `y1 = 0.25 * 127 * 3 * 32 = 3048`.
     #[test]
@@ -254,6 +293,10 @@ mod tests {
         let mut portable = [0f32; 2];
         tiles_portable(&m, 1, 0, &Int8Rows::new(&[127.0; 32], 32), &mut portable);
         assert_eq!(portable, y);
+        // 9 such vectors in one pass (on AMX, one tile of 16 input rows, 7 of them padding)
+        let mut nine = [0f32; 18];
+        m.matvec_int8(&[127.0; 9 * 32], &mut nine);
+        assert_eq!(nine, [[-1016.0, 3048.0]; 9].concat()[..]);
     }
 
     /// By hand, a nibble row: 32 weights `q = c % 16` (row layout: byte `i` holds `i` low and `i + 16` high), scale
@@ -332,6 +375,38 @@ mod tests {
             m.matvec(&x[..cols], &mut exact_tiles);
             for (a, b) in exact_rows.iter().zip(&exact_tiles) {
                 assert!((a - b).abs() < 1e-4 * (1.0 + a.abs()), "{dtype:?}: exact product {b} vs {a}");
+            }
+        }
+    }
+
+    /// On AMX, 9 to 37 vectors in one pass (a last block of 16 input rows part padding) give bit for bit what
+    /// each gives alone from the VNNI tile kernel, on pools of 1 and 3 threads, for every tiled int8 format (16
+    /// and 32 columns per scale) and a real model's size; nibble copies keep the passes of 8.
+    #[test]
+    fn amx_products_equal_the_tile_kernels() {
+        #[cfg(target_arch = "x86_64")]
+        if !super::super::amx::available() {
+            eprintln!("no AMX on this CPU: the AMX kernel is not exercised");
+            return;
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        return;
+        for (dtype, rows, cols) in CASES {
+            let mut m = matrix(dtype, rows, cols, 36);
+            m.tile();
+            assert!(m.int8_many_rows(), "{dtype:?}");
+            for n in [9, 16, 37] {
+                let x = super::super::fixtures::random(n * cols, 37 + n as u64);
+                let mut one = vec![0f32; n * rows];
+                for j in 0..n {
+                    m.matvec_int8(&x[j * cols..(j + 1) * cols], &mut one[j * rows..(j + 1) * rows]);
+                }
+                for threads in [1, 3] {
+                    let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+                    let mut all = vec![0f32; n * rows];
+                    pool.install(|| m.matvec_int8(&x, &mut all));
+                    assert_eq!(all, one, "{dtype:?} {rows}x{cols}, {n} vectors, {threads} threads");
+                }
             }
         }
     }
