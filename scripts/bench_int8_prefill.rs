@@ -1,6 +1,7 @@
 //! The products of a prefill chunk on the integer blocks against the f32 gemm, by rows per call: why chunks of more
 //! than 32 rows go through gemm with `--int8-dot` too (docs/engine.md, "Integer dot products"), and what the
-//! row tiles of `--int8-dot` (`QMatrix::tile_for_int8`, AVX-512 VNNI) gain. Qwen2.5-Coder-0.5B's shapes: a 4,864 x
+//! row tiles of `--int8-dot` (`QMatrix::tile_for_int8`, AVX-512 VNNI; on a CPU with AMX, more than 8 rows per call
+//! go to the tile unit) gain. Qwen2.5-Coder-0.5B's shapes: a 4,864 x
 //! 896 matrix (gate/up) quantized by candle to Q8_0 and Q5_0, a 896 x 4,864 one (down) to Q4_K, of fixed
 //! pseudo-random weights; the rayon pool's threads (RAYON_NUM_THREADS); each cell the mean of at least 2 calls, in
 //! GFLOPS.

@@ -277,16 +277,22 @@ impl CpuEngine {
     }
 }
 
-/// `x W^T (+ bias)` from the integer blocks for every segment of 1 to [`int_rows`] rows, all their rows in
-/// one [`QMatrix::matvec`] (or [`QMatrix::matvec_int8`] with `int8`; either way each row bit for bit what it is
-/// alone), written to `out[i]`; other segments are left empty.
+/// `x W^T (+ bias)` from the integer blocks for every segment of 1 to [`int_rows`] rows (with `int8`, of any
+/// number of rows where [`QMatrix::int8_many_rows`]), all their rows in one [`QMatrix::matvec`] (or
+/// [`QMatrix::matvec_int8`] with `int8`; either way each row bit for bit what it is alone), written to `out[i]`;
+/// other segments are left empty.
 fn int_products(q: &QMatrix, bias: Option<&[f32]>, xs: &[Vec<f32>], out: &mut [Vec<f32>], int8: bool) {
     let rows = |x: &Vec<f32>| x.len() / q.cols;
-    let small: Vec<usize> = (0..xs.len()).filter(|&i| (1..=int_rows()).contains(&rows(&xs[i]))).collect();
+    let most = if int8 && q.int8_many_rows() { usize::MAX } else { int_rows() };
+    let small: Vec<usize> = (0..xs.len()).filter(|&i| (1..=most).contains(&rows(&xs[i]))).collect();
     if small.is_empty() {
         return;
     }
-    let host: Vec<f32> = small.iter().flat_map(|&i| xs[i].iter().copied()).collect();
+    // one segment (a prefill chunk, one lane) is multiplied where it is, and its product kept whole
+    let host: std::borrow::Cow<[f32]> = match small[..] {
+        [i] => std::borrow::Cow::Borrowed(&xs[i]),
+        _ => small.iter().flat_map(|&i| xs[i].iter().copied()).collect(),
+    };
     let mut y = vec![0f32; host.len() / q.cols * q.rows];
     if int8 {
         q.matvec_int8(&host, &mut y);
@@ -296,7 +302,7 @@ fn int_products(q: &QMatrix, bias: Option<&[f32]>, xs: &[Vec<f32>], out: &mut [V
     let mut at = 0;
     for &i in &small {
         let n = rows(&xs[i]) * q.rows;
-        let mut yi = y[at..at + n].to_vec();
+        let mut yi = if small.len() == 1 { std::mem::take(&mut y) } else { y[at..at + n].to_vec() };
         at += n;
         if let Some(b) = bias {
             for row in yi.chunks_mut(q.rows) {
