@@ -1,16 +1,19 @@
-//! Integer products of many input rows at once (a prefill chunk, many lanes) on Intel AMX (`--int8-dot`, tiled
-//! int8 copies without offsets: Q8_0, Q5_0, Q6_K), the same numbers as the AVX-512 VNNI tile kernels.
+//! Integer products of many input rows at once (a prefill chunk, many lanes) on Intel AMX (`--int8-dot`, every
+//! tiled copy: int8 without offsets, Q8_0, Q5_0, Q6_K, and nibbles, Q4_0, Q4_1, Q4_K), the same numbers as the
+//! AVX-512 VNNI tile kernels.
 //!
 //! One `tdpbsud` multiplies a tile of 16 input rows by 16 weight rows over a scale group (16 or 32 columns) in
 //! 32-bit integers: 4,096 or 8,192 multiply-adds where a VNNI instruction does 64. The weights need no copy of
-//! their own: a group of a tiled copy (`super::tiles`: per 4 columns, 16 rows of 4 bytes) is already the
+//! their own: a group of a tiled int8 copy (`super::tiles`: per 4 columns, 16 rows of 4 bytes) is already the
 //! "VNNI layout" AMX reads its second operand in (`Q` rows of 64 bytes), stored as `w + 128` (unsigned, as
-//! `tdpbsud` takes it), and the quantized inputs (`[n, cols]` int8) are its first operand, 16 rows at a stride
-//! of `cols`. Each group's 16 x 16 integer sums then go through the tile kernels' own arithmetic per input row
-//! (`- 128 sum x`, one conversion, the scale product `s_w s_x`, one FMA into the even or odd groups' sum): an
-//! integer sum is exact in any order, so every result is bit for bit what `super::x86::tiles_int8_avx512` (and
-//! `super::tiles::tiles_portable`) gives for that row, and a row's result does not depend on whether it came
-//! in a prefill chunk or a decoding pass.
+//! `tdpbsud` takes it); a nibble group is unpacked to bytes in that order, two weight tiles at a time. The
+//! quantized inputs are its first operand, laid out so that a tile's 16 rows of a group are consecutive bytes
+//! ([`Inputs`]). Each group's 16 x 16 integer sums then go through the tile kernels' own arithmetic per input row
+//! (`- 128 sum x` for int8, one conversion, the scale product `s_w s_x`, one FMA into the even or odd groups'
+//! sum, and for nibbles one FMA more for the offset): an integer sum is exact in any order, so every result is bit
+//! for bit what `super::x86::tiles_int8_avx512` or `tiles_int8_u4_avx512` (and `super::tiles::tiles_portable`)
+//! gives for that row, and a row's result does not depend on whether it came in a prefill chunk or a decoding
+//! pass.
 //!
 //! Linux lends the tile registers to a process only on request (`arch_prctl(ARCH_REQ_XCOMP_PERM)`); where the
 //! CPU has no AMX-INT8 or the request fails, [`available`] is false and products keep the other kernels.

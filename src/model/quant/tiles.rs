@@ -140,8 +140,8 @@ impl QMatrix {
         }
     }
 
-    /// Whether products of any number of rows run in integers here (`super::amx`: a tiled int8 copy without
-    /// offsets, on a CPU with AMX), so that a prefill chunk needs no f32 gemm; the tile kernels' results either way.
+    /// Whether products of any number of rows run in integers here (`super::amx`: a tiled copy, on a CPU with
+    /// AMX), so that a prefill chunk needs no f32 gemm; the tile kernels' results either way.
     pub fn int8_many_rows(&self) -> bool {
         #[cfg(target_arch = "x86_64")]
         if self.tiled && super::amx::available() {
@@ -380,8 +380,8 @@ mod tests {
     }
 
     /// On AMX, 9 to 37 vectors in one pass (a last block of 16 input rows part padding) give bit for bit what
-    /// each gives alone from the VNNI tile kernel, on pools of 1 and 3 threads, for every tiled int8 format (16
-    /// and 32 columns per scale) and a real model's size; nibble copies keep the passes of 8.
+    /// each gives alone from the VNNI tile kernel, on pools of 1 and 3 threads, for every tiled format (int8 with
+    /// 16 and 32 columns per scale, nibbles) and two of a real model's size.
     #[test]
     fn amx_products_equal_the_tile_kernels() {
         #[cfg(target_arch = "x86_64")]
