@@ -253,8 +253,9 @@ fn smollm2_on_cuda_in_f32_bf16_and_f16_stays_near_transformers_f32() {
 /// rounding of each layer's inputs to 8 bits turns a last-bit difference into a step of the rounding, so the
 /// largest error over the reference's steps moves by up to 2.4x with the order alone; docs/engine.md), the
 /// reference's greedy token at 95% of the steps or more. On a CPU with AMX the prompts of more than 32 tokens go
-/// through the integer products too (SmolLM2's 37- and 153-token ones; Qwen's are shorter): SmolLM2's bounds are
-/// 1.5x what that measured.
+/// through the integer products too (SmolLM2's 37- and 153-token ones; Qwen's are shorter), and the causal
+/// softmax on 8 lanes moved the errors again (SmolLM2's attention 0.034 -> 0.058): SmolLM2's bounds are 1.5x the
+/// largest of those.
 fn check_int8_dot(model_file: &str, reference: &str, bounds: [f32; 4]) {
     let Some(reference) = load_reference(reference) else { return };
     let model = ragtime::require_checkpoint!(model_file);
@@ -272,7 +273,7 @@ fn check_int8_dot(model_file: &str, reference: &str, bounds: [f32; 4]) {
 
 #[test]
 fn smollm2_with_int8_dot_stays_near_transformers_f32() {
-    check_int8_dot("smollm2-135m-instruct-q4_1.gguf", "smollm2_135m_q4_1.json", [1.5, 0.42, 0.055, 0.066]);
+    check_int8_dot("smollm2-135m-instruct-q4_1.gguf", "smollm2_135m_q4_1.json", [1.5, 0.42, 0.088, 0.071]);
 }
 
 /// The same for Qwen2.5-Coder-0.5B (`--ignored`, after `scripts/setup.sh --model qwen`).

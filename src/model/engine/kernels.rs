@@ -366,20 +366,7 @@ pub fn causal_attention(
             }
             for (i, row) in pb.chunks_mut(keys).enumerate() {
                 let vis = keys - t + r0 + i + 1; // causal: the query's own position is keys - t + r0 + i
-                let mut mx = f32::NEG_INFINITY;
-                for s in row[..vis].iter_mut() {
-                    *s *= scale;
-                    mx = mx.max(*s);
-                }
-                let mut sum = 0f32;
-                for s in row[..vis].iter_mut() {
-                    *s = (*s - mx).exp();
-                    sum += *s;
-                }
-                for s in row[..vis].iter_mut() {
-                    *s /= sum;
-                }
-                row[vis..].fill(0.0);
+                softmax_prefix(row, vis, scale);
             }
             unsafe {
                 // out[block, hh] [rows, hd] = P [rows, seen] @ V_g [seen, hd]
@@ -565,6 +552,48 @@ pub fn exp_fast(x: f32) -> f32 {
     } else {
         y * scale
     }
+}
+
+/// `row[..vis]` becomes `softmax(row[..vis] * scale)` and `row[vis..]` zeros (a causal attention row): as
+/// [`softmax_rows`], on 8 lanes (AVX2 where the CPU has it), [`exp_fast`] for the exponentials.
+fn softmax_prefix(row: &mut [f32], vis: usize, scale: f32) {
+    #[inline(always)]
+    fn each(row: &mut [f32], vis: usize, scale: f32) {
+        const L: usize = 8;
+        let (seen, masked) = row.split_at_mut(vis);
+        let mut mx = [f32::NEG_INFINITY; L];
+        for c in seen.chunks_mut(L) {
+            for j in 0..c.len() {
+                c[j] *= scale;
+                mx[j] = if c[j] > mx[j] { c[j] } else { mx[j] };
+            }
+        }
+        let m = mx.iter().fold(f32::NEG_INFINITY, |a, &b| if b > a { b } else { a });
+        let mut sum = [0f32; L];
+        for c in seen.chunks_mut(L) {
+            for j in 0..c.len() {
+                c[j] = exp_fast(c[j] - m);
+                sum[j] += c[j];
+            }
+        }
+        let total: f32 = sum.iter().sum();
+        for x in seen.iter_mut() {
+            *x /= total;
+        }
+        masked.fill(0.0);
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        #[target_feature(enable = "avx2")]
+        unsafe fn avx2(row: &mut [f32], vis: usize, scale: f32) {
+            each(row, vis, scale)
+        }
+        if std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU has AVX2 (checked on the line above).
+            return unsafe { avx2(row, vis, scale) };
+        }
+    }
+    each(row, vis, scale)
 }
 
 /// Each `t`-wide row of `p` becomes `softmax(row * scale + bias)`, on 8 lanes (AVX2 where the CPU has it): the
@@ -923,6 +952,21 @@ mod tests {
         let p = softmax(q.matmul(k.swap_dims(2, 3)) * (1.0 / (hd as f64).sqrt()) + bias, 3);
         let want = p.matmul(v).swap_dims(1, 2).reshape([b, t, d]);
         close(&got, &want.into_data().to_vec::<f32>().unwrap(), 1e-5);
+    }
+
+    /// A causal row by hand: scores `2 ln k` for keys k = 1, 2, 3 scaled by 1/2 are `ln k`, so the weights are
+    /// `k / 6`; the two keys past the query are 0 whatever they held. Eleven keys seen (a whole lane block and a
+    /// part) sum to 1 over the seen keys.
+    #[test]
+    fn softmax_prefix_by_hand() {
+        let mut row = [2.0 * 1f32.ln(), 2.0 * 2f32.ln(), 2.0 * 3f32.ln(), 7.0, -7.0];
+        softmax_prefix(&mut row, 3, 0.5);
+        close(&row, &[1.0 / 6.0, 2.0 / 6.0, 3.0 / 6.0, 0.0, 0.0], 1e-6);
+        let mut long: Vec<f32> = (0..16).map(|i| i as f32).collect();
+        softmax_prefix(&mut long, 11, 1.0);
+        let z: f32 = (0..11).map(|i| (i as f32 - 10.0).exp()).sum();
+        close(&long[..11], &(0..11).map(|i| (i as f32 - 10.0).exp() / z).collect::<Vec<_>>(), 1e-6);
+        assert!(long[11..].iter().all(|&p| p == 0.0));
     }
 
     /// exp_fast against libm's expf (std's `exp`) on a grid inside (-87, 88): within 2 ulp (relative 2.4e-7);
