@@ -956,7 +956,7 @@ mod tests {
 
     /// A causal row by hand: scores `2 ln k` for keys k = 1, 2, 3 scaled by 1/2 are `ln k`, so the weights are
     /// `k / 6`; the two keys past the query are 0 whatever they held. Eleven keys seen (a whole lane block and a
-    /// part) sum to 1 over the seen keys.
+    /// part): the softmax worked out with libm's `exp`, zeros past them.
     #[test]
     fn softmax_prefix_by_hand() {
         let mut row = [2.0 * 1f32.ln(), 2.0 * 2f32.ln(), 2.0 * 3f32.ln(), 7.0, -7.0];
