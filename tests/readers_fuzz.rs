@@ -286,6 +286,22 @@ fn gguf_zero_alignment_is_an_error() {
     assert!(e.contains("m.gguf") || e.contains(".gguf"), "{e}");
 }
 
+/// Every field of the GGUF header zeroed in turn (8 zero bytes at each offset): a Q/K tensor of no rows reached
+/// the quantized reader's row permutation, which divided by its row count.
+#[test]
+fn gguf_header_zeroed_at_every_offset() {
+    limit_memory();
+    let (seed, header) = gguf_seed();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.gguf");
+    for p in 0..*header {
+        let mut b = seed.clone();
+        b[p..(p + 8).min(*header)].fill(0);
+        std::fs::write(&path, b).unwrap();
+        read_gguf(&path);
+    }
+}
+
 // ---------------------------------------------------------------------------------------------------------------
 // Hugging Face model folder
 

@@ -261,6 +261,31 @@ pub fn unpermute_rows(t: &HostTensor, n_head: usize) -> HostTensor {
     HostTensor { data: out, shape: t.shape.clone() }
 }
 
+impl GgufFile {
+    /// The heads whose Q/K rows llama.cpp permuted in `hf_name` (a Llama q_proj or k_proj weight or bias; `None` for
+    /// every other tensor), once `shape` (the stored tensor `name`'s) is checked to split into them.
+    fn permuted_heads(&self, hf_name: &str, name: &str, shape: &[usize]) -> Result<Option<usize>> {
+        if self.arch != Arch::Llama {
+            return Ok(None);
+        }
+        let heads = if hf_name.ends_with("q_proj.weight") || hf_name.ends_with("q_proj.bias") {
+            self.config.num_heads
+        } else if hf_name.ends_with("k_proj.weight") || hf_name.ends_with("k_proj.bias") {
+            self.config.num_kv_heads
+        } else {
+            return Ok(None);
+        };
+        // The permutation moves whole rows within each head's pairs of halves.
+        if !shape.first().is_some_and(|&rows| heads > 0 && rows > 0 && rows.is_multiple_of(2 * heads)) {
+            bail!(
+                "{}: tensor '{name}' has shape {shape:?}: its rows do not split into {heads} heads of even, non-zero size",
+                self.path.display(),
+            );
+        }
+        Ok(Some(heads))
+    }
+}
+
 impl WeightSource for GgufFile {
     fn describe(&self) -> String {
         self.path.display().to_string()
@@ -269,25 +294,10 @@ impl WeightSource for GgufFile {
     fn tensor(&self, hf_name: &str) -> Result<Option<HostTensor>> {
         let Some(name) = gguf_name(hf_name) else { return Ok(None) };
         let Some(t) = self.read_raw(&name)? else { return Ok(None) };
-        if self.arch == Arch::Llama {
-            let heads = if hf_name.ends_with("q_proj.weight") || hf_name.ends_with("q_proj.bias") {
-                self.config.num_heads
-            } else if hf_name.ends_with("k_proj.weight") || hf_name.ends_with("k_proj.bias") {
-                self.config.num_kv_heads
-            } else {
-                return Ok(Some(t));
-            };
-            // The permutation moves whole rows within each head's pairs of halves.
-            if !t.shape.first().is_some_and(|&rows| heads > 0 && rows.is_multiple_of(2 * heads)) {
-                bail!(
-                    "{}: tensor '{name}' has shape {:?}: its rows do not split into {heads} heads of even size",
-                    self.path.display(),
-                    t.shape
-                );
-            }
-            return Ok(Some(unpermute_rows(&t, heads)));
-        }
-        Ok(Some(t))
+        Ok(Some(match self.permuted_heads(hf_name, &name, &t.shape)? {
+            Some(heads) => unpermute_rows(&t, heads),
+            None => t,
+        }))
     }
 
     fn quantized(&self, hf_name: &str) -> Result<Option<super::quant::QMatrix>> {
@@ -303,15 +313,10 @@ impl WeightSource for GgufFile {
         let bytes = q.data().map_err(|e| anyhow::anyhow!("{}: tensor '{name}': {e}", self.path.display()))?;
         let m = super::quant::QMatrix::from_ggml(q.dtype(), &bytes, dims[0], dims[1])
             .with_context(|| format!("{}: tensor '{name}'", self.path.display()))?;
-        if self.arch == Arch::Llama {
-            if hf_name.ends_with("q_proj.weight") {
-                return Ok(Some(m.permute_rows(&unpermuted_sources(dims[0], self.config.num_heads))));
-            }
-            if hf_name.ends_with("k_proj.weight") {
-                return Ok(Some(m.permute_rows(&unpermuted_sources(dims[0], self.config.num_kv_heads))));
-            }
-        }
-        Ok(Some(m))
+        Ok(Some(match self.permuted_heads(hf_name, &name, &dims)? {
+            Some(heads) => m.permute_rows(&unpermuted_sources(dims[0], heads)),
+            None => m,
+        }))
     }
 }
 

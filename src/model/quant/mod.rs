@@ -254,8 +254,9 @@ impl QMatrix {
     pub fn permute_rows(&self, src_of: &[usize]) -> QMatrix {
         assert!(!self.tiled, "permute_rows: a tiled copy (rows are permuted at load, before any tiling)");
         let rb = self.layout.row_bytes(self.cols);
-        // scales and offsets per row (offsets: none when the copy keeps none)
-        let (sg, og) = (self.scale.len() / self.rows, self.offset.len() / self.rows);
+        // scales and offsets per row (offsets: none when the copy keeps none; no rows, nothing to move)
+        let per_row = |len: usize| len.checked_div(self.rows).unwrap_or(0);
+        let (sg, og) = (per_row(self.scale.len()), per_row(self.offset.len()));
         let mut q = Vec::with_capacity(self.q.len());
         let mut scale = Vec::with_capacity(self.scale.len());
         let mut offset = Vec::with_capacity(self.offset.len());
