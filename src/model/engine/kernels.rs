@@ -554,12 +554,32 @@ pub fn exp_fast(x: f32) -> f32 {
     }
 }
 
+/// Lanes of the softmaxes below: maxima and sums are kept per lane so their loops vectorise.
+const L: usize = 8;
+
+/// The second half of a softmax on [`L`] lanes: `row`, already scaled (and biased), whose lane `j` has the maximum
+/// `mx[j]`, becomes `exp(row - max) / sum` with [`exp_fast`]. Inlined into each caller's AVX2 copy.
+#[inline(always)]
+fn exp_normalize(row: &mut [f32], mx: &[f32; L]) {
+    let m = mx.iter().fold(f32::NEG_INFINITY, |a, &b| if b > a { b } else { a });
+    let mut sum = [0f32; L];
+    for c in row.chunks_mut(L) {
+        for j in 0..c.len() {
+            c[j] = exp_fast(c[j] - m);
+            sum[j] += c[j];
+        }
+    }
+    let total: f32 = sum.iter().sum();
+    for x in row.iter_mut() {
+        *x /= total;
+    }
+}
+
 /// `row[..vis]` becomes `softmax(row[..vis] * scale)` and `row[vis..]` zeros (a causal attention row): as
 /// [`softmax_rows`], on 8 lanes (AVX2 where the CPU has it), [`exp_fast`] for the exponentials.
 fn softmax_prefix(row: &mut [f32], vis: usize, scale: f32) {
     #[inline(always)]
     fn each(row: &mut [f32], vis: usize, scale: f32) {
-        const L: usize = 8;
         let (seen, masked) = row.split_at_mut(vis);
         let mut mx = [f32::NEG_INFINITY; L];
         for c in seen.chunks_mut(L) {
@@ -568,18 +588,7 @@ fn softmax_prefix(row: &mut [f32], vis: usize, scale: f32) {
                 mx[j] = if c[j] > mx[j] { c[j] } else { mx[j] };
             }
         }
-        let m = mx.iter().fold(f32::NEG_INFINITY, |a, &b| if b > a { b } else { a });
-        let mut sum = [0f32; L];
-        for c in seen.chunks_mut(L) {
-            for j in 0..c.len() {
-                c[j] = exp_fast(c[j] - m);
-                sum[j] += c[j];
-            }
-        }
-        let total: f32 = sum.iter().sum();
-        for x in seen.iter_mut() {
-            *x /= total;
-        }
+        exp_normalize(seen, &mx);
         masked.fill(0.0);
     }
     #[cfg(target_arch = "x86_64")]
@@ -601,7 +610,6 @@ fn softmax_prefix(row: &mut [f32], vis: usize, scale: f32) {
 fn softmax_rows(p: &mut [f32], t: usize, bias: &[f32], scale: f32) {
     #[inline(always)]
     fn each(p: &mut [f32], t: usize, bias: &[f32], scale: f32) {
-        const L: usize = 8;
         for row in p.chunks_mut(t) {
             let mut mx = [f32::NEG_INFINITY; L];
             for (c, b) in row.chunks_mut(L).zip(bias.chunks(L)) {
@@ -610,18 +618,7 @@ fn softmax_rows(p: &mut [f32], t: usize, bias: &[f32], scale: f32) {
                     mx[j] = if c[j] > mx[j] { c[j] } else { mx[j] };
                 }
             }
-            let m = mx.iter().fold(f32::NEG_INFINITY, |a, &b| if b > a { b } else { a });
-            let mut sum = [0f32; L];
-            for c in row.chunks_mut(L) {
-                for j in 0..c.len() {
-                    c[j] = exp_fast(c[j] - m);
-                    sum[j] += c[j];
-                }
-            }
-            let total: f32 = sum.iter().sum();
-            for x in row.iter_mut() {
-                *x /= total;
-            }
+            exp_normalize(row, &mx);
         }
     }
     #[cfg(target_arch = "x86_64")]

@@ -38,31 +38,33 @@ impl QMatrix {
         }
     }
 
+    /// Rows per piece when the matrix is split over the rayon pool (two pieces per thread, each a multiple of
+    /// `align` rows), or `None` when it is too small to be worth splitting.
+    fn piece_rows(&self, align: usize) -> Option<usize> {
+        let threads = rayon::current_num_threads();
+        (threads > 1 && self.rows * self.cols >= PARALLEL_MIN)
+            .then(|| self.rows.div_ceil(threads * 2).next_multiple_of(align))
+    }
+
     /// Runs `rows(row0, out)` over `out` (`[rows][k]`, `k` results per row) in pieces of whole rows, each
     /// starting at a multiple of `align` rows, split over the rayon pool when the matrix is large.
     pub(super) fn split_rows(&self, k: usize, align: usize, out: &mut [f32], rows: impl Fn(usize, &mut [f32]) + Sync) {
-        let threads = rayon::current_num_threads();
-        if threads > 1 && self.rows * self.cols >= PARALLEL_MIN {
-            use rayon::prelude::*;
-            let chunk = self.rows.div_ceil(threads * 2).next_multiple_of(align);
-            out.par_chunks_mut(k * chunk).enumerate().for_each(|(c, o)| rows(c * chunk, o));
-        } else {
-            rows(0, out);
+        use rayon::prelude::*;
+        match self.piece_rows(align) {
+            Some(chunk) => out.par_chunks_mut(k * chunk).enumerate().for_each(|(c, o)| rows(c * chunk, o)),
+            None => rows(0, out),
         }
     }
 
     /// [`QMatrix::split_rows`] for kernels that write their rows of the output themselves: `rows(row0, count)`
     /// over ranges of whole tiles of [`TILE`] rows covering the matrix, on the pool as there.
     pub(super) fn split_tiles(&self, rows: impl Fn(usize, usize) + Sync) {
-        let threads = rayon::current_num_threads();
-        if threads > 1 && self.rows * self.cols >= PARALLEL_MIN {
-            use rayon::prelude::*;
-            let chunk = self.rows.div_ceil(threads * 2).next_multiple_of(TILE);
-            (0..self.rows.div_ceil(chunk))
+        use rayon::prelude::*;
+        match self.piece_rows(TILE) {
+            Some(chunk) => (0..self.rows.div_ceil(chunk))
                 .into_par_iter()
-                .for_each(|c| rows(c * chunk, chunk.min(self.rows - c * chunk)));
-        } else {
-            rows(0, self.rows);
+                .for_each(|c| rows(c * chunk, chunk.min(self.rows - c * chunk))),
+            None => rows(0, self.rows),
         }
     }
 

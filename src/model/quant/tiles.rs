@@ -182,7 +182,7 @@ impl QMatrix {
             return;
         }
         for (done, k) in passes(n, 8) {
-            let xq = Int8Rows::new(&x[done * self.cols..(done + k) * self.cols], self.cols);
+            let xq = Int8Rows::padded(&x[done * self.cols..(done + k) * self.cols], self.cols, k);
             let mut inter = vec![0f32; k * self.rows];
             self.split_rows(k, TILE, &mut inter, |row0, out| self.tiles_into(k, row0, &xq, out));
             deinterleave(&inter, k, &mut y[done * self.rows..(done + k) * self.rows]);
