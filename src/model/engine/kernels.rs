@@ -305,6 +305,203 @@ const ATTENTION_ROWS: usize = 64;
 /// 2 x 1,024 x `hd` multiply-adds (about 10 us at `hd` = 64) outweigh handing it to another thread.
 const ATTENTION_SPLIT: usize = 1024;
 
+/// Keys per block of [`attend_row`]: a block's keys (or values) stay in the core's first-level cache while each
+/// query head of the group reads them.
+const ROW_KEYS: usize = 32;
+
+/// One query row's attention for the query heads that share a key/value head (decoding): `q` their rows `[rep, hd]`,
+/// `k` and `v` the `vis` positions the row sees (`[vis, hd]` each). Head `j`'s probabilities go to
+/// `p[j * stride..][..keys]` (zeros past `vis`), its output to `out[j * hd..][..hd]`. Loops over blocks of
+/// [`ROW_KEYS`] keys rather than gemm, which packed (transposed, one value at a time) `K` and `P` afresh for every
+/// row: at a handful of rows, more work than the products. Heads 16, 32, 64 or 128 wide take AVX-512 where the CPU
+/// has it ([`attend_row_avx512`]), others AVX2 or the baseline: the same operations in the same order each way (no
+/// fused multiply-adds), so the same results.
+#[allow(clippy::too_many_arguments)]
+fn attend_row(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    hd: usize,
+    p: &mut [f32],
+    stride: usize,
+    keys: usize,
+    scale: f32,
+    out: &mut [f32],
+) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            // SAFETY: the CPU has AVX-512 (checked on the line above); the kernel's width is `hd`.
+            match hd {
+                16 => return unsafe { attend_row_avx512::<1>(q, k, v, p, stride, keys, scale, out) },
+                32 => return unsafe { attend_row_avx512::<2>(q, k, v, p, stride, keys, scale, out) },
+                64 => return unsafe { attend_row_avx512::<4>(q, k, v, p, stride, keys, scale, out) },
+                128 => return unsafe { attend_row_avx512::<8>(q, k, v, p, stride, keys, scale, out) },
+                _ => {}
+            }
+        }
+        #[target_feature(enable = "avx2")]
+        #[allow(clippy::too_many_arguments)]
+        unsafe fn avx2(
+            q: &[f32],
+            k: &[f32],
+            v: &[f32],
+            hd: usize,
+            p: &mut [f32],
+            stride: usize,
+            keys: usize,
+            scale: f32,
+            out: &mut [f32],
+        ) {
+            attend_row_portable(q, k, v, hd, p, stride, keys, scale, out)
+        }
+        if std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU has AVX2 (checked on the line above).
+            return unsafe { avx2(q, k, v, hd, p, stride, keys, scale, out) };
+        }
+    }
+    attend_row_portable(q, k, v, hd, p, stride, keys, scale, out)
+}
+
+/// [`attend_row`] in portable code: each score a dot product in 16 lanes (a width that is not a multiple of 16 puts
+/// its rest in the first lanes), the lanes then added in halves; each output the probability-weighted values added
+/// in the keys' order.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn attend_row_portable(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    hd: usize,
+    p: &mut [f32],
+    stride: usize,
+    keys: usize,
+    scale: f32,
+    out: &mut [f32],
+) {
+    let dot = |a: &[f32], b: &[f32]| {
+        let mut acc = [0f32; 16];
+        for (x, y) in a.chunks_exact(16).zip(b.chunks_exact(16)) {
+            for l in 0..16 {
+                acc[l] += x[l] * y[l];
+            }
+        }
+        let whole = a.len() / 16 * 16;
+        for (l, (x, y)) in a[whole..].iter().zip(&b[whole..]).enumerate() {
+            acc[l] += x * y;
+        }
+        for w in [8, 4, 2, 1] {
+            for l in 0..w {
+                acc[l] += acc[l + w];
+            }
+        }
+        acc[0]
+    };
+    let vis = k.len() / hd;
+    // scores: per block of keys, every head's dot products with them
+    for (b, kb) in k.chunks(ROW_KEYS * hd).enumerate() {
+        for (j, qj) in q.chunks_exact(hd).enumerate() {
+            for (s, kr) in p[j * stride + b * ROW_KEYS..].iter_mut().zip(kb.chunks_exact(hd)) {
+                *s = dot(qj, kr);
+            }
+        }
+    }
+    for j in 0..q.len() / hd {
+        softmax_prefix(&mut p[j * stride..][..keys], vis, scale);
+    }
+    // outputs: per block of values, every head's probability-weighted sum of them
+    out.fill(0.0);
+    for (b, vb) in v.chunks(ROW_KEYS * hd).enumerate() {
+        for (j, oj) in out.chunks_exact_mut(hd).enumerate() {
+            for (&w, vr) in p[j * stride + b * ROW_KEYS..].iter().zip(vb.chunks_exact(hd)) {
+                for (o, &x) in oj.iter_mut().zip(vr) {
+                    *o += w * x;
+                }
+            }
+        }
+    }
+}
+
+/// [`attend_row`] for heads `16 * C` wide on AVX-512: a head's query row (and, per block of keys, its output) held
+/// in `C` registers; the operations of [`attend_row_portable`] in its order.
+///
+/// # Safety
+/// The CPU must have AVX-512F. The slices as [`attend_row`] takes them, with `hd = 16 * C`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn attend_row_avx512<const C: usize>(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    p: &mut [f32],
+    stride: usize,
+    keys: usize,
+    scale: f32,
+    out: &mut [f32],
+) {
+    use std::arch::x86_64::*;
+    let hd = 16 * C;
+    let (rep, vis) = (q.len() / hd, k.len() / hd);
+    assert!(
+        rep > 0 && out.len() == q.len() && v.len() >= vis * hd && vis <= keys && (rep - 1) * stride + keys <= p.len(),
+        "attend_row: {rep} heads of {hd} over {vis} of {keys} keys"
+    );
+    // 16 lanes added in halves (8, 4, 2, 1), as the portable loop
+    #[inline(always)]
+    unsafe fn halves(a: __m512) -> f32 {
+        let s8 = _mm256_add_ps(
+            _mm512_castps512_ps256(a),
+            _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(a))),
+        );
+        let s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps::<1>(s8));
+        let s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+        _mm_cvtss_f32(_mm_add_ss(s2, _mm_shuffle_ps::<0b01>(s2, s2)))
+    }
+    // SAFETY (every load and store below): key and value rows `b0..b0 + n < vis`, query and output rows `j < rep`,
+    // each `hd` wide, inside the slices (checked above).
+    for b0 in (0..vis).step_by(ROW_KEYS) {
+        let n = ROW_KEYS.min(vis - b0);
+        for j in 0..rep {
+            let mut qj = [_mm512_setzero_ps(); C];
+            for (c, r) in qj.iter_mut().enumerate() {
+                *r = _mm512_loadu_ps(q.as_ptr().add(j * hd + 16 * c));
+            }
+            for (i, s) in p[j * stride + b0..][..n].iter_mut().enumerate() {
+                let kr = k.as_ptr().add((b0 + i) * hd);
+                let mut acc = _mm512_setzero_ps();
+                for (c, &r) in qj.iter().enumerate() {
+                    acc = _mm512_add_ps(acc, _mm512_mul_ps(r, _mm512_loadu_ps(kr.add(16 * c))));
+                }
+                *s = halves(acc);
+            }
+        }
+    }
+    for j in 0..rep {
+        softmax_prefix(&mut p[j * stride..][..keys], vis, scale);
+    }
+    out.fill(0.0);
+    for b0 in (0..vis).step_by(ROW_KEYS) {
+        let n = ROW_KEYS.min(vis - b0);
+        for j in 0..rep {
+            let oj = out.as_mut_ptr().add(j * hd);
+            let mut o = [_mm512_setzero_ps(); C];
+            for (c, r) in o.iter_mut().enumerate() {
+                *r = _mm512_loadu_ps(oj.add(16 * c));
+            }
+            for (i, &w) in p[j * stride + b0..][..n].iter().enumerate() {
+                let (vr, w) = (v.as_ptr().add((b0 + i) * hd), _mm512_set1_ps(w));
+                for (c, r) in o.iter_mut().enumerate() {
+                    *r = _mm512_add_ps(*r, _mm512_mul_ps(w, _mm512_loadu_ps(vr.add(16 * c))));
+                }
+            }
+            for (c, &r) in o.iter().enumerate() {
+                _mm512_storeu_ps(oj.add(16 * c), r);
+            }
+        }
+    }
+}
+
 /// Causal grouped-query attention for one sequence.
 ///
 /// `q [t, h * hd]` (RoPE applied): the last `t` of the `keys` positions; `k`, `v`: the cache, key/value head `g`'s
@@ -386,28 +583,47 @@ pub fn causal_attention(
             }
         }
     };
-    // the heads over the pool once each has some work: a few rows over a short context are cheaper on one thread
+    // Fewer query rows than query heads per key/value head (decoding): per row, the `rep` heads that read key/value
+    // head `g` together ([`attend_row`]), so the cache is read once per row rather than once per head. `p`: the
+    // group's probabilities `[rep, t, keys]`.
+    let group = |g: usize, p: &mut [f32]| {
+        #[allow(clippy::redundant_locals)] // moves the whole `Ptr` (Send) into the closure, not its raw field
+        let op = op;
+        let (kg, vg) = (&k[g * head_stride..], &v[g * head_stride..]);
+        for i in 0..t {
+            let vis = keys - t + i + 1; // causal: the query's own position is keys - t + i
+            let qi = &q[(i * h + g * rep) * hd..][..rep * hd];
+            // SAFETY: `out` holds `t` rows of `h * hd`; group g alone writes its heads' columns of them.
+            let oi = unsafe { std::slice::from_raw_parts_mut(op.0.add((i * h + g * rep) * hd), rep * hd) };
+            attend_row(qi, &kg[..vis * hd], &vg[..vis * hd], hd, &mut p[i * keys..], t * keys, keys, scale, oi);
+        }
+    };
+    // the work in units of a head (`t * keys` probabilities each) or, for a few rows, of a key/value head's group
+    let grouped = t < rep;
+    let (units, len) = if grouped { (kvh, rep * t * keys) } else { (h, t * keys) };
+    let unit = |u: usize, p: &mut [f32]| if grouped { group(u, p) } else { head(u, p) };
+    // the units over the pool once each head has some work: a few rows over a short context are cheaper on one thread
     let split = t * keys >= ATTENTION_SPLIT;
     if keep_probs {
         let mut probs = vec![0f32; h * t * keys];
         if split {
-            probs.par_chunks_mut(t * keys).enumerate().for_each(|(hh, p)| head(hh, p));
+            probs.par_chunks_mut(len).enumerate().for_each(|(u, p)| unit(u, p));
         } else {
-            probs.chunks_mut(t * keys).enumerate().for_each(|(hh, p)| head(hh, p));
+            probs.chunks_mut(len).enumerate().for_each(|(u, p)| unit(u, p));
         }
         return (out, Some(probs));
     }
-    // every value of a head's block is written (the scores, then zeros above the diagonal) before it is read
-    let scratch = |hh: usize| {
+    // every value of a unit's block is written (the scores, then zeros above the diagonal) before it is read
+    let scratch = |u: usize| {
         ATTENTION_SCRATCH.with_borrow_mut(|buf| {
-            buf.resize(buf.len().max(t * keys), 0.0);
-            head(hh, &mut buf[..t * keys]);
+            buf.resize(buf.len().max(len), 0.0);
+            unit(u, &mut buf[..len]);
         })
     };
     if split {
-        (0..h).into_par_iter().for_each(scratch);
+        (0..units).into_par_iter().for_each(scratch);
     } else {
-        (0..h).for_each(scratch);
+        (0..units).for_each(scratch);
     }
     (out, None)
 }
@@ -818,16 +1034,45 @@ mod tests {
 
     /// Against burn's ops as `llama::Attention` composes them: grouped heads, a causal mask offset by `start`; the
     /// heads on one thread (5 x 8 query-key pairs per head) and split over the pool (40 x 70); 150 rows in blocks of
-    /// 64, 64 and 22, on an empty cache and after 20 positions.
+    /// 64, 64 and 22, on an empty cache and after 20 positions; fewer rows than heads per group (decoding: one row
+    /// after 40 and after 2,000 positions, the latter split over the pool; two rows; heads 24 wide), each group's
+    /// heads together.
     #[test]
     fn causal_attention_equals_burn_ops() {
-        for (start, t) in [(3, 5), (30, 40), (0, 150), (20, 150)] {
-            causal_attention_case(start, t);
+        for (start, t) in [(3, 5), (30, 40), (0, 150), (20, 150), (40, 1), (11, 2), (2000, 1)] {
+            causal_attention_case(start, t, 8);
         }
+        // head widths of a lane block and a part, and of the AVX-512 kernels
+        causal_attention_case(70, 1, 24);
+        causal_attention_case(70, 1, 32);
+        causal_attention_case(2000, 1, 64);
     }
 
-    fn causal_attention_case(start: usize, t: usize) {
-        let (h, kvh, hd) = (6, 2, 8);
+    /// A decoding row's attention on AVX-512 (where the CPU has it) equals the portable loops bit for bit: three query
+    /// heads of 64 over 75 of 80 keys (two whole blocks and a part).
+    #[test]
+    fn attend_row_kernels_agree() {
+        let (rep, hd, vis, keys, stride) = (3, 64, 75, 80, 90);
+        let (q, k, v) = (rand_vec(rep * hd, 11), rand_vec(vis * hd, 12), rand_vec(vis * hd, 13));
+        let run = |portable: bool| {
+            let (mut p, mut out) = (vec![f32::NAN; 2 * stride + keys], vec![f32::NAN; rep * hd]);
+            if portable {
+                attend_row_portable(&q, &k, &v, hd, &mut p, stride, keys, 0.125, &mut out);
+            } else {
+                attend_row(&q, &k, &v, hd, &mut p, stride, keys, 0.125, &mut out);
+            }
+            let rows: Vec<u32> = (0..rep).flat_map(|j| p[j * stride..][..keys].to_vec()).map(f32::to_bits).collect();
+            (rows, out.iter().map(|x| x.to_bits()).collect::<Vec<_>>())
+        };
+        let (fast, portable) = (run(false), run(true));
+        assert!(
+            fast.0.iter().all(|&b| !f32::from_bits(b).is_nan()) && fast.1.iter().all(|&b| !f32::from_bits(b).is_nan())
+        );
+        assert_eq!(fast, portable);
+    }
+
+    fn causal_attention_case(start: usize, t: usize, hd: usize) {
+        let (h, kvh) = (6, 2);
         let keys = start + t;
         let rep = h / kvh;
         let q = rand_vec(t * h * hd, 4);
