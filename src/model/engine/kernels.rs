@@ -309,76 +309,58 @@ const ATTENTION_SPLIT: usize = 1024;
 /// query head of the group reads them.
 const ROW_KEYS: usize = 32;
 
-/// One query row's attention for the query heads that share a key/value head (decoding): `q` their rows `[rep, hd]`,
-/// `k` and `v` the `vis` positions the row sees (`[vis, hd]` each). Head `j`'s probabilities go to
-/// `p[j * stride..][..keys]` (zeros past `vis`), its output to `out[j * hd..][..hd]`. Loops over blocks of
-/// [`ROW_KEYS`] keys rather than gemm, which packed (transposed, one value at a time) `K` and `P` afresh for every
-/// row: at a handful of rows, more work than the products. Heads 16, 32, 64 or 128 wide take AVX-512 where the CPU
-/// has it ([`attend_row_avx512`]), others AVX2 or the baseline: the same operations in the same order each way (no
-/// fused multiply-adds), so the same results.
-#[allow(clippy::too_many_arguments)]
-fn attend_row(
-    q: &[f32],
-    k: &[f32],
-    v: &[f32],
+/// One query row of decoding and the query heads that share a key/value head: what [`attend_row`] reads.
+struct GroupRow<'a> {
+    /// the heads' query rows `[rep, hd]`
+    q: &'a [f32],
+    /// the key and value rows of the `vis` positions the row sees, `[vis, hd]` each
+    k: &'a [f32],
+    v: &'a [f32],
     hd: usize,
-    p: &mut [f32],
+    /// from one head's probability row to the next's in `p`
     stride: usize,
+    /// each probability row's length (zeros past `vis`)
     keys: usize,
     scale: f32,
-    out: &mut [f32],
-) {
+}
+
+/// One query row's attention for the query heads that share a key/value head (decoding): head `j`'s probabilities
+/// go to `p[j * row.stride..][..row.keys]` (zeros past the seen positions), its output to `out[j * hd..][..hd]`. Loops
+/// over blocks of [`ROW_KEYS`] keys rather than gemm, which packed (transposed, one value at a time) `K` and `P`
+/// afresh for every row: at a handful of rows, more work than the products. Heads 16, 32, 64 or 128 wide take
+/// AVX-512 where the CPU has it ([`attend_row_avx512`]), others AVX2 or the baseline: the same operations in the
+/// same order each way (no fused multiply-adds), so the same results.
+fn attend_row(row: &GroupRow, p: &mut [f32], out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     {
         if std::arch::is_x86_feature_detected!("avx512f") {
             // SAFETY: the CPU has AVX-512 (checked on the line above); the kernel's width is `hd`.
-            match hd {
-                16 => return unsafe { attend_row_avx512::<1>(q, k, v, p, stride, keys, scale, out) },
-                32 => return unsafe { attend_row_avx512::<2>(q, k, v, p, stride, keys, scale, out) },
-                64 => return unsafe { attend_row_avx512::<4>(q, k, v, p, stride, keys, scale, out) },
-                128 => return unsafe { attend_row_avx512::<8>(q, k, v, p, stride, keys, scale, out) },
+            match row.hd {
+                16 => return unsafe { attend_row_avx512::<1>(row, p, out) },
+                32 => return unsafe { attend_row_avx512::<2>(row, p, out) },
+                64 => return unsafe { attend_row_avx512::<4>(row, p, out) },
+                128 => return unsafe { attend_row_avx512::<8>(row, p, out) },
                 _ => {}
             }
         }
         #[target_feature(enable = "avx2")]
-        #[allow(clippy::too_many_arguments)]
-        unsafe fn avx2(
-            q: &[f32],
-            k: &[f32],
-            v: &[f32],
-            hd: usize,
-            p: &mut [f32],
-            stride: usize,
-            keys: usize,
-            scale: f32,
-            out: &mut [f32],
-        ) {
-            attend_row_portable(q, k, v, hd, p, stride, keys, scale, out)
+        unsafe fn avx2(row: &GroupRow, p: &mut [f32], out: &mut [f32]) {
+            attend_row_portable(row, p, out)
         }
         if std::arch::is_x86_feature_detected!("avx2") {
             // SAFETY: the CPU has AVX2 (checked on the line above).
-            return unsafe { avx2(q, k, v, hd, p, stride, keys, scale, out) };
+            return unsafe { avx2(row, p, out) };
         }
     }
-    attend_row_portable(q, k, v, hd, p, stride, keys, scale, out)
+    attend_row_portable(row, p, out)
 }
 
 /// [`attend_row`] in portable code: each score a dot product in 16 lanes (a width that is not a multiple of 16 puts
 /// its rest in the first lanes), the lanes then added in halves; each output the probability-weighted values added
 /// in the keys' order.
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
-fn attend_row_portable(
-    q: &[f32],
-    k: &[f32],
-    v: &[f32],
-    hd: usize,
-    p: &mut [f32],
-    stride: usize,
-    keys: usize,
-    scale: f32,
-    out: &mut [f32],
-) {
+fn attend_row_portable(row: &GroupRow, p: &mut [f32], out: &mut [f32]) {
+    let GroupRow { q, k, v, hd, stride, keys, scale } = *row;
     let dot = |a: &[f32], b: &[f32]| {
         let mut acc = [0f32; 16];
         for (x, y) in a.chunks_exact(16).zip(b.chunks_exact(16)) {
@@ -426,22 +408,13 @@ fn attend_row_portable(
 /// in `C` registers; the operations of [`attend_row_portable`] in its order.
 ///
 /// # Safety
-/// The CPU must have AVX-512F. The slices as [`attend_row`] takes them, with `hd = 16 * C`.
+/// The CPU must have AVX-512F (the width, `row.hd = 16 * C`, is checked).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn attend_row_avx512<const C: usize>(
-    q: &[f32],
-    k: &[f32],
-    v: &[f32],
-    p: &mut [f32],
-    stride: usize,
-    keys: usize,
-    scale: f32,
-    out: &mut [f32],
-) {
+unsafe fn attend_row_avx512<const C: usize>(row: &GroupRow, p: &mut [f32], out: &mut [f32]) {
     use std::arch::x86_64::*;
-    let hd = 16 * C;
+    let GroupRow { q, k, v, hd, stride, keys, scale } = *row;
+    assert_eq!(hd, 16 * C, "attend_row: the AVX-512 kernel for heads of {}", 16 * C);
     let (rep, vis) = (q.len() / hd, k.len() / hd);
     assert!(
         rep > 0 && out.len() == q.len() && v.len() >= vis * hd && vis <= keys && (rep - 1) * stride + keys <= p.len(),
@@ -595,7 +568,8 @@ pub fn causal_attention(
             let qi = &q[(i * h + g * rep) * hd..][..rep * hd];
             // SAFETY: `out` holds `t` rows of `h * hd`; group g alone writes its heads' columns of them.
             let oi = unsafe { std::slice::from_raw_parts_mut(op.0.add((i * h + g * rep) * hd), rep * hd) };
-            attend_row(qi, &kg[..vis * hd], &vg[..vis * hd], hd, &mut p[i * keys..], t * keys, keys, scale, oi);
+            let r = GroupRow { q: qi, k: &kg[..vis * hd], v: &vg[..vis * hd], hd, stride: t * keys, keys, scale };
+            attend_row(&r, &mut p[i * keys..], oi);
         }
     };
     // the work in units of a head (`t * keys` probabilities each) or, for a few rows, of a key/value head's group
@@ -1054,12 +1028,13 @@ mod tests {
     fn attend_row_kernels_agree() {
         let (rep, hd, vis, keys, stride) = (3, 64, 75, 80, 90);
         let (q, k, v) = (rand_vec(rep * hd, 11), rand_vec(vis * hd, 12), rand_vec(vis * hd, 13));
+        let r = GroupRow { q: &q, k: &k, v: &v, hd, stride, keys, scale: 0.125 };
         let run = |portable: bool| {
             let (mut p, mut out) = (vec![f32::NAN; 2 * stride + keys], vec![f32::NAN; rep * hd]);
             if portable {
-                attend_row_portable(&q, &k, &v, hd, &mut p, stride, keys, 0.125, &mut out);
+                attend_row_portable(&r, &mut p, &mut out);
             } else {
-                attend_row(&q, &k, &v, hd, &mut p, stride, keys, 0.125, &mut out);
+                attend_row(&r, &mut p, &mut out);
             }
             let rows: Vec<u32> = (0..rep).flat_map(|j| p[j * stride..][..keys].to_vec()).map(f32::to_bits).collect();
             (rows, out.iter().map(|x| x.to_bits()).collect::<Vec<_>>())
