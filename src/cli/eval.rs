@@ -67,7 +67,7 @@ pub struct Args {
     /// model's weights (on the CPU: over the 4/8-bit weight blocks of a GGUF model; on cuda: one pass for all).
     /// The predictions are those of `--batch 1` (on cuda up to near-ties between two tokens), so a run may be
     /// resumed with another value; each record's `seconds` is then the wall time since the previous record, which
-    /// keeps seconds per question equal to wall time over questions. Default: 1 on cpu, 64 on cuda.
+    /// keeps seconds per question equal to wall time over questions. Default: 8 on cpu, 64 on cuda.
     #[arg(long, value_parser = super::ranges::int::<1, 256>)]
     pub batch: Option<usize>,
     /// Run the controller at this calibrated retrieval budget (retrievals per question): its threshold is the

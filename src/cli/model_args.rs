@@ -50,9 +50,11 @@ pub struct ModelArgs {
     pub dtype: Precision,
 }
 
-/// Lanes (`--batch`) when the flag is not given: one on the CPU (its engine shares little between lanes), 64 on a
-/// GPU (the batched engine decodes every lane in one pass of one shape).
-pub const DEFAULT_LANES_CPU: usize = 1;
+/// Lanes (`--batch`) when the flag is not given: 8 on the CPU (the lanes' decoding rows share each pass over the
+/// integer weights: `eval --trigger rind` answers Qwen2.5-Coder-0.5B's questions 2.5x and SmolLM2's 1.4x faster than
+/// one lane, the same predictions; 16 lanes gain little more and take more memory), 64 on a GPU (the batched engine
+/// decodes every lane in one pass of one shape).
+pub const DEFAULT_LANES_CPU: usize = 8;
 pub const DEFAULT_LANES_GPU: usize = 64;
 
 impl ModelArgs {
