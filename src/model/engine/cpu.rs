@@ -291,7 +291,13 @@ fn int_products(q: &QMatrix, bias: Option<&[f32]>, xs: &[Vec<f32>], out: &mut [V
     // one segment (a prefill chunk, one lane) is multiplied where it is, and its product kept whole
     let host: std::borrow::Cow<[f32]> = match small[..] {
         [i] => std::borrow::Cow::Borrowed(&xs[i]),
-        _ => small.iter().flat_map(|&i| xs[i].iter().copied()).collect(),
+        _ => {
+            let mut all = Vec::with_capacity(small.iter().map(|&i| xs[i].len()).sum());
+            for &i in &small {
+                all.extend_from_slice(&xs[i]);
+            }
+            std::borrow::Cow::Owned(all)
+        }
     };
     let mut y = vec![0f32; host.len() / q.cols * q.rows];
     if int8 {
