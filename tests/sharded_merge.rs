@@ -219,12 +219,8 @@ fn sharded_eval_merges_into_the_run_of_one_process() {
             p(out),
         ])
     };
-    // one process on one lane writes its records in question order; the shards, on the default lanes, in the order
-    // their questions finish, which the merge puts back in question order
     let whole = root.join("whole");
-    let mut one_lane = args(&whole);
-    one_lane.extend(s(&["--batch", "1"]));
-    run_ok(&one_lane);
+    run_ok(&args(&whole));
     let sharded = root.join("sharded");
     run_shards(&args(&sharded), 3);
     let merged = root.join("merged");

@@ -11,6 +11,7 @@ use ragtime::config::{self, GenerationTable, MethodConfig, RetrievalTable};
 use ragtime::eval::run::{PredictionRecord, Progress, RetrievalRecord, RunWriter, TraceToken};
 use ragtime::eval::DatasetSpec;
 use ragtime::qa::Example;
+use ragtime::rag::batch::InOrder;
 use ragtime::rag::{Batch, LoopConfig, Outcome, RagLoop};
 use ragtime::retrieval::Retriever;
 
@@ -66,8 +67,9 @@ pub struct Args {
     /// Questions answered at once, each with its own KV cache; their decoding steps share the passes over the
     /// model's weights (on the CPU: over the 4/8-bit weight blocks of a GGUF model; on cuda: one pass for all).
     /// The predictions are those of `--batch 1` (on cuda up to near-ties between two tokens), so a run may be
-    /// resumed with another value; each record's `seconds` is then the wall time since the previous record, which
-    /// keeps seconds per question equal to wall time over questions. Default: 8 on cpu, 64 on cuda.
+    /// resumed with another value. Records are written in question order (one finished early waits for those
+    /// before it); above 1 lane, each record's `seconds` is the wall time since the previous question finished,
+    /// which keeps seconds per question equal to wall time over questions. Default: 8 on cpu, 64 on cuda.
     #[arg(long, value_parser = super::ranges::int::<1, 256>)]
     pub batch: Option<usize>,
     /// Run the controller at this calibrated retrieval budget (retrievals per question): its threshold is the
@@ -433,8 +435,9 @@ pub fn run(args: Args) -> Result<()> {
     finish_run(writer, part)
 }
 
-/// Answers the questions of `examples` not yet in `writer` with `method`, one record per question as it
-/// finishes (flushed per line, so a kill loses at most the questions in flight); `batch` lanes at once.
+/// Answers the questions of `examples` not yet in `writer` with `method`, `batch` lanes at once, one record per
+/// question in the order of `examples` (flushed per line; on lanes a question that finishes before one asked
+/// earlier waits for it, so a kill loses the questions in flight and those waiting).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn answer_all(
     lm: &ragtime::model::Lm,
@@ -470,30 +473,33 @@ pub(crate) fn answer_all(
             triggers.push(Cell::new(Some(method.trigger()?)));
         }
         let batch = Batch::new(lm, batch_size);
-        let mut queue = todo.into_iter();
-        let mut last = std::time::Instant::now();
+        let mut queue = todo.into_iter().enumerate();
+        let (mut last, mut order) = (std::time::Instant::now(), InOrder::default());
         let (rag, qf, triggers) = (&rag, qf.as_ref(), &triggers);
         batch.run(
             |lane| {
-                let ex = queue.next()?;
+                let (i, ex) = queue.next()?;
                 let mut decoder = batch.lane(lane);
                 Some(Box::pin(async move {
                     // the lane holds its trigger while it answers, and hands it back for the lane's next question
                     let mut t = triggers[lane].take().expect("a lane answers one question at a time");
                     let o = rag.answer_with(&mut decoder, &ex.question, t.as_mut(), qf).await;
                     triggers[lane].set(Some(t));
-                    (ex, o)
+                    (i, ex, o)
                 }))
             },
-            |(ex, o)| {
+            |(i, ex, o)| {
+                // `seconds`: the wall time since the previous question finished
                 let rec = match o {
                     Ok(o) => record(ex, &o, last.elapsed().as_secs_f64()),
                     Err(e) => PredictionRecord::unanswered(ex, e)?,
                 };
                 last = std::time::Instant::now();
-                writer.write(&rec)?;
-                eprintln!("{}", progress.update(&rec));
-                Ok(())
+                order.push(i, rec, |rec| {
+                    writer.write(&rec)?;
+                    eprintln!("{}", progress.update(&rec));
+                    Ok(())
+                })
             },
         )?;
         eprintln!("{}", batch.summary("questions"));
@@ -581,22 +587,23 @@ fn run_autorag(args: Args) -> Result<()> {
             .map(|k| (ChatGen::on(&lm, batch.lane(2 * k)), ChatGen::on(&lm, batch.lane(2 * k + 1))))
             .collect();
         let rag = &rag;
-        let mut last = std::time::Instant::now();
+        let (mut last, mut order) = (std::time::Instant::now(), InOrder::default());
         batch.run_slots(
             2,
             generators,
-            todo,
-            |(mut main, mut aux), ex| {
+            todo.into_iter().enumerate(),
+            |(mut main, mut aux), (i, ex)| {
                 Box::pin(async move {
                     let o = rag.answer_with(&mut main, &mut aux, &ex.question).await;
                     let trace = std::mem::take(&mut main.trace);
-                    ((main, aux), (ex, o, trace))
+                    ((main, aux), (i, ex, o, trace))
                 })
             },
-            |(ex, o, trace)| {
+            |(i, ex, o, trace)| {
+                // written in question order, each with the wall time since the previous question finished
                 let seconds = last.elapsed().as_secs_f64();
                 last = std::time::Instant::now();
-                write(ex, o, trace, seconds)
+                order.push(i, (ex, o, trace, seconds), |(ex, o, trace, seconds)| write(ex, o, trace, seconds))
             },
         )?;
         eprintln!("{}", batch.summary("sequences"));

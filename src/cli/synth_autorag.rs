@@ -1,6 +1,5 @@
 //! `ragtime synth autorag`: Auto-RAG's Algorithm 1 over a QA dataset (see `ragtime::autorag::synth`).
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
@@ -12,7 +11,7 @@ use ragtime::autorag::synth::{DialogueStore, SynthConfig, Synthesizer};
 use ragtime::config::{self, MethodConfig};
 use ragtime::model::Lm;
 use ragtime::qa::Example;
-use ragtime::rag::batch::Decoder;
+use ragtime::rag::batch::{Decoder, InOrder};
 
 use super::model_args::ModelArgs;
 use super::retriever_args::RetrieverArgs;
@@ -99,8 +98,7 @@ fn synthesize_on_lanes<'l, Q: Decoder>(
     let generators =
         (0..batch.lanes() / lanes_per_slot).map(|k| (ChatGen::on(teacher, batch.lane(lanes_per_slot * k)), qgen(k)));
     // results wait here until every question before them is handed on
-    let mut finished: BTreeMap<usize, (&Example, Result<Synthesized>)> = BTreeMap::new();
-    let mut next_out = 0;
+    let mut order = InOrder::default();
     batch.run_slots(
         lanes_per_slot,
         generators.collect(),
@@ -111,14 +109,7 @@ fn synthesize_on_lanes<'l, Q: Decoder>(
                 ((t, q), (i, ex, r.with_context(|| format!("question '{}'", ex.id))))
             })
         },
-        |(i, ex, r)| {
-            finished.insert(i, (ex, r));
-            while let Some((ex, r)) = finished.remove(&next_out) {
-                done(ex, r)?;
-                next_out += 1;
-            }
-            Ok(())
-        },
+        |(i, ex, r)| order.push(i, (ex, r), |(ex, r)| done(ex, r)),
     )
 }
 

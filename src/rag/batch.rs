@@ -13,6 +13,7 @@
 //! and de-quantize each weight block once for two questions; prefill chunks still run one by one.
 
 use std::cell::RefCell;
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
@@ -158,6 +159,32 @@ pub struct Batch<'lm> {
     /// Anchors run by a pass of their own, and anchors copied from lane to lane.
     pub anchor_passes: std::cell::Cell<usize>,
     pub anchor_copies: std::cell::Cell<usize>,
+}
+
+/// Hands on outputs numbered 0, 1, 2, ... in that order, whatever order they arrive in: jobs on lanes finish in any
+/// order, and what they write (prediction records, label rows, dialogues) is written in input order, so a run's
+/// files are those of one lane. An output waits here until every one before it has been handed on.
+pub struct InOrder<T> {
+    next: usize,
+    waiting: BTreeMap<usize, T>,
+}
+
+impl<T> Default for InOrder<T> {
+    fn default() -> Self {
+        InOrder { next: 0, waiting: BTreeMap::new() }
+    }
+}
+
+impl<T> InOrder<T> {
+    /// Takes output `i` and hands on, in order, every output from the next one due up to the first still missing.
+    pub fn push(&mut self, i: usize, out: T, mut hand_on: impl FnMut(T) -> Result<()>) -> Result<()> {
+        self.waiting.insert(i, out);
+        while let Some(o) = self.waiting.remove(&self.next) {
+            hand_on(o)?;
+            self.next += 1;
+        }
+        Ok(())
+    }
 }
 
 impl<'lm> Batch<'lm> {
@@ -376,6 +403,23 @@ impl Decoder for Lane<'_, '_> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn in_order_hands_outputs_on_in_input_order() {
+        let (mut order, mut out) = (InOrder::default(), Vec::new());
+        for (i, x) in [(2, 'c'), (0, 'a'), (3, 'd'), (1, 'b')] {
+            order
+                .push(i, x, |x| {
+                    out.push(x);
+                    Ok(())
+                })
+                .unwrap();
+            if i == 0 {
+                assert_eq!(out, ['a'], "0 handed on at once, 2 still waits for 1");
+            }
+        }
+        assert_eq!(out, ['a', 'b', 'c', 'd']);
+    }
+
     use super::*;
 
     /// A decoder that records each forward pass (the ids fed) and nothing else.

@@ -35,7 +35,6 @@
 //! above works per lane) and writes finished articles in input order, so the store gets exactly the rows of one
 //! session.
 
-use std::collections::BTreeMap;
 use std::path::Path;
 
 use anyhow::{bail, Context, Result};
@@ -46,7 +45,7 @@ use crate::entities::{
     char_to_byte, compare_entities, entity_at_start, synthesis_candidates, Entity, EntityExtractor, Resources,
 };
 use crate::model::{Lm, Message, Sampler, Session};
-use crate::rag::batch::{block_on, feed_prompt, Batch, Decoder};
+use crate::rag::batch::{block_on, feed_prompt, Batch, Decoder, InOrder};
 use crate::step::TokenStep;
 use crate::synth::store::{HalluExample, HalluStore, Manifest};
 use crate::text::sentences::sentence_spans;
@@ -386,8 +385,7 @@ pub fn run(
     }
     let batch = Batch::new(synth.lm, lanes.min(todo.len()).max(1));
     let mut queue = todo.into_iter().enumerate();
-    let mut finished: BTreeMap<usize, (&Article, Result<Vec<HalluExample>>)> = BTreeMap::new();
-    let mut next_to_write = 0;
+    let mut order = InOrder::default();
     batch.run(
         |lane| {
             let (i, a) = queue.next()?;
@@ -395,15 +393,13 @@ pub fn run(
             Some(Box::pin(async move { (i, a, synth.article_with(&mut decoder, a).await) }))
         },
         |(i, a, ex)| {
-            finished.insert(i, (a, ex));
-            while let Some((a, ex)) = finished.remove(&next_to_write) {
+            order.push(i, (a, ex), |(a, ex): (&Article, Result<Vec<HalluExample>>)| {
                 let ex = ex.with_context(|| format!("article {} ({})", a.id, a.title))?;
                 let line = progress.update(&ex);
                 store.add_article(&a.id, ex)?;
                 log(&line);
-                next_to_write += 1;
-            }
-            Ok(())
+                Ok(())
+            })
         },
     )?;
     if batch.lanes() > 1 {
