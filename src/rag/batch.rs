@@ -403,23 +403,6 @@ impl Decoder for Lane<'_, '_> {
 
 #[cfg(test)]
 mod tests {
-    #[test]
-    fn in_order_hands_outputs_on_in_input_order() {
-        let (mut order, mut out) = (InOrder::default(), Vec::new());
-        for (i, x) in [(2, 'c'), (0, 'a'), (3, 'd'), (1, 'b')] {
-            order
-                .push(i, x, |x| {
-                    out.push(x);
-                    Ok(())
-                })
-                .unwrap();
-            if i == 0 {
-                assert_eq!(out, ['a'], "0 handed on at once, 2 still waits for 1");
-            }
-        }
-        assert_eq!(out, ['a', 'b', 'c', 'd']);
-    }
-
     use super::*;
 
     /// A decoder that records each forward pass (the ids fed) and nothing else.
@@ -482,5 +465,22 @@ mod tests {
         // not anchored: a new job starts from an empty cache
         let c = run(&mut d, true, &[1, 2, 9]);
         assert_eq!((d.passes.last().unwrap().clone(), c.anchor_pass), (vec![1, 2, 9], 0));
+    }
+
+    #[test]
+    fn in_order_hands_outputs_on_in_input_order() {
+        let (mut order, mut out) = (InOrder::default(), Vec::new());
+        for (i, x) in [(2, 'c'), (0, 'a'), (3, 'd'), (1, 'b')] {
+            order
+                .push(i, x, |x| {
+                    out.push(x);
+                    Ok(())
+                })
+                .unwrap();
+            if i == 0 {
+                assert_eq!(out, ['a'], "0 handed on at once, 2 still waits for 1");
+            }
+        }
+        assert_eq!(out, ['a', 'b', 'c', 'd']);
     }
 }
