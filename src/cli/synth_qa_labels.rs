@@ -4,13 +4,13 @@
 //! so `train detector` reads either source.
 
 use std::cell::Cell;
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use anyhow::{bail, Result};
 use clap::Args as ClapArgs;
 
 use ragtime::qa::Example;
+use ragtime::rag::batch::InOrder;
 use ragtime::rag::{Batch, Outcome, RagLoop};
 use ragtime::synth::hallucination::Progress;
 use ragtime::synth::qa_labels::{examples, RESERVED, TEMPLATE};
@@ -117,8 +117,7 @@ pub fn run(a: Args) -> Result<()> {
     }
     let mut progress = Progress::new(examples_all.len(), examples_all.len() - todo.len());
     let mut queue = todo.into_iter().enumerate();
-    let mut finished: BTreeMap<usize, (&Example, Result<Outcome>)> = BTreeMap::new();
-    let mut next = 0;
+    let mut order = InOrder::default();
     let (rag, qf, triggers) = (&rag, qf.as_ref(), &triggers);
     batch.run(
         |lane| {
@@ -132,8 +131,7 @@ pub fn run(a: Args) -> Result<()> {
             }))
         },
         |(i, ex, o)| {
-            finished.insert(i, (ex, o));
-            while let Some((ex, o)) = finished.remove(&next) {
+            order.push(i, (ex, o), |(ex, o): (&Example, Result<Outcome>)| {
                 let rows: Vec<HalluExample> = match o {
                     Ok(o) => examples(ex, &o, hidden),
                     Err(e) if e.downcast_ref::<ragtime::model::ContextOverflow>().is_some() => {
@@ -145,9 +143,8 @@ pub fn run(a: Args) -> Result<()> {
                 let line = progress.update(&rows);
                 store.add_article(&ex.id, rows)?;
                 eprintln!("{line}");
-                next += 1;
-            }
-            Ok(())
+                Ok(())
+            })
         },
     )?;
     store.flush()?;
