@@ -12,6 +12,9 @@
 //!   [`QMatrix::matvec`] per weight matrix: each weight block is read and de-quantized once for two rows, and
 //!   every row is computed with the same FMAs in the same order as alone, so a sequence gets bit for bit what
 //!   a call of its own gives it.
+//!   With `--int8-dot` on AMX, prefill chunks multiply in integers too, each on its own (`ALONE_ROWS`).
+//! - The products write into buffers the layer before is done with (`Spare`), not into fresh memory the system
+//!   has to fault in page by page.
 //! - RoPE, the cache append and attention run per sequence, on its cache: `[layers][kv heads, capacity, hd]`,
 //!   written in place, doubled when a sequence outgrows it; a rewind only moves its length.
 //! - Only what a sequence asked for is computed past the last layer: the final norm and output projection for
@@ -49,6 +52,13 @@ pub fn int_rows() -> usize {
     }
 }
 
+/// Rows from which a segment's integer products run on their own ([`int_products`]) rather than gathered with
+/// the other segments' rows: a pass over the weights serves 256 rows of one segment on AMX
+/// (`QMatrix::matvec_int8`) and at most 8 elsewhere, so a long segment loses nothing alone, and gathering eight
+/// lanes' prompts of 1,784 rows copied 2 GB per layer into fresh memory and back out (a third of a prefill's
+/// time in page faults and copies).
+const ALONE_ROWS: usize = 64;
+
 /// A weight matrix `W [out, in]` (Hugging Face layout) as the engine holds it.
 enum Weight {
     /// The GGUF file's integer blocks, `[out, in]`.
@@ -80,14 +90,21 @@ impl Weight {
         }
     }
 
-    /// `x_i [rows_i, in] W^T (+ bias)` -> `[rows_i, out]` for each `x_i`, in f32 arithmetic.
-    fn matmul_many(&self, xs: &[&[f32]], inp: usize, out: usize, bias: Option<&[f32]>) -> Vec<Vec<f32>> {
+    /// `x_i [rows_i, in] W^T (+ bias)` -> `[rows_i, out]` for each `x_i`, in f32 arithmetic, the outputs taken
+    /// from `spare`.
+    fn matmul_many(&self, xs: &[&[f32]], inp: usize, out: usize, bias: Option<&[f32]>, spare: &Spare) -> Vec<Vec<f32>> {
+        let mut ys: Vec<Vec<f32>> = xs.iter().map(|x| spare.take(x.len() / inp * out)).collect();
         match self {
-            Weight::Int(q) => int_matmul_f32(q, xs, bias),
+            Weight::Int(q) => {
+                kernels::matmul_filled_into(xs, q.cols, q.rows, bias, &|j0, tile| q.dequantize_rows(j0, tile), &mut ys)
+            }
             Weight::F32(w) => {
-                xs.iter().map(|x| kernels::matmul(x, x.len() / inp, inp, Strided::rows(w, out), out, bias)).collect()
+                for (x, y) in xs.iter().zip(&mut ys) {
+                    kernels::matmul_into(x, x.len() / inp, inp, Strided::rows(w, out), out, bias, y);
+                }
             }
         }
+        ys
     }
 }
 
@@ -241,12 +258,12 @@ impl CpuEngine {
     /// Each segment's `x [t_i, in]` times `lin`: the rows of the segments of up to [`int_rows`] rows in one
     /// integer product (when `lin` has integer blocks), the other segments in f32 gemms (sharing each tile
     /// de-quantized from the blocks).
-    fn dense_many(&self, lin: &Dense, xs: &[Vec<f32>]) -> Vec<Vec<f32>> {
+    fn dense_many(&self, lin: &Dense, xs: &[Vec<f32>], spare: &Spare) -> Vec<Vec<f32>> {
         let mut out: Vec<Vec<f32>> = vec![Vec::new(); xs.len()];
         if let Some(q) = lin.w.int() {
-            int_products(q, lin.bias.as_deref(), xs, &mut out, self.int8_dot);
+            int_products(q, lin.bias.as_deref(), xs, &mut out, self.int8_dot, spare);
         }
-        fill_the_rest(&mut out, xs, |xr| lin.w.matmul_many(xr, lin.inp, lin.out, lin.bias.as_deref()));
+        fill_the_rest(&mut out, xs, |xr| lin.w.matmul_many(xr, lin.inp, lin.out, lin.bias.as_deref(), spare));
         out
     }
 
@@ -260,14 +277,14 @@ impl CpuEngine {
     }
 
     /// Logits `[rows, vocab]` of each segment's final hidden rows `h [rows, d]` (segments with no rows get none).
-    fn logits_many(&self, hs: &[Vec<f32>]) -> Vec<Vec<f32>> {
+    fn logits_many(&self, hs: &[Vec<f32>], spare: &Spare) -> Vec<Vec<f32>> {
         let (d, vocab) = (self.cfg.hidden_size, self.cfg.vocab_size);
         let mut out: Vec<Vec<f32>> = vec![Vec::new(); hs.len()];
         if let Some(q) = self.head_int() {
-            int_products(q, None, hs, &mut out, self.int8_dot);
+            int_products(q, None, hs, &mut out, self.int8_dot, spare);
         }
         fill_the_rest(&mut out, hs, |hr| match (&self.lm_head, &self.embed) {
-            (Head::Own(w), _) => w.matmul_many(hr, d, vocab, None),
+            (Head::Own(w), _) => w.matmul_many(hr, d, vocab, None, spare),
             (Head::Tied, Embedding::Int(q)) => int_matmul_f32(q, hr, None),
             (Head::Tied, Embedding::F32(e)) => {
                 hr.iter().map(|h| kernels::matmul(h, h.len() / d, d, Strided::transposed(e, d), vocab, None)).collect()
@@ -278,44 +295,93 @@ impl CpuEngine {
 }
 
 /// `x W^T (+ bias)` from the integer blocks for every segment of 1 to [`int_rows`] rows (with `int8`, of any
-/// number of rows where [`QMatrix::int8_many_rows`]), all their rows in one [`QMatrix::matvec`] (or
-/// [`QMatrix::matvec_int8`] with `int8`; either way each row bit for bit what it is alone), written to `out[i]`;
-/// other segments are left empty.
-fn int_products(q: &QMatrix, bias: Option<&[f32]>, xs: &[Vec<f32>], out: &mut [Vec<f32>], int8: bool) {
+/// number of rows where [`QMatrix::int8_many_rows`]), written to `out[i]`; other segments are left empty. The
+/// short segments (decoding rows, a rewind's few) go through one [`QMatrix::matvec`] (or
+/// [`QMatrix::matvec_int8`] with `int8`) together, so that each pass over the weights serves all their rows; a
+/// segment of [`ALONE_ROWS`] rows or more (a prefill chunk) is multiplied where it is, its product kept whole.
+/// Either way each row is bit for bit what it is alone.
+fn int_products(q: &QMatrix, bias: Option<&[f32]>, xs: &[Vec<f32>], out: &mut [Vec<f32>], int8: bool, spare: &Spare) {
     let rows = |x: &Vec<f32>| x.len() / q.cols;
     let most = if int8 && q.int8_many_rows() { usize::MAX } else { int_rows() };
-    let small: Vec<usize> = (0..xs.len()).filter(|&i| (1..=most).contains(&rows(&xs[i]))).collect();
-    if small.is_empty() {
-        return;
-    }
-    // one segment (a prefill chunk, one lane) is multiplied where it is, and its product kept whole
-    let host: std::borrow::Cow<[f32]> = match small[..] {
-        [i] => std::borrow::Cow::Borrowed(&xs[i]),
-        _ => {
-            let mut all = Vec::with_capacity(small.iter().map(|&i| xs[i].len()).sum());
-            for &i in &small {
-                all.extend_from_slice(&xs[i]);
-            }
-            std::borrow::Cow::Owned(all)
+    let product = |x: &[f32]| {
+        let mut y = spare.take(x.len() / q.cols * q.rows);
+        if int8 {
+            q.matvec_int8(x, &mut y);
+        } else {
+            q.matvec(x, &mut y);
         }
-    };
-    let mut y = vec![0f32; host.len() / q.cols * q.rows];
-    if int8 {
-        q.matvec_int8(&host, &mut y);
-    } else {
-        q.matvec(&host, &mut y);
-    }
-    let mut at = 0;
-    for &i in &small {
-        let n = rows(&xs[i]) * q.rows;
-        let mut yi = if small.len() == 1 { std::mem::take(&mut y) } else { y[at..at + n].to_vec() };
-        at += n;
         if let Some(b) = bias {
-            for row in yi.chunks_mut(q.rows) {
+            for row in y.chunks_mut(q.rows) {
                 add_into(row, b);
             }
         }
-        out[i] = yi;
+        y
+    };
+    let mut together = Vec::new();
+    for (i, x) in xs.iter().enumerate() {
+        match rows(x) {
+            0 => {}
+            r if r > most => {}
+            r if r >= ALONE_ROWS => out[i] = product(x),
+            _ => together.push(i),
+        }
+    }
+    match together[..] {
+        [] => {}
+        [i] => out[i] = product(&xs[i]),
+        _ => {
+            let mut all = Vec::with_capacity(together.iter().map(|&i| xs[i].len()).sum());
+            for &i in &together {
+                all.extend_from_slice(&xs[i]);
+            }
+            let y = product(&all);
+            let mut at = 0;
+            for &i in &together {
+                let n = rows(&xs[i]) * q.rows;
+                let mut yi = spare.take(n);
+                yi.copy_from_slice(&y[at..at + n]);
+                out[i] = yi;
+                at += n;
+            }
+            spare.give([y]);
+        }
+    }
+}
+
+/// The products' outputs a forward call's layers are done with, handed out again for the next layer's products
+/// of the same sizes. A prefill's products (35 MB per lane for Qwen2.5-Coder-0.5B's gate and up at 1,784 rows)
+/// otherwise came fresh from the system every layer and were faulted in page by page as the products wrote them:
+/// with eight lanes' prompts, about a tenth of the prefill. Only buffers it handed out are handed back, so it
+/// holds at most one layer's products.
+#[derive(Default)]
+struct Spare(std::sync::Mutex<Vec<Vec<f32>>>);
+
+impl Spare {
+    /// Buffers shorter than this (4 KiB) go back to the allocator, which reuses small blocks without the system.
+    const MIN_LEN: usize = 1 << 10;
+
+    /// `len` values to be overwritten: the smallest spare buffer that holds them (its old values, zeros past
+    /// them), else a new one.
+    fn take(&self, len: usize) -> Vec<f32> {
+        if len < Self::MIN_LEN {
+            return vec![0f32; len];
+        }
+        let mut free = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let fit = (0..free.len()).filter(|&i| free[i].capacity() >= len).min_by_key(|&i| free[i].capacity());
+        match fit {
+            Some(i) => {
+                let mut v = free.swap_remove(i);
+                v.resize(len, 0.0);
+                v
+            }
+            None => vec![0f32; len],
+        }
+    }
+
+    /// Keeps the large ones of `bufs` for [`Spare::take`].
+    fn give(&self, bufs: impl IntoIterator<Item = Vec<f32>>) {
+        let mut free = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        free.extend(bufs.into_iter().filter(|v| v.capacity() >= Self::MIN_LEN));
     }
 }
 
@@ -457,13 +523,14 @@ impl CpuEngine {
             .collect();
         let mut layer_sum: Vec<Option<Vec<f32>>> = vec![None; ns];
         let mut probs: Vec<Option<Vec<f32>>> = vec![None; ns];
+        let spare = Spare::default();
         for (l, block) in self.layers.iter().enumerate() {
             let last = l + 1 == n_layers;
             // attention: h = x + o_proj(attn(rope(q), rope(k), v))
             let normed: Vec<Vec<f32>> = xs.iter().map(|x| kernels::rms_norm(x, d, &block.input_norm, eps)).collect();
-            let mut q = self.dense_many(&block.lin[Q], &normed); // [t_i, h * hd]
-            let mut k = self.dense_many(&block.lin[K], &normed); // [t_i, kvh * hd]
-            let v = self.dense_many(&block.lin[V], &normed); // [t_i, kvh * hd]
+            let mut q = self.dense_many(&block.lin[Q], &normed, &spare); // [t_i, h * hd]
+            let mut k = self.dense_many(&block.lin[K], &normed, &spare); // [t_i, kvh * hd]
+            let v = self.dense_many(&block.lin[V], &normed, &spare); // [t_i, kvh * hd]
 
             // RoPE, the cache and attention: each sequence on its own cache, the sequences spread over the pool (one
             // decoding row runs its heads on one thread up to 1,024 keys; at 8 lanes over 1,500 positions attention is
@@ -493,21 +560,25 @@ impl CpuEngine {
                 }
                 att.push(o);
             }
-            let a = self.dense_many(&block.lin[O], &att);
+            spare.give(q.into_iter().chain(k).chain(v));
+            let a = self.dense_many(&block.lin[O], &att, &spare);
             for (x, a) in xs.iter_mut().zip(&a) {
                 add_into(x, a);
             }
+            spare.give(a);
             // MLP: x = h + down(silu(gate(norm(h))) * up(norm(h)))
             let normed: Vec<Vec<f32>> = xs.iter().map(|x| kernels::rms_norm(x, d, &block.post_norm, eps)).collect();
-            let mut g = self.dense_many(&block.lin[GATE], &normed); // [t_i, ff]
-            let u = self.dense_many(&block.lin[UP], &normed);
+            let mut g = self.dense_many(&block.lin[GATE], &normed, &spare); // [t_i, ff]
+            let u = self.dense_many(&block.lin[UP], &normed, &spare);
             for (g, u) in g.iter_mut().zip(&u) {
                 kernels::silu_mul(g, u);
             }
-            let m = self.dense_many(&block.lin[DOWN], &g);
+            spare.give(u);
+            let m = self.dense_many(&block.lin[DOWN], &g, &spare);
             for (x, m) in xs.iter_mut().zip(&m) {
                 add_into(x, m);
             }
+            spare.give(g.into_iter().chain(m));
             if !last {
                 for i in 0..ns {
                     if cap_from[i] < ts[i] {
@@ -542,7 +613,7 @@ impl CpuEngine {
                 }
             })
             .collect();
-        let logits = self.logits_many(&asked);
+        let logits = self.logits_many(&asked, &spare);
         let vocab = cfg.vocab_size;
         let n = n_layers as f32;
         let mut res = Vec::with_capacity(ns);
@@ -647,5 +718,31 @@ impl Engine for CpuEngine {
         let (from, to) = super::cache_pair::<CpuCache>(from, to, len)?;
         to.copy_prefix_of(from, len);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Spare;
+
+    /// A buffer handed back goes to the next request it holds (the smallest such), cut or grown to the length
+    /// asked for; a request none holds gets a new buffer of zeros, and small buffers are not kept.
+    #[test]
+    fn spare_hands_out_the_smallest_buffer_that_holds_a_request() {
+        let n = Spare::MIN_LEN;
+        let spare = Spare::default();
+        let (big, mid) = (vec![1f32; 4 * n], vec![2f32; 2 * n]);
+        let (big_at, mid_at) = (big.as_ptr(), mid.as_ptr());
+        spare.give([big, vec![3f32; n - 1], mid]);
+        let a = spare.take(n + 1);
+        assert_eq!((a.len(), a.as_ptr()), (n + 1, mid_at));
+        let b = spare.take(3 * n);
+        assert_eq!((b.len(), b.as_ptr()), (3 * n, big_at));
+        let c = spare.take(n);
+        assert!(c.len() == n && c.iter().all(|&v| v == 0.0));
+        assert!(spare.0.lock().unwrap().is_empty(), "the short buffer was not kept");
+        spare.give([a]);
+        let d = spare.take(2 * n);
+        assert_eq!((d.len(), d.as_ptr(), d[n + 1]), (2 * n, mid_at, 0.0), "grown past its last length with zeros");
     }
 }

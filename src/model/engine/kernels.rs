@@ -142,12 +142,19 @@ unsafe fn gemm1(
 /// `x [rows, k] @ w [k, n] (+ bias)` -> `[rows, n]`, the weight's output columns split into one block per rayon
 /// thread (a multiple of 16 columns each).
 pub fn matmul(x: &[f32], rows: usize, k: usize, w: Strided<'_>, n: usize, bias: Option<&[f32]>) -> Vec<f32> {
+    let mut y = vec![0f32; rows * n];
+    matmul_into(x, rows, k, w, n, bias, &mut y);
+    y
+}
+
+/// [`matmul`] into `y [rows, n]` (every value overwritten).
+pub fn matmul_into(x: &[f32], rows: usize, k: usize, w: Strided<'_>, n: usize, bias: Option<&[f32]>, y: &mut [f32]) {
     debug_assert_eq!(x.len(), rows * k);
+    assert_eq!(y.len(), rows * n, "matmul: output length");
     let ws = [w.row_stride, w.col_stride];
     let max = (k as isize - 1) * ws[0] + (n as isize - 1) * ws[1];
     assert!(k > 0 && n > 0 && (max as usize) < w.data.len(), "matmul: the weight view exceeds its buffer");
     let wdata = w.data;
-    let mut y = vec![0f32; rows * n];
     let threads = rayon::current_num_threads().max(1);
     // Few rows (decoding a float model): one call; splitting would only add thread wake-ups.
     let blocks = if rows <= 4 { 1 } else { threads };
@@ -180,9 +187,8 @@ pub fn matmul(x: &[f32], rows: usize, k: usize, w: Strided<'_>, n: usize, bias: 
         (0..n).step_by(chunk).collect::<Vec<_>>().into_par_iter().for_each(run);
     }
     if let Some(b) = bias {
-        add_bias(&mut y, b);
+        add_bias(y, b);
     }
-    y
 }
 
 /// Adds `b [n]` to every `n`-wide row of `y`.
@@ -224,16 +230,27 @@ pub fn matmul_filled(
     bias: Option<&[f32]>,
     fill: &(dyn Fn(usize, &mut [f32]) + Sync),
 ) -> Vec<Vec<f32>> {
+    let mut ys: Vec<Vec<f32>> = xs.iter().map(|x| vec![0f32; x.len() / k * n]).collect();
+    matmul_filled_into(xs, k, n, bias, fill, &mut ys);
+    ys
+}
+
+/// [`matmul_filled`] into `ys[i] [rows_i, n]` (every value overwritten).
+pub fn matmul_filled_into(
+    xs: &[&[f32]],
+    k: usize,
+    n: usize,
+    bias: Option<&[f32]>,
+    fill: &(dyn Fn(usize, &mut [f32]) + Sync),
+    ys: &mut [Vec<f32>],
+) {
     assert!(k > 0 && n > 0, "matmul_filled: empty weight");
-    let mut ys: Vec<Vec<f32>> = xs
-        .iter()
-        .map(|x| {
-            debug_assert_eq!(x.len() % k, 0);
-            vec![0f32; x.len() / k * n]
-        })
-        .collect();
+    assert_eq!(xs.len(), ys.len(), "matmul_filled: one output per input");
+    for (x, y) in xs.iter().zip(ys.iter()) {
+        assert!(x.len().is_multiple_of(k) && y.len() == x.len() / k * n, "matmul_filled: output length");
+    }
     if xs.iter().all(|x| x.is_empty()) {
-        return ys; // nothing to multiply: no tile is filled
+        return; // nothing to multiply: no tile is filled
     }
     // at most FILL_TILE_VALUES weights per tile, and at least one tile per thread
     let per_thread = n.div_ceil(rayon::current_num_threads().max(1));
@@ -269,7 +286,6 @@ pub fn matmul_filled(
     if let Some(b) = bias {
         ys.iter_mut().for_each(|y| add_bias(y, b));
     }
-    ys
 }
 
 /// Rotate-half RoPE in place on `x [t, heads * hd]` at positions `start..start + t`; `cos`/`sin` are the
