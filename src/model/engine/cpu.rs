@@ -93,18 +93,16 @@ impl Weight {
     /// `x_i [rows_i, in] W^T (+ bias)` -> `[rows_i, out]` for each `x_i`, in f32 arithmetic, the outputs taken
     /// from `spare`.
     fn matmul_many(&self, xs: &[&[f32]], inp: usize, out: usize, bias: Option<&[f32]>, spare: &Spare) -> Vec<Vec<f32>> {
-        let mut ys: Vec<Vec<f32>> = xs.iter().map(|x| spare.take(x.len() / inp * out)).collect();
         match self {
-            Weight::Int(q) => {
-                kernels::matmul_filled_into(xs, q.cols, q.rows, bias, &|j0, tile| q.dequantize_rows(j0, tile), &mut ys)
-            }
+            Weight::Int(q) => int_matmul_f32(q, xs, bias, spare),
             Weight::F32(w) => {
+                let mut ys: Vec<Vec<f32>> = xs.iter().map(|x| spare.take(x.len() / inp * out)).collect();
                 for (x, y) in xs.iter().zip(&mut ys) {
                     kernels::matmul_into(x, x.len() / inp, inp, Strided::rows(w, out), out, bias, y);
                 }
+                ys
             }
         }
-        ys
     }
 }
 
@@ -124,9 +122,12 @@ fn load_int(src: &dyn WeightSource, name: &str, dims: [usize; 2]) -> Result<Opti
     Ok(Some(Arc::new(q)))
 }
 
-/// `x_i W^T (+ bias)` for each `x_i` in f32 arithmetic, `W` de-quantized from `q` a tile at a time.
-fn int_matmul_f32(q: &QMatrix, xs: &[&[f32]], bias: Option<&[f32]>) -> Vec<Vec<f32>> {
-    kernels::matmul_filled(xs, q.cols, q.rows, bias, &|j0, tile| q.dequantize_rows(j0, tile))
+/// `x_i W^T (+ bias)` for each `x_i` in f32 arithmetic, `W` de-quantized from `q` a tile at a time, the outputs
+/// taken from `spare`.
+fn int_matmul_f32(q: &QMatrix, xs: &[&[f32]], bias: Option<&[f32]>, spare: &Spare) -> Vec<Vec<f32>> {
+    let mut ys: Vec<Vec<f32>> = xs.iter().map(|x| spare.take(x.len() / q.cols * q.rows)).collect();
+    kernels::matmul_filled_into(xs, q.cols, q.rows, bias, &|j0, tile| q.dequantize_rows(j0, tile), &mut ys);
+    ys
 }
 
 /// `y = x W^T + b` for a linear layer's `W [out, in]`.
@@ -285,7 +286,7 @@ impl CpuEngine {
         }
         fill_the_rest(&mut out, hs, |hr| match (&self.lm_head, &self.embed) {
             (Head::Own(w), _) => w.matmul_many(hr, d, vocab, None, spare),
-            (Head::Tied, Embedding::Int(q)) => int_matmul_f32(q, hr, None),
+            (Head::Tied, Embedding::Int(q)) => int_matmul_f32(q, hr, None, spare),
             (Head::Tied, Embedding::F32(e)) => {
                 hr.iter().map(|h| kernels::matmul(h, h.len() / d, d, Strided::transposed(e, d), vocab, None)).collect()
             }
