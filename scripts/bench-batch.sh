@@ -5,7 +5,8 @@
 # loop's wall time over questions, model loading excluded), forward tokens per question (each lane encodes the
 # few-shot prefix once, so short runs pay it B times), questions per forward pass, and peak memory.
 # Usage: scripts/bench-batch.sh [N questions] (default 12). MODEL=... TRIGGER=rind BATCHES="1 2 4"
-#        THREADS=1 (rayon threads) INDEX=indexes/hotpotqa, SET="trigger.theta=0.35" (a --set for the method)
+#        THREADS=1 (rayon threads) INDEX=indexes/hotpotqa, SET="trigger.theta=0.35" (a --set for the method),
+#        FLAGS="--int8-dot" (more flags for every run)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N="${1:-12}"
@@ -23,12 +24,13 @@ trap 'rm -rf "$OUT"' EXIT
 set_args=()
 [[ $TRIGGER == rind && -n $SET ]] && set_args=(--set "$SET")
 for b in $BATCHES; do
+  # shellcheck disable=SC2086
   RAYON_NUM_THREADS=$THREADS /usr/bin/time -v -o "$OUT/b$b.time" $BIN eval --dataset hotpotqa --trigger "$TRIGGER" \
-    --index "$INDEX" --limit "$N" --model "$MODEL" "${set_args[@]}" --batch "$b" --out "$OUT/b$b" >/dev/null 2>"$OUT/b$b.log"
+    --index "$INDEX" --limit "$N" --model "$MODEL" "${set_args[@]}" ${FLAGS:-} --batch "$b" --out "$OUT/b$b" >/dev/null 2>"$OUT/b$b.log"
 done
-python3 - "$OUT" "$MODEL" "$TRIGGER" "$THREADS" $BATCHES <<'PY'
+python3 - "$OUT" "$MODEL" "$TRIGGER" "$THREADS" "${FLAGS:-}" $BATCHES <<'PY'
 import json, sys, re
-out, model, trigger, threads, batches = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5:]
+out, model, trigger, threads, flags, batches = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5], sys.argv[6:]
 rows, base = [], None
 for b in batches:
     preds = {p["id"]: p for p in map(json.loads, open(f"{out}/b{b}/predictions.jsonl"))}
@@ -42,8 +44,8 @@ for b in batches:
     raw = {i: p["raw_output"] for i, p in preds.items()}
     base = base or raw
     rows.append((b, n, sec, fwd, per_pass, rss, raw == base))
-print(f"model {model}, trigger {trigger}, {threads} rayon thread(s)\n")
-print("| batch | questions | s/question | forward tokens/q | questions per forward pass | peak RSS MiB | same outputs as batch 1 |")
+print(f"model {model}, trigger {trigger}, {threads} rayon thread(s){', ' + flags if flags else ''}\n")
+print(f"| batch | questions | s/question | forward tokens/q | questions per forward pass | peak RSS MiB | same outputs as batch {batches[0]} |")
 print("|---|---|---|---|---|---|---|")
 for b, n, sec, fwd, pp, rss, same in rows:
     print(f"| {b} | {n} | {sec:.2f} | {fwd:.0f} | {pp:.2f} | {rss:.0f} | {same} |")

@@ -27,12 +27,13 @@
 #   compiles first, so budget minutes per B), after a check on stderr that the compiled forward with internals
 #   gives the eager one's tokens (`bench_generate_peers.py compile-check`).
 # - SYNTH="B1 B2 ...": a second table, `synth hallucination` over the first SYNTH_ARTICLES (default 64) articles
-#   of wiki/dump_train at each B: labelled examples/s (the run's own progress rate) and wall time with loading.
+#   of wiki/dump_train at each B: labelled examples/s (the run's own progress rate) and wall time with loading;
+#   on the CPU a row for the exact products and one for --int8-dot (CPU_INT8) at each B, as in the decoding table.
 # - SYNTH_AUTORAG="B1 B2 ...": a third table, `synth autorag` (Algorithm 1, configs/autorag.toml) over the first
 #   SYNTH_QUESTIONS (default 64) BioASQ questions of the training pool (qa/bioasq, retrieving from the index
 #   SYNTH_INDEX, default indexes/bioasq: `ragtime data corpus bioasq` then `ragtime index`) at each B: questions/s
 #   over the run (wall time with loading) and the kept dialogues. SYNTH_SAMPLES (default 1) is `--samples`;
-#   SYNTH_KEEP=PREFIX keeps each run's output folder as PREFIX-MODEL-bB.
+#   SYNTH_KEEP=PREFIX keeps each run's output folder as PREFIX-MODEL-bB-PRODUCTS.
 # transformers reads ragtime's Hugging Face export of the GGUF (`train autorag --export-base`: the same de-quantized
 # weights, loaded in seconds); HF_FROM=gguf has it read the GGUF itself (it de-quantizes the file and converts the
 # tokenizer in Python: for Qwen2.5-Coder-0.5B that did not finish in the ~100 s a GPU run had left for it).
@@ -68,6 +69,10 @@ trap 'rm -rf "$WORK"' EXIT
 max_b=$(tr ' ' '\n' <<<"$BATCHES" | sort -n | tail -1)
 python3 scripts/nq_prompts.py "$max_b" "${RAGTIME_DATA:-../shared/data}" >"$WORK/all.jsonl"
 threads=$(nproc)
+# the synthesis tables' rows per B: on the CPU the exact products and (CPU_INT8=1) --int8-dot, on a GPU f32
+synth_variants="f32"
+[[ $DEVICE != cpu ]] || synth_variants="exact$([[ ${CPU_INT8:-1} == 1 ]] && echo ' int8' || true)"
+synth_flags() { [[ $1 != int8 ]] || echo --int8-dot; }
 # seconds since $1 (a `date +%s.%N` reading), one decimal
 since() { awk "BEGIN{printf \"%.1f\", $(date +%s.%N) - $1}"; }
 for m in $MODELS; do
@@ -157,17 +162,21 @@ for m in $MODELS; do
     echo
     echo "#### synth hallucination, $m, first $n articles of wiki/dump_train, $DEVICE"
     echo
-    echo "| B | articles | examples | examples/s (progress) | wall s (with loading) |"
-    echo "|---:|---:|---:|---:|---:|"
+    echo "| B | products | articles | examples | examples/s (progress) | wall s (with loading) |"
+    echo "|---:|---|---:|---:|---:|---:|"
     for b in $SYNTH; do
-      rm -rf "$WORK/synth"
-      t0=$(date +%s.%N)
-      $BIN synth hallucination --model "$g" --device "$DEVICE" --wiki "${RAGTIME_DATA:-../shared/data}/wiki/dump_train" \
-        --out "$WORK/synth" --limit "$n" --batch "$b" >"$WORK/synth.out" 2>"$WORK/synth.log" || { tail -3 "$WORK/synth.log" >&2; continue; }
-      wall=$(since "$t0")
-      rate=$(grep -E 'examples/s' "$WORK/synth.log" | tail -1 | sed -E 's/.*, ([0-9.]+) examples\/s.*/\1/')
-      ex=$(head -1 "$WORK/synth.out" | sed -E 's/.*: ([0-9]+) articles, ([0-9]+) examples.*/\2/')
-      echo "| $b | $n | $ex | $rate | $wall |"
+      for v in $synth_variants; do
+        rm -rf "$WORK/synth"
+        t0=$(date +%s.%N)
+        # shellcheck disable=SC2046
+        $BIN synth hallucination --model "$g" --device "$DEVICE" $(synth_flags "$v") \
+          --wiki "${RAGTIME_DATA:-../shared/data}/wiki/dump_train" --out "$WORK/synth" --limit "$n" --batch "$b" \
+          >"$WORK/synth.out" 2>"$WORK/synth.log" || { tail -3 "$WORK/synth.log" >&2; continue; }
+        wall=$(since "$t0")
+        rate=$(grep -E 'examples/s' "$WORK/synth.log" | tail -1 | sed -E 's/.*, ([0-9.]+) examples\/s.*/\1/')
+        ex=$(head -1 "$WORK/synth.out" | sed -E 's/.*: ([0-9]+) articles, ([0-9]+) examples.*/\2/')
+        echo "| $b | $v | $n | $ex | $rate | $wall |"
+      done
     done
   fi
   if [[ -n ${SYNTH_AUTORAG:-} ]]; then
@@ -175,19 +184,23 @@ for m in $MODELS; do
     echo
     echo "#### synth autorag, $m, first $n BioASQ questions (index $idx), --samples $k, $DEVICE"
     echo
-    echo "| B | questions | kept | questions/s (wall with loading) | wall s |"
-    echo "|---:|---:|---:|---:|---:|"
+    echo "| B | products | questions | kept | questions/s (wall with loading) | wall s |"
+    echo "|---:|---|---:|---:|---:|---:|"
     for b in $SYNTH_AUTORAG; do
-      rm -rf "$WORK/autorag"
-      t0=$(date +%s.%N)
-      $BIN synth autorag --model "$g" --device "$DEVICE" --dataset "${RAGTIME_DATA:-../shared/data}/qa/bioasq" \
-        --layout bioasq --index "$idx" --out "$WORK/autorag" --limit "$n" --samples "$k" --batch "$b" \
-        >"$WORK/autorag.out" 2>"$WORK/autorag.log" || { tail -3 "$WORK/autorag.log" >&2; continue; }
-      wall=$(since "$t0")
-      read -r tried kept < <(python3 -c 'import json,sys; s=json.load(open(sys.argv[1])); print(s["tried"], s["kept"])' \
-        "$WORK/autorag/stats.json")
-      echo "| $b | $tried | $kept | $(awk "BEGIN{printf \"%.2f\", $tried / $wall}") | $wall |"
-      [[ -z ${SYNTH_KEEP:-} ]] || cp -r "$WORK/autorag" "$SYNTH_KEEP-$m-b$b"
+      for v in $synth_variants; do
+        rm -rf "$WORK/autorag"
+        t0=$(date +%s.%N)
+        # shellcheck disable=SC2046
+        $BIN synth autorag --model "$g" --device "$DEVICE" $(synth_flags "$v") \
+          --dataset "${RAGTIME_DATA:-../shared/data}/qa/bioasq" --layout bioasq --index "$idx" --out "$WORK/autorag" \
+          --limit "$n" --samples "$k" --batch "$b" >"$WORK/autorag.out" 2>"$WORK/autorag.log" ||
+          { tail -3 "$WORK/autorag.log" >&2; continue; }
+        wall=$(since "$t0")
+        read -r tried kept < <(python3 -c 'import json,sys; s=json.load(open(sys.argv[1])); print(s["tried"], s["kept"])' \
+          "$WORK/autorag/stats.json")
+        echo "| $b | $v | $tried | $kept | $(awk "BEGIN{printf \"%.2f\", $tried / $wall}") | $wall |"
+        [[ -z ${SYNTH_KEEP:-} ]] || cp -r "$WORK/autorag" "$SYNTH_KEEP-$m-b$b-$v"
+      done
     done
   fi
 done

@@ -70,7 +70,8 @@ pub struct Args {
     /// Override a value in every controller's config, e.g. `--set query.top_n=20` (not the swept key).
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub overrides: Vec<String>,
-    /// Questions answered at once (see `ragtime eval --batch`). Default: 8 on cpu, 64 on cuda.
+    /// Questions answered at once (see `ragtime eval --batch`). Default: 8 on cpu (32 with --int8-dot where the
+    /// CPU has AMX), 64 on cuda.
     #[arg(long, value_parser = super::ranges::int::<1, 256>)]
     pub batch: Option<usize>,
     /// Write each controller's operating points for `--budgets` to `--calibrated`.
