@@ -43,11 +43,14 @@ fn main() -> anyhow::Result<()> {
                 let int8_tiles = time(&mut || tiled.matvec_int8(&x, &mut y));
                 let int8 = time(&mut || m.matvec_int8(&x, &mut y));
                 let exact = time(&mut || m.matvec(&x, &mut y));
+                // into the same output buffer each time, as the engine's products write into spare buffers
+                let ys = std::slice::from_mut(&mut y);
                 let gemm = time(&mut || {
-                    kernels::matmul_filled(&[&x], cols, rows, None, &|j0, tile| m.dequantize_rows(j0, tile));
+                    kernels::matmul_filled_into(&[&x], cols, rows, None, &|j0, tile| m.dequantize_rows(j0, tile), ys);
                 });
                 let gemm_tiles = time(&mut || {
-                    kernels::matmul_filled(&[&x], cols, rows, None, &|j0, tile| tiled.dequantize_rows(j0, tile));
+                    let fill = |j0, tile: &mut [f32]| tiled.dequantize_rows(j0, tile);
+                    kernels::matmul_filled_into(&[&x], cols, rows, None, &fill, ys);
                 });
                 (int8_tiles, int8, exact, gemm, gemm_tiles)
             });

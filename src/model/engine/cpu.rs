@@ -6,7 +6,7 @@
 //!   instead of f32's 4); a weight with no integer form (f32, f16, bf16 files) is held in f32.
 //! - Prefill chunks (more than [`int_rows`] rows) multiply in f32, one gemm per sequence: the integer blocks
 //!   de-quantized a tile of output columns at a time, once for all the sequences of the call
-//!   ([`kernels::matmul_filled`]; bit for bit the product with the whole f32 matrix), f32 weights split by
+//!   ([`kernels::matmul_filled_into`]; bit for bit the product with the whole f32 matrix), f32 weights split by
 //!   columns over the pool ([`kernels::matmul`]).
 //! - Decoding rows and short chunks (up to [`int_rows`] per sequence) of *all* sequences of a call go through one
 //!   [`QMatrix::matvec`] per weight matrix: each weight block is read and de-quantized once for two rows, and

@@ -201,12 +201,12 @@ fn add_bias(y: &mut [f32], b: &[f32]) {
     }
 }
 
-/// f32 weight values per tile of [`matmul_filled`] (4M values, 16 MiB): a few tiles per matrix of a small model,
+/// f32 weight values per tile of [`matmul_filled_into`] (4M values, 16 MiB): a few tiles per matrix of a small model,
 /// so each gemm call still amortises its packing of `x`; one tile per rayon worker in memory at a time.
 const FILL_TILE_VALUES: usize = 1 << 22;
 
 thread_local! {
-    /// Each thread's tile for [`matmul_filled`], kept between calls: a fresh 4-16 MiB buffer per tile cost more
+    /// Each thread's tile for [`matmul_filled_into`], kept between calls: a fresh 4-16 MiB buffer per tile cost more
     /// in page faults and zeroing than filling it.
     static FILL_TILE: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
@@ -215,27 +215,14 @@ thread_local! {
 /// adding in another order than its blocked kernels.
 const GEMM_DOT_OUTPUTS: usize = 16 * 16;
 
-/// `x_i [rows_i, k] @ W^T (+ bias)` -> `[rows_i, n]` for each `x_i` of `xs` and a weight `W [n, k]` that is not
-/// held in f32: `fill(j0, tile)` writes rows `j0..j0 + tile.len() / k` of `W` (row-major) into `tile`. The output
-/// columns go in tiles of at most about `FILL_TILE_VALUES` (4M) weights and at least one per thread (a multiple of
-/// 16 columns each), the tiles spread over the rayon pool; each tile is filled once and multiplied with every
-/// `x_i` by a single-threaded gemm.
+/// `x_i [rows_i, k] @ W^T (+ bias)` -> `ys[i] [rows_i, n]` (every value overwritten) for each `x_i` of `xs` and
+/// a weight `W [n, k]` that is not held in f32: `fill(j0, tile)` writes rows `j0..j0 + tile.len() / k` of `W`
+/// (row-major) into `tile`. The output columns go in tiles of at most about `FILL_TILE_VALUES` (4M) weights and at
+/// least one per thread (a multiple of 16 columns each), the tiles spread over the rayon pool; each tile is filled
+/// once and multiplied with every `x_i` by a single-threaded gemm.
 ///
 /// Each output is bit for bit what [`matmul`] gives on the f32 matrix `W^T`: gemm adds the products of an output
 /// in an order set by `k` alone (its `k` blocking), whatever the columns around it (tested below).
-pub fn matmul_filled(
-    xs: &[&[f32]],
-    k: usize,
-    n: usize,
-    bias: Option<&[f32]>,
-    fill: &(dyn Fn(usize, &mut [f32]) + Sync),
-) -> Vec<Vec<f32>> {
-    let mut ys: Vec<Vec<f32>> = xs.iter().map(|x| vec![0f32; x.len() / k * n]).collect();
-    matmul_filled_into(xs, k, n, bias, fill, &mut ys);
-    ys
-}
-
-/// [`matmul_filled`] into `ys[i] [rows_i, n]` (every value overwritten).
 pub fn matmul_filled_into(
     xs: &[&[f32]],
     k: usize,
@@ -244,10 +231,10 @@ pub fn matmul_filled_into(
     fill: &(dyn Fn(usize, &mut [f32]) + Sync),
     ys: &mut [Vec<f32>],
 ) {
-    assert!(k > 0 && n > 0, "matmul_filled: empty weight");
-    assert_eq!(xs.len(), ys.len(), "matmul_filled: one output per input");
+    assert!(k > 0 && n > 0, "matmul_filled_into: empty weight");
+    assert_eq!(xs.len(), ys.len(), "matmul_filled_into: one output per input");
     for (x, y) in xs.iter().zip(ys.iter()) {
-        assert!(x.len().is_multiple_of(k) && y.len() == x.len() / k * n, "matmul_filled: output length");
+        assert!(x.len().is_multiple_of(k) && y.len() == x.len() / k * n, "matmul_filled_into: output length");
     }
     if xs.iter().all(|x| x.is_empty()) {
         return; // nothing to multiply: no tile is filled
@@ -1120,14 +1107,23 @@ mod tests {
                 let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
                 let (got, rows_major, transposed) = pool.install(|| {
                     let x2 = &x[..2 * k]; // a second input sharing the tiles
-                    let mut ys = matmul_filled(&[&x, &[], x2], k, n, Some(&bias), &fill);
-                    let alone = matmul_filled(&[x2], k, n, Some(&bias), &fill);
+                                          // outputs filled with NaN: every value must be overwritten
+                    let outputs = |xs: &[&[f32]]| -> Vec<Vec<f32>> {
+                        xs.iter().map(|x| vec![f32::NAN; x.len() / k * n]).collect()
+                    };
+                    let product = |xs: &[&[f32]], bias: Option<&[f32]>, fill: &(dyn Fn(usize, &mut [f32]) + Sync)| {
+                        let mut ys = outputs(xs);
+                        matmul_filled_into(xs, k, n, bias, fill, &mut ys);
+                        ys
+                    };
+                    let mut ys = product(&[&x, &[], x2], Some(&bias), &fill);
+                    let alone = product(&[x2], Some(&bias), &fill);
                     let filled = std::sync::atomic::AtomicUsize::new(0);
                     let count = |j0: usize, tile: &mut [f32]| {
                         filled.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         fill(j0, tile)
                     };
-                    assert!(matmul_filled(&[&[], &[]], k, n, None, &count).iter().all(Vec::is_empty));
+                    assert!(product(&[&[], &[]], None, &count).iter().all(Vec::is_empty));
                     assert_eq!(filled.into_inner(), 0, "tiles filled for inputs without rows");
                     assert_eq!((ys[1].len(), &ys[2]), (0, &alone[0]), "{rows}x{k}x{n}, {threads} threads");
                     (
