@@ -227,18 +227,21 @@ fn eval_autorag_on_lanes_writes_the_records_of_one_at_a_time() {
 }
 
 /// `synth autorag --batch 3` (one model: teacher and query lanes) writes the attempts and dialogues of `--batch 1`,
-/// in the same order (all but the timings); with rejection sampling, so that lanes run several samples.
+/// in the same order (all but the timings); with rejection sampling, so that lanes run several samples, and with
+/// greedy and sampled reasoning turns (the queries are always sampled: each lane's tokens are picked beside the
+/// other lanes', with its own sampler).
 #[test]
 fn synth_autorag_on_lanes_writes_what_one_session_writes() {
     let Some(s) = tiny_eval() else { return };
-    let run = |batch: &str| {
-        let out = s.root.join(format!("synth-b{batch}"));
+    let run = |batch: &str, temperature: &str| {
+        let out = s.root.join(format!("synth-b{batch}-t{temperature}"));
         let mut args: Vec<String> =
             ["synth", "autorag", "--batch", batch, "--max-iter", "2", "--candidates", "2", "--samples", "2"]
                 .iter()
                 .map(|x| x.to_string())
                 .collect();
         args.extend(model_args(&s));
+        args.extend(["--set".into(), format!("synth.reasoning_temperature={temperature}")]);
         args.extend(["--out", out.to_str().unwrap()].map(String::from));
         let argv: Vec<&str> = args.iter().map(String::as_str).collect();
         ok(&argv);
@@ -255,10 +258,15 @@ fn synth_autorag_on_lanes_writes_what_one_session_writes() {
         };
         (lines("attempts.jsonl"), lines("dialogues.jsonl"))
     };
-    let (one, lanes) = (run("1"), run("3"));
-    assert_eq!(one.0.len(), 6);
-    assert!(one.0.iter().any(|a| !a["queries"].as_array().unwrap().is_empty()), "{:?}", one.0);
-    assert_eq!(one, lanes);
+    let mut reasoning = Vec::new();
+    for temperature in ["0.0", "0.7"] {
+        let (one, lanes) = (run("1", temperature), run("3", temperature));
+        assert_eq!(one.0.len(), 6, "reasoning temperature {temperature}");
+        assert!(one.0.iter().any(|a| !a["queries"].as_array().unwrap().is_empty()), "{:?}", one.0);
+        assert_eq!(one, lanes, "reasoning temperature {temperature}");
+        reasoning.push(one.0);
+    }
+    assert_ne!(reasoning[0], reasoning[1], "sampled reasoning makes other attempts than greedy");
 }
 
 #[test]

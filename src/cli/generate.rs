@@ -201,15 +201,21 @@ fn decode_lanes(
         if active.is_empty() {
             break;
         }
-        // one pass: new lanes feed their prompt (no steps wanted), the others their sampled token
+        // one pass: new lanes feed their prompt (no steps wanted), the others their sampled token (picked over
+        // the pool)
+        let mut picks = Vec::new();
+        for lane in active.iter_mut().filter(|l| !l.session.is_empty()) {
+            picks.push((lane.session.picker()?, &mut lane.sampler));
+        }
+        let mut picked = ragtime::model::pick_many(picks).into_iter();
         let (mut feeds, mut from) = (Vec::new(), Vec::new());
-        for lane in active.iter_mut() {
+        for lane in active.iter() {
             if lane.session.is_empty() {
                 counts.prompt_tokens += encoded[lane.index].len();
                 feeds.push(encoded[lane.index].clone());
                 from.push(encoded[lane.index].len());
             } else {
-                feeds.push(vec![lane.session.pick(&mut lane.sampler)?]);
+                feeds.push(vec![picked.next().expect("a pick per decoding lane")]);
                 from.push(0);
             }
         }

@@ -443,6 +443,39 @@ impl Lm {
     }
 }
 
+/// The distribution a session chooses its next token from ([`Session::picker`]).
+pub struct Picker<'s>(&'s engine::dist::NextDist);
+
+impl Picker<'_> {
+    /// Fetches the logits row to the host if `sampler` will read it (not for a greedy pick, which a scored row
+    /// answers without its logits), so that [`Picker::pick`] then only computes.
+    fn prepare(&self, sampler: &Sampler) {
+        if !matches!(sampler, Sampler::Greedy) {
+            self.0.logits();
+        }
+    }
+
+    /// The next token, as [`Session::pick`] chooses it.
+    pub fn pick(&self, sampler: &mut Sampler) -> u32 {
+        match sampler {
+            Sampler::Greedy => self.0.greedy(), // a scored row answers without its logits
+            sampler => sampler.pick(self.0.logits()),
+        }
+    }
+}
+
+/// The next token of several sessions, each chosen with its own sampler as [`Session::pick`] chooses it, the
+/// picks spread over the rayon pool: a pick reads the whole vocabulary (an `exp` per token to sample, a pass to
+/// find the largest), and one lane after another on one thread they kept the pool idle between forward passes.
+/// Rows left on the device are fetched first, on this thread.
+pub fn pick_many(picks: Vec<(Picker<'_>, &mut Sampler)>) -> Vec<u32> {
+    use rayon::prelude::*;
+    for (p, sampler) in &picks {
+        p.prepare(sampler);
+    }
+    picks.into_par_iter().map(|(p, sampler)| p.pick(sampler)).collect()
+}
+
 /// One sequence being decoded: its KV cache, ids, and the distribution for the next position.
 pub struct Session<'a> {
     pub lm: &'a Lm,
@@ -538,11 +571,14 @@ impl<'a> Session<'a> {
 
     /// Chooses the next token from the current distribution (without feeding it).
     pub fn pick(&self, sampler: &mut Sampler) -> Result<u32> {
+        Ok(self.picker()?.pick(sampler))
+    }
+
+    /// What [`Session::pick`] reads, to choose the next token elsewhere (on another thread): the distribution for
+    /// the next position, its logits on the host where a sampler needs them.
+    pub fn picker(&self) -> Result<Picker<'_>> {
         let next = self.last.as_ref().context("nothing fed yet: prefill a prompt first")?;
-        Ok(match sampler {
-            Sampler::Greedy => next.greedy(), // a scored row answers without its logits
-            sampler => sampler.pick(next.logits()),
-        })
+        Ok(Picker(next))
     }
 
     /// Chooses the next token from the current distribution, feeds it, and returns its step.

@@ -103,18 +103,43 @@ pub fn argmax(logits: &[f32]) -> u32 {
 
 /// Entropy (nats) of softmax(logits) and the probability of token `id`.
 pub fn entropy_and_prob(logits: &[f32], id: u32) -> (f32, f32) {
-    let m = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
-    let mut z = 0f64;
-    let mut s = 0f64;
-    for &l in logits {
-        let e = ((l as f64) - m).exp();
-        z += e;
-        s += e * (l as f64 - m);
+    let stats = SoftmaxStats::of(logits);
+    (stats.entropy(), stats.prob(logits.get(id as usize).copied().unwrap_or(f32::NEG_INFINITY)))
+}
+
+/// What a row's entropy and its tokens' probabilities are read from (in f64, over the full vocabulary): the
+/// largest logit `m`, `z = sum exp(l - m)` and `s = sum exp(l - m) (l - m)`, each summed in token order. An
+/// engine can work them out beside the forward pass, many rows at once ([`super::engine::NextDist::host_scored`]),
+/// and give the same numbers as working them out later.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SoftmaxStats {
+    pub m: f64,
+    pub z: f64,
+    pub s: f64,
+}
+
+impl SoftmaxStats {
+    pub fn of(logits: &[f32]) -> Self {
+        let m = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+        let mut z = 0f64;
+        let mut s = 0f64;
+        for &l in logits {
+            let e = ((l as f64) - m).exp();
+            z += e;
+            s += e * (l as f64 - m);
+        }
+        SoftmaxStats { m, z, s }
     }
-    // H = log Z - E[l - m]
-    let h = z.ln() - s / z;
-    let p = ((logits.get(id as usize).copied().unwrap_or(f32::NEG_INFINITY) as f64 - m).exp()) / z;
-    (h as f32, p as f32)
+
+    /// Entropy in nats: `H = log z - s / z`.
+    pub fn entropy(&self) -> f32 {
+        (self.z.ln() - self.s / self.z) as f32
+    }
+
+    /// The probability of a token with this logit.
+    pub fn prob(&self, logit: f32) -> f32 {
+        (((logit as f64) - self.m).exp() / self.z) as f32
+    }
 }
 
 /// The `k` largest logits as (id, logit), largest first.

@@ -4,10 +4,12 @@
 //! plain [`Session`] is a decoder whose forward passes finish at once ([`block_on`] runs the loop as ordinary
 //! code). A [`Lane`] of a [`Batch`] instead parks its forward request and waits; [`Batch::run`] polls every
 //! lane until each is parked or done, then feeds all parked requests to the model in one pass
-//! ([`Lm::feed_many`]) and polls again. One thread, no locks, no timing: which requests share a pass depends only
-//! on the program, and every lane gets exactly the tokens and internals a session of its own would get
-//! (`feed_many` shares only work whose per-row arithmetic is unchanged), so a batched run writes the same
-//! predictions as a sequential one.
+//! ([`Lm::feed_many`]) and polls again. A lane's step parks with its sampler, and the batch chooses the tokens of
+//! all parked steps at once, over the rayon pool, before the pass. One thread runs the lanes, no locks, no
+//! timing: which requests share a pass depends only on the program, and every lane gets exactly the tokens and
+//! internals a session of its own would get (`feed_many` shares only work whose per-row arithmetic is unchanged,
+//! and each pick is made with the lane's own sampler), so a batched run writes the same predictions as a
+//! sequential one.
 //!
 //! On the CPU what is shared is the decoding rows' products with the integer (4/8-bit) weights, which then read
 //! and de-quantize each weight block once for two questions; prefill chunks still run one by one.
@@ -20,7 +22,7 @@ use std::task::{Context, Poll, Waker};
 
 use anyhow::{bail, Result};
 
-use crate::model::{Lm, Sampler, Session};
+use crate::model::{pick_many, Lm, Sampler, Session};
 use crate::step::TokenStep;
 
 /// What the decode loop needs of a decoding session.
@@ -140,6 +142,9 @@ struct Request {
     lane: usize,
     ids: Vec<u32>,
     steps_from: usize,
+    /// A step ([`Lane::step`]): the token to feed is first chosen with this sampler (`ids` empty until then), which
+    /// is handed back advanced.
+    pick: Option<Sampler>,
 }
 
 /// Sessions that are fed together: one per [`Lane`]. Each keeps its cache across the questions its lane
@@ -150,6 +155,8 @@ pub struct Batch<'lm> {
     sessions: Vec<RefCell<Session<'lm>>>,
     parked: RefCell<Vec<Request>>,
     results: Vec<RefCell<Option<Result<Vec<TokenStep>>>>>,
+    /// Each stepping lane's sampler, handed back after its pick.
+    samplers: Vec<RefCell<Option<Sampler>>>,
     /// Forward passes run, and sequences fed in them (for the mean batch size).
     pub passes: std::cell::Cell<usize>,
     pub fed: std::cell::Cell<usize>,
@@ -195,6 +202,7 @@ impl<'lm> Batch<'lm> {
             sessions: (0..lanes).map(|_| RefCell::new(lm.session())).collect(),
             parked: RefCell::new(Vec::new()),
             results: (0..lanes).map(|_| RefCell::new(None)).collect(),
+            samplers: (0..lanes).map(|_| RefCell::new(None)).collect(),
             passes: Default::default(),
             fed: Default::default(),
             anchored: Default::default(),
@@ -296,11 +304,15 @@ impl<'lm> Batch<'lm> {
         )
     }
 
-    /// One forward pass over every parked request.
+    /// One forward pass over every parked request, the steps' tokens chosen first.
     fn pass(&self) -> Result<()> {
-        let reqs = std::mem::take(&mut *self.parked.borrow_mut());
+        let mut reqs = std::mem::take(&mut *self.parked.borrow_mut());
         if reqs.is_empty() {
             bail!("batch: every running lane waits, but none asked the model for anything");
+        }
+        self.pick(&mut reqs);
+        if reqs.is_empty() {
+            return Ok(()); // every step's pick failed; each lane has its error
         }
         let mut guards: Vec<_> = reqs.iter().map(|r| self.sessions[r.lane].borrow_mut()).collect();
         let mut sessions: Vec<&mut Session<'lm>> = guards.iter_mut().map(|g| &mut **g).collect();
@@ -322,6 +334,37 @@ impl<'lm> Batch<'lm> {
             }
         }
         Ok(())
+    }
+
+    /// Chooses the token of every parked step, each with its lane's sampler, the lanes spread over the rayon pool
+    /// ([`pick_many`]). A step whose pick fails (nothing fed yet) leaves the pass, with its error as its result.
+    fn pick(&self, reqs: &mut Vec<Request>) {
+        if reqs.iter().all(|r| r.pick.is_none()) {
+            return;
+        }
+        let guards: Vec<_> = reqs.iter().map(|r| self.sessions[r.lane].borrow()).collect();
+        let (mut picks, mut picked, mut failed) = (Vec::new(), Vec::new(), Vec::new());
+        for (k, (session, r)) in guards.iter().zip(reqs.iter_mut()).enumerate() {
+            let Some(sampler) = r.pick.as_mut() else { continue };
+            match session.picker() {
+                Ok(p) => {
+                    picks.push((p, sampler));
+                    picked.push(k);
+                }
+                Err(e) => failed.push((k, e)),
+            }
+        }
+        let ids = pick_many(picks);
+        drop(guards);
+        for (k, id) in picked.into_iter().zip(ids) {
+            let r = &mut reqs[k];
+            r.ids = vec![id];
+            *self.samplers[r.lane].borrow_mut() = r.pick.take();
+        }
+        for (k, e) in failed.into_iter().rev() {
+            let r = reqs.remove(k);
+            *self.results[r.lane].borrow_mut() = Some(Err(e));
+        }
     }
 }
 
@@ -366,8 +409,22 @@ impl Decoder for Lane<'_, '_> {
         if ids.is_empty() {
             return Ok(vec![]);
         }
-        self.batch.parked.borrow_mut().push(Request { lane: self.idx, ids: ids.to_vec(), steps_from });
+        self.batch.parked.borrow_mut().push(Request { lane: self.idx, ids: ids.to_vec(), steps_from, pick: None });
         Parked { batch: self.batch, idx: self.idx }.await
+    }
+    /// Parks the step with (a copy of) its sampler: the batch chooses every waiting lane's token at once, before
+    /// the pass that feeds them (`Batch::pick`), and hands the sampler back advanced.
+    async fn step(&mut self, sampler: &mut Sampler) -> Result<TokenStep> {
+        let (batch, idx) = (self.batch, self.idx);
+        batch.parked.borrow_mut().push(Request {
+            lane: idx,
+            ids: Vec::new(),
+            steps_from: 0,
+            pick: Some(sampler.clone()),
+        });
+        let steps = Parked { batch, idx }.await?;
+        *sampler = batch.samplers[idx].borrow_mut().take().expect("a fed step hands its sampler back");
+        Ok(steps.into_iter().next_back().expect("one step for one token"))
     }
     fn pick(&self, sampler: &mut Sampler) -> Result<u32> {
         self.batch.sessions[self.idx].borrow().pick(sampler)

@@ -18,7 +18,9 @@
 //! - RoPE, the cache append and attention run per sequence, on its cache: `[layers][kv heads, capacity, hd]`,
 //!   written in place, doubled when a sequence outgrows it; a rewind only moves its length.
 //! - Only what a sequence asked for is computed past the last layer: the final norm and output projection for
-//!   the rows whose logits it wants, the attention rows and hidden states for the rows it captures.
+//!   the rows whose logits it wants, the attention rows and hidden states for the rows it captures. Each logits
+//!   row comes with its softmax statistics ([`NextDist::host_scored`]), the rows of all sequences worked out
+//!   over the pool.
 //! - The whole pass runs on a thread of the rayon pool (`rayon::scope`), so the products it splits over the
 //!   pool find the other workers awake rather than waking them about 200 times per token.
 
@@ -616,13 +618,15 @@ impl CpuEngine {
             .collect();
         let logits = self.logits_many(&asked, &spare);
         let vocab = cfg.vocab_size;
+        // each row's softmax statistics, the rows of all sequences spread over the pool (the decode loop reads an
+        // entropy and a probability from every row)
+        let rows: Vec<&[f32]> = logits.iter().flat_map(|l| l.chunks(vocab)).collect();
+        let mut dists = rows.into_par_iter().map(|r| NextDist::host_scored(r.to_vec())).collect::<Vec<_>>().into_iter();
         let n = n_layers as f32;
         let mut res = Vec::with_capacity(ns);
         for i in 0..ns {
-            let mut r = ChunkOut {
-                logits: logits[i].chunks(vocab).map(|r| NextDist::host(r.to_vec())).collect(),
-                ..Default::default()
-            };
+            let mut r =
+                ChunkOut { logits: dists.by_ref().take(logits[i].len() / vocab).collect(), ..Default::default() };
             let (t, from) = (ts[i], cap_from[i]);
             if from < t {
                 let hid = &hidden[i][(from - first[i]) * d..];

@@ -1,6 +1,7 @@
 //! The distribution over the next token after one row of a forward pass, as an engine hands it back.
 //!
-//! The CPU and reference engines hand back the logits row. The batched engine scores its rows where they were
+//! The reference engine hands back the logits row; the CPU engine the row and its softmax statistics, worked out
+//! on its threads, many rows at once, rather than one row at a time by the decode loop. The batched engine scores its rows where they were
 //! computed (on the GPU: entropy, the normaliser, the greedy token, the logit of the chunk's next token) and reads
 //! back only those few numbers; the row itself stays on the device and is copied to the host the first time
 //! someone asks for it (a sampler that is not greedy, `Session::logits`, the probability of a token that is
@@ -13,7 +14,7 @@
 
 use std::sync::{Arc, OnceLock};
 
-use crate::model::sampling;
+use crate::model::sampling::{self, SoftmaxStats};
 
 /// Where a scored row's logits can be fetched from (a `[rows, vocab]` tensor left on the device).
 pub trait RowSource: Send + Sync {
@@ -45,6 +46,8 @@ pub struct Scored {
 pub struct NextDist {
     logits: OnceLock<Vec<f32>>,
     scored: Option<Box<Scored>>,
+    /// A host row's softmax statistics, where its engine worked them out.
+    stats: Option<SoftmaxStats>,
 }
 
 impl std::fmt::Debug for NextDist {
@@ -65,12 +68,19 @@ impl std::fmt::Debug for NextDist {
 impl NextDist {
     /// A logits row on the host.
     pub fn host(logits: Vec<f32>) -> Self {
-        NextDist { logits: OnceLock::from(logits), scored: None }
+        NextDist { logits: OnceLock::from(logits), scored: None, stats: None }
+    }
+
+    /// A logits row on the host with its softmax statistics ([`SoftmaxStats::of`] the row): entropies and
+    /// probabilities are read from them, bit for bit what [`NextDist::host`] works out from the row.
+    pub fn host_scored(logits: Vec<f32>) -> Self {
+        let stats = SoftmaxStats::of(&logits);
+        NextDist { logits: OnceLock::from(logits), scored: None, stats: Some(stats) }
     }
 
     /// A row scored where it was computed; its logits are fetched from `s.source` when first asked for.
     pub fn scored(s: Scored) -> Self {
-        NextDist { logits: OnceLock::new(), scored: Some(Box::new(s)) }
+        NextDist { logits: OnceLock::new(), scored: Some(Box::new(s)), stats: None }
     }
 
     /// The logits row (fetched from the device the first time, for a scored row).
@@ -95,10 +105,15 @@ impl NextDist {
     }
 
     /// Entropy (nats) of the distribution and the probability of `id` under it ([`sampling::entropy_and_prob`]
-    /// for a host row; from the scores for a scored one, fetching the row only for a token that is neither the
+    /// for a host row, from its statistics where the engine worked them out; from the scores for a scored one, fetching the row only for a token that is neither the
     /// greedy one nor the chunk's next).
     pub fn entropy_and_prob(&self, id: u32) -> (f32, f32) {
-        let Some(s) = &self.scored else { return sampling::entropy_and_prob(self.logits(), id) };
+        let Some(s) = &self.scored else {
+            let logits = self.logits();
+            let logit = logits.get(id as usize).copied().unwrap_or(f32::NEG_INFINITY);
+            let stats = self.stats.unwrap_or_else(|| SoftmaxStats::of(logits));
+            return (stats.entropy(), stats.prob(logit));
+        };
         let logit = if id == s.argmax {
             s.max
         } else if let Some((_, l)) = s.next.filter(|&(n, _)| n == id) {
@@ -158,5 +173,26 @@ mod tests {
         let host = NextDist::host(logits.clone());
         assert_eq!(host.entropy_and_prob(2), sampling::entropy_and_prob(&logits, 2));
         assert_eq!(host.greedy(), 0);
+    }
+
+    /// A host row with its statistics worked out by the engine answers bit for bit as the row alone does: every
+    /// token, one outside the vocabulary, rows with ties, a peaked row and one with a -inf logit.
+    #[test]
+    fn host_rows_scored_by_the_engine_answer_as_the_row_alone() {
+        let mut rows: Vec<Vec<f32>> = (0..4u32)
+            .map(|r| (0..1000u32).map(|i| ((i * 7919 + r * 104_729) % 1013) as f32 / 37.0 - 13.0).collect())
+            .collect();
+        rows.push(vec![30.0, 0.0, -5.0, 0.0]);
+        rows.push(vec![1.0, f32::NEG_INFINITY, 2.0]);
+        for row in rows {
+            let (alone, scored) = (NextDist::host(row.clone()), NextDist::host_scored(row.clone()));
+            for id in 0..=row.len() as u32 {
+                let bits = |(h, p): (f32, f32)| (h.to_bits(), p.to_bits());
+                let a = bits(alone.entropy_and_prob(id));
+                assert_eq!(a, bits(scored.entropy_and_prob(id)), "token {id}");
+                assert_eq!(a, bits(sampling::entropy_and_prob(&row, id)), "token {id}");
+            }
+            assert_eq!(scored.greedy(), sampling::argmax(&row));
+        }
     }
 }
