@@ -1,12 +1,12 @@
 //! The distribution over the next token after one row of a forward pass, as an engine hands it back.
 //!
 //! The reference engine hands back the logits row; the CPU engine the row and its softmax statistics, worked out
-//! on its threads, many rows at once, rather than one row at a time by the decode loop. The batched engine scores its rows where they were
-//! computed (on the GPU: entropy, the normaliser, the greedy token, the logit of the chunk's next token) and reads
-//! back only those few numbers; the row itself stays on the device and is copied to the host the first time
-//! someone asks for it (a sampler that is not greedy, `Session::logits`, the probability of a token that is
-//! neither the greedy one nor the chunk's next). A greedy decode with its entropies and probabilities then never
-//! moves a `[vocab]` row per lane and step.
+//! on its threads, many rows at once, rather than one row at a time by the decode loop. The batched engine scores
+//! its rows where they were computed (on the GPU: entropy, the normaliser, the greedy token, the logit of the
+//! chunk's next token) and reads back only those few numbers; the row itself stays on the device and is copied to
+//! the host the first time someone asks for it (a sampler that is not greedy, `Session::logits`, the probability
+//! of a token that is neither the greedy one nor the chunk's next). A greedy decode with its entropies and
+//! probabilities then never moves a `[vocab]` row per lane and step.
 //!
 //! The price is device memory: a session keeps the `[rows, vocab]` tensor its last row came from (shared with
 //! the other sessions of that pass) until its next feed or rewind frees it, so sessions that stop being fed
@@ -105,8 +105,8 @@ impl NextDist {
     }
 
     /// Entropy (nats) of the distribution and the probability of `id` under it ([`sampling::entropy_and_prob`]
-    /// for a host row, from its statistics where the engine worked them out; from the scores for a scored one, fetching the row only for a token that is neither the
-    /// greedy one nor the chunk's next).
+    /// for a host row, from its statistics where the engine worked them out; from the scores for a scored one,
+    /// fetching the row only for a token that is neither the greedy one nor the chunk's next).
     pub fn entropy_and_prob(&self, id: u32) -> (f32, f32) {
         let Some(s) = &self.scored else {
             let logits = self.logits();
