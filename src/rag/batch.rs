@@ -41,13 +41,9 @@ pub trait Decoder {
     fn truncate(&mut self, len: usize);
     /// See [`Session::feed`].
     async fn feed(&mut self, ids: &[u32], steps_from: usize) -> Result<Vec<TokenStep>>;
-    /// See [`Session::step`].
-    async fn step(&mut self, sampler: &mut Sampler) -> Result<TokenStep> {
-        let id = self.pick(sampler)?;
-        Ok(self.feed(&[id], 0).await?.pop().expect("one step for one token"))
-    }
-    /// Chooses the next token from the current distribution (without feeding it).
-    fn pick(&self, sampler: &mut Sampler) -> Result<u32>;
+    /// Chooses the next token from the current distribution, feeds it, and returns its step (see
+    /// [`Session::step`]).
+    async fn step(&mut self, sampler: &mut Sampler) -> Result<TokenStep>;
     /// Makes the cache hold exactly `anchor`, as a pass of its own over it on an empty cache computes it (see
     /// [`feed_prompt`]), and returns the tokens this decoder ran forward for it: the anchor's length, or 0 where
     /// it was copied from another decoder that holds it ([`Lane`]).
@@ -74,8 +70,8 @@ impl Decoder for Session<'_> {
     async fn feed(&mut self, ids: &[u32], steps_from: usize) -> Result<Vec<TokenStep>> {
         Session::feed(self, ids, steps_from)
     }
-    fn pick(&self, sampler: &mut Sampler) -> Result<u32> {
-        Session::pick(self, sampler)
+    async fn step(&mut self, sampler: &mut Sampler) -> Result<TokenStep> {
+        Session::step(self, sampler)
     }
 }
 
@@ -426,9 +422,6 @@ impl Decoder for Lane<'_, '_> {
         *sampler = batch.samplers[idx].borrow_mut().take().expect("a fed step hands its sampler back");
         Ok(steps.into_iter().next_back().expect("one step for one token"))
     }
-    fn pick(&self, sampler: &mut Sampler) -> Result<u32> {
-        self.batch.sessions[self.idx].borrow().pick(sampler)
-    }
     /// Copies the anchor from a lane that holds it; the first lane to need it runs its pass at once, alone (not
     /// parked for the batch's next pass), so that the lanes polled after it find it and copy it. Either way the
     /// lane holds what a pass of its own over the anchor on an empty cache computes, bit for bit.
@@ -490,8 +483,8 @@ mod tests {
                 .map(|i| TokenStep { pos: start + i, id: ids[i], ..Default::default() })
                 .collect())
         }
-        fn pick(&self, _: &mut Sampler) -> Result<u32> {
-            unreachable!()
+        async fn step(&mut self, _: &mut Sampler) -> Result<TokenStep> {
+            unreachable!("the anchor tests feed prompts only")
         }
     }
 
