@@ -103,8 +103,7 @@ pub fn argmax(logits: &[f32]) -> u32 {
 
 /// Entropy (nats) of softmax(logits) and the probability of token `id`.
 pub fn entropy_and_prob(logits: &[f32], id: u32) -> (f32, f32) {
-    let stats = SoftmaxStats::of(logits);
-    (stats.entropy(), stats.prob(logits.get(id as usize).copied().unwrap_or(f32::NEG_INFINITY)))
+    SoftmaxStats::of(logits).entropy_and_prob(logits, id)
 }
 
 /// What a row's entropy and its tokens' probabilities are read from (in f64, over the full vocabulary): the
@@ -139,6 +138,12 @@ impl SoftmaxStats {
     /// The probability of a token with this logit.
     pub fn prob(&self, logit: f32) -> f32 {
         (((logit as f64) - self.m).exp() / self.z) as f32
+    }
+
+    /// The entropy, and the probability of token `id` of `logits` (the row these are the statistics of; 0 for an
+    /// id outside it).
+    pub fn entropy_and_prob(&self, logits: &[f32], id: u32) -> (f32, f32) {
+        (self.entropy(), self.prob(logits.get(id as usize).copied().unwrap_or(f32::NEG_INFINITY)))
     }
 }
 

@@ -110,9 +110,7 @@ impl NextDist {
     pub fn entropy_and_prob(&self, id: u32) -> (f32, f32) {
         let Some(s) = &self.scored else {
             let logits = self.logits();
-            let logit = logits.get(id as usize).copied().unwrap_or(f32::NEG_INFINITY);
-            let stats = self.stats.unwrap_or_else(|| SoftmaxStats::of(logits));
-            return (stats.entropy(), stats.prob(logit));
+            return self.stats.unwrap_or_else(|| SoftmaxStats::of(logits)).entropy_and_prob(logits, id);
         };
         let logit = if id == s.argmax {
             s.max
