@@ -1107,7 +1107,8 @@ mod tests {
                 let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
                 let (got, rows_major, transposed) = pool.install(|| {
                     let x2 = &x[..2 * k]; // a second input sharing the tiles
-                                          // outputs filled with NaN: every value must be overwritten
+
+                    // outputs filled with NaN: every value must be overwritten
                     let outputs = |xs: &[&[f32]]| -> Vec<Vec<f32>> {
                         xs.iter().map(|x| vec![f32::NAN; x.len() / k * n]).collect()
                     };
