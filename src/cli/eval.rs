@@ -70,7 +70,7 @@ pub struct Args {
     /// resumed with another value. Records are written in question order (one finished early waits for those
     /// before it); above 1 lane, each record's `seconds` is the wall time since the previous question finished,
     /// which keeps seconds per question equal to wall time over questions. Default: 8 on cpu (32 with --int8-dot
-    /// where the CPU has AMX), 64 on cuda.
+    /// where the CPU has AVX-512 VNNI), 64 on cuda.
     #[arg(long, value_parser = super::ranges::int::<1, 256>)]
     pub batch: Option<usize>,
     /// Run the controller at this calibrated retrieval budget (retrievals per question): its threshold is the

@@ -24,7 +24,7 @@ pub struct Args {
     #[arg(long, conflicts_with = "prompt_file")]
     pub prompts: Option<PathBuf>,
     /// With --prompts: lanes decoded together (continuous batching; outputs do not depend on it).
-    /// Default: 8 on cpu (32 with --int8-dot where the CPU has AMX), 64 on cuda.
+    /// Default: 8 on cpu (32 with --int8-dot where the CPU has AVX-512 VNNI), 64 on cuda.
     #[arg(long, value_parser = super::ranges::int::<1, 1024>)]
     pub batch: Option<usize>,
     /// File holding the prompt.

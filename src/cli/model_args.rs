@@ -53,9 +53,10 @@ pub struct ModelArgs {
 /// Lanes (`--batch`) when the flag is not given: 8 on the CPU (the lanes' decoding rows share each pass over the
 /// integer weights: `eval --trigger rind` answers Qwen2.5-Coder-0.5B's questions 2.5x and SmolLM2's 1.4x faster than
 /// one lane, the same predictions; 16 or 32 lanes gain little more and take more memory), 32 on the CPU with
-/// `--int8-dot` where AMX multiplies many lanes' rows at once (a row costs less in a pass of 32 than of 8: Qwen's
-/// `eval`, `synth hallucination` and `synth autorag` 1.04-1.34x faster than at 8 lanes,
-/// docs/results/bench-lanes-cpu-int8-amx-qwen.md), 64 on a GPU (the batched engine decodes every lane in one pass
+/// `--int8-dot` where the integer products read row tiles (AVX-512 VNNI, and AMX: a row costs less in a pass of 32
+/// than of 8; Qwen's `eval`, `synth hallucination` and `synth autorag` 1.04-1.34x faster than at 8 lanes with AMX,
+/// docs/results/bench-lanes-cpu-int8-amx-qwen.md, 1.08-1.10x with VNNI alone,
+/// docs/results/bench-lanes-cpu-int8-vnni-qwen.md), 64 on a GPU (the batched engine decodes every lane in one pass
 /// of one shape).
 pub const DEFAULT_LANES_CPU: usize = 8;
 pub const DEFAULT_LANES_CPU_TILES: usize = 32;
@@ -65,7 +66,7 @@ impl ModelArgs {
     /// `--batch`, or the device's default number of lanes.
     pub fn lanes(&self, batch: Option<usize>) -> usize {
         batch.unwrap_or(match self.device {
-            DeviceKind::Cpu if self.int8_dot && ragtime::model::quant::many_rows_on_tiles() => DEFAULT_LANES_CPU_TILES,
+            DeviceKind::Cpu if self.int8_dot && ragtime::model::quant::rows_on_tiles() => DEFAULT_LANES_CPU_TILES,
             DeviceKind::Cpu => DEFAULT_LANES_CPU,
             DeviceKind::Cuda(_) => DEFAULT_LANES_GPU,
         })
@@ -141,7 +142,7 @@ mod tests {
     #[test]
     fn default_lanes_follow_the_device_and_the_products() {
         assert_eq!(args(&[]).lanes(None), 8);
-        let tiles = ragtime::model::quant::many_rows_on_tiles();
+        let tiles = ragtime::model::quant::rows_on_tiles();
         assert_eq!(args(&["--int8-dot"]).lanes(None), if tiles { 32 } else { 8 });
         assert_eq!(args(&["--device", "cuda"]).lanes(None), 64);
         assert_eq!(args(&["--int8-dot"]).lanes(Some(3)), 3);

@@ -71,7 +71,7 @@ pub struct Args {
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub overrides: Vec<String>,
     /// Questions answered at once (see `ragtime eval --batch`). Default: 8 on cpu (32 with --int8-dot where the
-    /// CPU has AMX), 64 on cuda.
+    /// CPU has AVX-512 VNNI), 64 on cuda.
     #[arg(long, value_parser = super::ranges::int::<1, 256>)]
     pub batch: Option<usize>,
     /// Write each controller's operating points for `--budgets` to `--calibrated`.

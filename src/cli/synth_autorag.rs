@@ -76,7 +76,7 @@ pub struct Args {
     /// Questions synthesized at once, each on lanes of its own whose decoding steps share passes over the
     /// teacher's weights (the query model's too when it is the teacher). The attempts and dialogues, and their
     /// order, are those of `--batch 1`, so a run may be resumed with another value. Default: 8 on cpu (32 with
-    /// --int8-dot where the CPU has AMX), 64 on cuda.
+    /// --int8-dot where the CPU has AVX-512 VNNI), 64 on cuda.
     #[arg(long, value_parser = super::ranges::int::<1, 1024>)]
     pub batch: Option<usize>,
 }

@@ -61,7 +61,7 @@ pub struct Args {
     /// Articles worked on at once, each with its own KV cache; their decoding steps share the passes over the
     /// model's weights (on the CPU: over the 4/8-bit weight blocks of a GGUF model). Articles are written in
     /// input order and the rows are those of `--batch 1`, so a run may be resumed with another value.
-    /// Default: 8 on cpu (32 with --int8-dot where the CPU has AMX), 64 on cuda.
+    /// Default: 8 on cpu (32 with --int8-dot where the CPU has AVX-512 VNNI), 64 on cuda.
     #[arg(long, value_parser = super::ranges::int::<1, 256>)]
     pub batch: Option<usize>,
 }

@@ -41,7 +41,7 @@ pub struct Args {
     #[arg(long, default_value_t = 64, value_parser = super::ranges::int::<1, 1_000_000>)]
     pub flush_every: usize,
     /// Questions answered at once (lanes of one batch; the rows are those of `--batch 1`).
-    /// Default: 8 on cpu (32 with --int8-dot where the CPU has AMX), 64 on cuda.
+    /// Default: 8 on cpu (32 with --int8-dot where the CPU has AVX-512 VNNI), 64 on cuda.
     #[arg(long, value_parser = super::ranges::int::<1, 256>)]
     pub batch: Option<usize>,
     /// i/n: answer shard i of n (the questions whose id hashes to i) into OUT/part-IIIII-of-NNNNN, all n shards

@@ -43,18 +43,11 @@ use candle_core::quantized::GgmlDType;
 pub use blocks::supported;
 use blocks::{block_layout, decode_block, Decoded};
 
-/// Whether `--int8-dot` multiplies the rows of many lanes together on a tile unit here (Intel AMX, `amx`): a pass
-/// of 32 lanes then costs less per row than one of 8 on the vector units, so the CPU's default number of lanes is
-/// larger with it (`src/cli/model_args.rs`).
-pub fn many_rows_on_tiles() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        amx::available()
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
+/// Whether `--int8-dot` multiplies the decoding rows of many lanes from row tiles here (AVX-512 VNNI, `tiles`: a
+/// pass over a tile's weights serves up to 8 rows, and many more on Intel AMX, `amx`): a row then costs less in a
+/// pass of 32 lanes than of 8, so the CPU's default number of lanes is larger with it (`src/cli/model_args.rs`).
+pub fn rows_on_tiles() -> bool {
+    int8::int8_width() == 8
 }
 
 /// Rows computed together by the kernels: they share each load of `x` and give the CPU independent
