@@ -36,10 +36,10 @@ const QUAD: usize = 4;
 
 impl QMatrix {
     /// Lays an int8 copy with no offsets, or a nibble copy, out in row tiles (module doc) where the CPU multiplies
-    /// in integers with AVX-512 VNNI; whether the copy is now tiled. Other copies (int8 with offsets: Q5_1, Q5_K),
-    /// and other CPUs, keep rows.
+    /// in integers with AVX-512 VNNI ([`super::rows_on_tiles`], which also sets the CPU's default lanes); whether
+    /// the copy is now tiled. Other copies (int8 with offsets: Q5_1, Q5_K), and other CPUs, keep rows.
     pub fn tile_for_int8(&mut self) -> bool {
-        if !self.tiled && tiles(self) && int8_width() == 8 {
+        if !self.tiled && tiles(self) && super::rows_on_tiles() {
             self.tile();
         }
         self.tiled
