@@ -72,6 +72,40 @@ fn feed_many_equals_feeding_each_alone() {
     }
 }
 
+/// The same with `--int8-dot`, in chunks on either side of the engine's thresholds (32 rows, up to which decoding
+/// and rewinds use the integer products everywhere, and 64, from which a chunk is multiplied where it is rather
+/// than gathered with the others): 40 and 70 prompt tokens beside a decoding row, then three decoding rows. Where
+/// the integer products take chunks of any length (AMX, or AMD's AVX-512 VNNI) the long chunks go through them,
+/// gathered with other lanes' rows or alone; elsewhere through gemm. Either way each sequence gets what it gets
+/// alone, bit for bit.
+#[test]
+fn feed_many_with_int8_dot_equals_feeding_each_alone() {
+    let Some(mut lm) = tiny_q4(12) else { return };
+    lm.int8_dot().unwrap();
+    let prompt = |n: u32, from: u32| (0..n).map(|i| (from + 37 * i) % 49152).collect::<Vec<u32>>();
+    let rounds: Vec<[Vec<u32>; 3]> = vec![
+        [prompt(40, 11), prompt(1, 5), prompt(70, 900)],
+        [prompt(1, 42), prompt(1, 43), prompt(1, 44)],
+        [prompt(34, 7), prompt(1, 45), prompt(1, 46)],
+    ];
+    let mut together: Vec<_> = (0..3).map(|_| lm.session()).collect();
+    let mut alone: Vec<_> = (0..3).map(|_| lm.session()).collect();
+    for (r, round) in rounds.iter().enumerate() {
+        let ids: Vec<&[u32]> = round.iter().map(Vec::as_slice).collect();
+        let mut refs: Vec<&mut ragtime::model::Session<'_>> = together.iter_mut().collect();
+        let got = lm.feed_many(&mut refs, &ids, &[0; 3]).unwrap();
+        for (i, (ids, s)) in round.iter().zip(alone.iter_mut()).enumerate() {
+            let want = s.feed(ids, 0).unwrap();
+            same_steps(&got[i], &want, &format!("round {r}, sequence {i}"));
+            let (a, b) = (together[i].logits().unwrap(), s.logits().unwrap());
+            assert!(
+                a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits()),
+                "round {r}, sequence {i}: next-token logits"
+            );
+        }
+    }
+}
+
 /// A prefix copied from one session to another ([`ragtime::model::Session::copy_prefix_from`]) continues as the
 /// original does after a rewind to it, on every engine: the same steps bit for bit from the same feeds. The copy
 /// overwrites what the receiving session held (longer and shorter than the prefix), a copy of nothing empties

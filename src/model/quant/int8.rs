@@ -96,6 +96,29 @@ pub(super) fn int8_width() -> usize {
     0
 }
 
+/// Whether the VNNI tile kernels (`super::tiles`, 8 rows per pass over the weights) multiply many rows faster
+/// than an f32 gemm on the de-quantized weights at every number of rows, so that `--int8-dot` sends prefill
+/// chunks to them, as it sends them to the tile unit where there is AMX: measured so on AMD's AVX-512 (Zen 4),
+/// not on Intel's. A 4,864 x 896 matrix on 2 cores (`cargo run --release --example bench_int8_prefill`): on an
+/// AMD EPYC the tiles give 358-441 GFLOPS from 8 to 512 rows, gemm 18-198 (1.9-3.1 times the tiles' time from
+/// 128 rows on); on an Intel Xeon, gemm passes the tiles from about 256 rows, so there prefill chunks of more
+/// than 32 rows stay on gemm (docs/engine.md).
+pub(super) fn tiles_outrun_gemm() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        static AMD: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        let amd = *AMD.get_or_init(|| {
+            // SAFETY: CPUID is available on every x86-64 CPU; leaf 0 gives the vendor string in EBX, EDX, ECX.
+            #[allow(unused_unsafe)]
+            let r = unsafe { std::arch::x86_64::__cpuid(0) };
+            [r.ebx, r.edx, r.ecx].map(u32::to_le_bytes).concat() == b"AuthenticAMD"
+        });
+        amd && int8_width() == 8
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
 /// The integer products worked out one at a time, in f64: `sum_g s_w[g] s_x[b] sum q_w q_x + o_g s_x sum q_x`
 /// (the reference the kernels are tested against).
 #[cfg(test)]

@@ -140,9 +140,16 @@ impl QMatrix {
         }
     }
 
-    /// Whether products of any number of rows run in integers here (`super::amx`: a tiled copy, on a CPU with
-    /// AMX), so that a prefill chunk needs no f32 gemm; the tile kernels' results either way.
+    /// Whether products of any number of rows run in integers here, so that a prefill chunk needs no f32 gemm: a
+    /// tiled copy on a CPU with AMX (`super::amx`, many rows per pass over the weights) or where the VNNI tile
+    /// kernel outruns gemm at every number of rows (`super::int8::tiles_outrun_gemm`, 8 rows per pass); the tile
+    /// kernels' results either way.
     pub fn int8_many_rows(&self) -> bool {
+        self.on_amx() || (self.tiled && super::int8::tiles_outrun_gemm())
+    }
+
+    /// Whether products of more than 8 rows go to the AMX kernel: a tiled copy on a CPU with AMX.
+    fn on_amx(&self) -> bool {
         #[cfg(target_arch = "x86_64")]
         if self.tiled && super::amx::available() {
             return true;
@@ -151,17 +158,17 @@ impl QMatrix {
     }
 
     /// `y = W x` in integers (`--int8-dot`) from a tiled copy: more than 8 vectors in one pass over the weights
-    /// on AMX ([`QMatrix::int8_many_rows`]), else up to 8 per pass.
+    /// on AMX, else up to 8 per pass.
     pub(super) fn matvec_tiles(&self, x: &[f32], y: &mut [f32]) {
         let n = x.len() / self.cols;
         #[cfg(target_arch = "x86_64")]
-        if n > 8 && self.int8_many_rows() {
+        if n > 8 && self.on_amx() {
             // whole tiles of 16 input rows: the rest zeros
             let xq = Int8Rows::padded(x, self.cols, n.next_multiple_of(16));
             let inputs = super::amx::Inputs::new(&xq, self);
             let y_at = super::amx::Rows(y.as_mut_ptr());
             self.split_tiles(|row0, rows| {
-                // SAFETY: AMX is available and the copy tiled (int8_many_rows), the kernel picked by its layout and
+                // SAFETY: AMX is available and the copy tiled (on_amx), the kernel picked by its layout and
                 // columns per scale; `inputs` were made for it from `n` rows rounded up to 16; `y` holds `n` rows of
                 // `self.rows`, and split_tiles hands each call whole tiles of its own.
                 unsafe {
