@@ -58,18 +58,6 @@ fn request_tiles() -> bool {
     false
 }
 
-/// Where a kernel writes its rows of the output; the callers hand each call rows of its own.
-pub(super) struct Rows(pub(super) *mut f32);
-
-// SAFETY: each kernel call writes only the rows it was given (tiles_int8_amx's contract).
-unsafe impl Sync for Rows {}
-
-impl Rows {
-    pub(super) fn at(&self) -> *mut f32 {
-        self.0
-    }
-}
-
 /// The 64-byte tile configuration (palette 1): `tmm0..4` four 16 x 16 int32 sums, `tmm4..6` two tiles of 16
 /// input rows of `4 * q` bytes, `tmm6..8` two tiles of `q` rows of 64 weight bytes (16 weight rows x 4 columns).
 #[repr(C, align(64))]

@@ -157,6 +157,20 @@ pub(super) fn passes(n: usize, width: usize) -> impl Iterator<Item = (usize, usi
     })
 }
 
+/// Where the pieces of [`QMatrix::split_tiles`] write their rows of an output `[vectors][rows]`; each piece writes
+/// only the rows it was given.
+pub(super) struct Rows(pub(super) *mut f32);
+
+// SAFETY: the pieces of split_tiles are disjoint ranges of rows, and each writes only its own (the callers'
+// contract).
+unsafe impl Sync for Rows {}
+
+impl Rows {
+    pub(super) fn at(&self) -> *mut f32 {
+        self.0
+    }
+}
+
 /// `inter` (`[rows][k]`) into `y` (`[k][rows]`).
 pub(super) fn deinterleave(inter: &[f32], k: usize, y: &mut [f32]) {
     let rows = inter.len() / k;

@@ -158,7 +158,7 @@ impl QMatrix {
     }
 
     /// `y = W x` in integers (`--int8-dot`) from a tiled copy: more than 8 vectors in one pass over the weights
-    /// on AMX, else up to 8 per pass.
+    /// on AMX, else up to 8 per pass (more than 8: every pass over one piece of the weights before the next).
     pub(super) fn matvec_tiles(&self, x: &[f32], y: &mut [f32]) {
         let n = x.len() / self.cols;
         #[cfg(target_arch = "x86_64")]
@@ -166,7 +166,7 @@ impl QMatrix {
             // whole tiles of 16 input rows: the rest zeros
             let xq = Int8Rows::padded(x, self.cols, n.next_multiple_of(16));
             let inputs = super::amx::Inputs::new(&xq, self);
-            let y_at = super::amx::Rows(y.as_mut_ptr());
+            let y_at = super::matvec::Rows(y.as_mut_ptr());
             self.split_tiles(|row0, rows| {
                 // SAFETY: AMX is available and the copy tiled (on_amx), the kernel picked by its layout and
                 // columns per scale; `inputs` were made for it from `n` rows rounded up to 16; `y` holds `n` rows of
@@ -188,12 +188,38 @@ impl QMatrix {
             });
             return;
         }
-        for (done, k) in passes(n, 8) {
-            let xq = Int8Rows::padded(&x[done * self.cols..(done + k) * self.cols], self.cols, k);
-            let mut inter = vec![0f32; k * self.rows];
-            self.split_rows(k, TILE, &mut inter, |row0, out| self.tiles_into(k, row0, &xq, out));
-            deinterleave(&inter, k, &mut y[done * self.rows..(done + k) * self.rows]);
+        if n <= 8 {
+            // one to three passes (8, or 4 + 2 + 1 for 7), each split over the pool
+            for (done, k) in passes(n, 8) {
+                let xq = Int8Rows::padded(&x[done * self.cols..(done + k) * self.cols], self.cols, k);
+                let mut inter = vec![0f32; k * self.rows];
+                self.split_rows(k, TILE, &mut inter, |row0, out| self.tiles_into(k, row0, &xq, out));
+                deinterleave(&inter, k, &mut y[done * self.rows..(done + k) * self.rows]);
+            }
+            return;
         }
+        // more than 8 vectors: the weights split over the pool once, each piece taking every pass of up to 8
+        // vectors in turn (its weights then come from the cache after the first), rather than once per pass
+        let xs: Vec<(usize, usize, Int8Rows)> = passes(n, 8)
+            .map(|(done, k)| (done, k, Int8Rows::padded(&x[done * self.cols..(done + k) * self.cols], self.cols, k)))
+            .collect();
+        assert_eq!(y.len(), n * self.rows, "matvec_tiles: output length");
+        let y_at = super::matvec::Rows(y.as_mut_ptr());
+        self.split_tiles(|row0, rows| {
+            let mut inter = vec![0f32; 8 * rows];
+            for (done, k, xq) in &xs {
+                let inter = &mut inter[..k * rows];
+                self.tiles_into(*k, row0, xq, inter);
+                for (r, v) in inter.chunks_exact(*k).enumerate() {
+                    for (j, &val) in v.iter().enumerate() {
+                        // SAFETY: y holds n rows of self.rows values (asserted above), and row0 + r is a row of
+                        // this piece's own (tiles_into checked it; split_tiles hands out disjoint ranges), so no
+                        // other piece writes this value.
+                        unsafe { *y_at.at().add((done + j) * self.rows + row0 + r) = val };
+                    }
+                }
+            }
+        });
     }
 
     /// Rows `row0..row0 + out.len() / k` (`row0` a tile's first) of `W x_j` for the `k` quantized vectors of
