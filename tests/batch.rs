@@ -72,12 +72,12 @@ fn feed_many_equals_feeding_each_alone() {
     }
 }
 
-/// The same with `--int8-dot`, in chunks on either side of the engine's thresholds (32 rows, up to which decoding
-/// and rewinds use the integer products everywhere, and 64, from which a chunk is multiplied where it is rather
-/// than gathered with the others): 40 and 70 prompt tokens beside a decoding row, then three decoding rows. Where
-/// the integer products take chunks of any length (AMX, or AMD's AVX-512 VNNI) the long chunks go through them,
-/// gathered with other lanes' rows or alone; elsewhere through gemm. Either way each sequence gets what it gets
-/// alone, bit for bit.
+/// The same with `--int8-dot`, in chunks on either side of the engine's thresholds (32 rows, up to which a chunk
+/// takes the integer products on AVX2 and AVX-512 CPUs, and 64, from which a chunk is multiplied where it is rather
+/// than gathered with the others): 40 and 70 prompt tokens beside a decoding row, then three decoding rows, then 34
+/// tokens beside two. Where the integer products take chunks of any length (AMX, or AMD's AVX-512 VNNI) the long
+/// chunks go through them, gathered with other lanes' rows or alone; elsewhere through gemm. Either way each
+/// sequence gets what it gets alone, bit for bit.
 #[test]
 fn feed_many_with_int8_dot_equals_feeding_each_alone() {
     let Some(mut lm) = tiny_q4(12) else { return };

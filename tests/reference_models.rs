@@ -253,8 +253,8 @@ fn smollm2_on_cuda_in_f32_bf16_and_f16_stays_near_transformers_f32() {
 /// difference into a step of the rounding, so the largest error over the reference's steps moves by up to 2.4x
 /// with the order alone; docs/engine.md), the reference's greedy token at 95% of the steps or more. On a CPU with
 /// AMX or AMD's AVX-512 VNNI the prompts of more than 32 tokens go through the integer products too (SmolLM2's
-/// 37- and 153-token ones; Qwen's are shorter; the same figures on both), and the causal softmax on 8 lanes moved
-/// the errors again (SmolLM2's attention 0.034 -> 0.058): SmolLM2's bounds are 1.5x the largest of those.
+/// 37- and 153-token ones, Qwen's 36-token one; the same figures on both), and the causal softmax on 8 lanes
+/// moved the errors again (SmolLM2's attention 0.034 -> 0.058): SmolLM2's bounds are 1.5x the largest of those.
 fn check_int8_dot(model_file: &str, reference: &str, bounds: [f32; 4]) {
     let Some(reference) = load_reference(reference) else { return };
     let model = ragtime::require_checkpoint!(model_file);
