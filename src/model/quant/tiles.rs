@@ -25,7 +25,7 @@
 //! de-quantize from the tiles (`QMatrix::dequantize_rows`) to the same values as before tiling.
 
 use super::int8::int8_width;
-use super::matvec::{deinterleave, passes};
+use super::matvec::passes;
 use super::q8::{Int8Rows, BLOCK};
 #[cfg(target_arch = "x86_64")]
 use super::x86;
@@ -158,7 +158,7 @@ impl QMatrix {
     }
 
     /// `y = W x` in integers (`--int8-dot`) from a tiled copy: more than 8 vectors in one pass over the weights
-    /// on AMX, else up to 8 per pass (more than 8: every pass over one piece of the weights before the next).
+    /// on AMX, else up to 8 per pass, every pass over one piece of the weights before the next piece.
     pub(super) fn matvec_tiles(&self, x: &[f32], y: &mut [f32]) {
         let n = x.len() / self.cols;
         #[cfg(target_arch = "x86_64")]
@@ -188,25 +188,16 @@ impl QMatrix {
             });
             return;
         }
-        if n <= 8 {
-            // one to three passes (8, or 4 + 2 + 1 for 7), each split over the pool
-            for (done, k) in passes(n, 8) {
-                let xq = Int8Rows::padded(&x[done * self.cols..(done + k) * self.cols], self.cols, k);
-                let mut inter = vec![0f32; k * self.rows];
-                self.split_rows(k, TILE, &mut inter, |row0, out| self.tiles_into(k, row0, &xq, out));
-                deinterleave(&inter, k, &mut y[done * self.rows..(done + k) * self.rows]);
-            }
-            return;
-        }
-        // more than 8 vectors: the weights split over the pool once, each piece taking every pass of up to 8
-        // vectors in turn (its weights then come from the cache after the first), rather than once per pass
+        // the weights split over the pool once, each piece taking every pass of up to 8 vectors in turn (its
+        // weights then come from the cache after the first), rather than once per pass
         let xs: Vec<(usize, usize, Int8Rows)> = passes(n, 8)
             .map(|(done, k)| (done, k, Int8Rows::padded(&x[done * self.cols..(done + k) * self.cols], self.cols, k)))
             .collect();
         assert_eq!(y.len(), n * self.rows, "matvec_tiles: output length");
         let y_at = super::matvec::Rows(y.as_mut_ptr());
         self.split_tiles(|row0, rows| {
-            let mut inter = vec![0f32; 8 * rows];
+            // the passes' widths do not grow (8, ..., 8, then 4, 2, 1)
+            let mut inter = vec![0f32; xs.first().map_or(0, |&(_, k, _)| k) * rows];
             for (done, k, xq) in &xs {
                 let inter = &mut inter[..k * rows];
                 self.tiles_into(*k, row0, xq, inter);
