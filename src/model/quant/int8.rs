@@ -113,7 +113,7 @@ pub(super) fn tiles_outrun_gemm() -> bool {
             let r = unsafe { std::arch::x86_64::__cpuid(0) };
             [r.ebx, r.edx, r.ecx].map(u32::to_le_bytes).concat() == b"AuthenticAMD"
         });
-        amd && int8_width() == 8
+        amd && super::rows_on_tiles()
     }
     #[cfg(not(target_arch = "x86_64"))]
     false
