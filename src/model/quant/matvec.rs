@@ -4,7 +4,7 @@
 
 #[cfg(target_arch = "x86_64")]
 use super::x86;
-use super::{Layout, QMatrix, ROWS, TILE};
+use super::{Layout, QMatrix, ROWS};
 
 impl QMatrix {
     /// `y[r] = sum_c W[r, c] x[c]` for each of the `x.len() / cols` row vectors in `x` (row-major), written to
@@ -24,18 +24,15 @@ impl QMatrix {
             }
             return;
         }
-        for (done, k) in passes(n, Self::vectors_per_pass()) {
-            let xs = &x[done * self.cols..(done + k) * self.cols];
-            let ys = &mut y[done * self.rows..(done + k) * self.rows];
+        let cols = self.cols;
+        self.split_passes(n, Self::vectors_per_pass(), ROWS, y, |_, done, k, row0, out| {
+            let xs = &x[done * cols..(done + k) * cols];
             if k == 1 {
-                self.split_rows(1, ROWS, ys, |row0, out| self.rows_into(row0, xs, out));
+                self.rows_into(row0, xs, out)
             } else {
-                // k vectors, results interleaved [rows][k]
-                let mut inter = vec![0f32; k * self.rows];
-                self.split_rows(k, ROWS, &mut inter, |row0, out| self.rows_into_n(k, row0, xs, out));
-                deinterleave(&inter, k, ys);
+                self.rows_into_n(k, row0, xs, out)
             }
-        }
+        });
     }
 
     /// Rows per piece when the matrix is split over the rayon pool (two pieces per thread, each a multiple of
@@ -46,26 +43,51 @@ impl QMatrix {
             .then(|| self.rows.div_ceil(threads * 2).next_multiple_of(align))
     }
 
-    /// Runs `rows(row0, out)` over `out` (`[rows][k]`, `k` results per row) in pieces of whole rows, each
-    /// starting at a multiple of `align` rows, split over the rayon pool when the matrix is large.
-    pub(super) fn split_rows(&self, k: usize, align: usize, out: &mut [f32], rows: impl Fn(usize, &mut [f32]) + Sync) {
+    /// Runs `rows(row0, count)` over ranges of rows covering the matrix, each starting at a multiple of `align`
+    /// rows, split over the rayon pool when the matrix is large; for kernels that write their rows of the output
+    /// themselves (through [`Rows`]).
+    pub(super) fn split_pieces(&self, align: usize, rows: impl Fn(usize, usize) + Sync) {
         use rayon::prelude::*;
         match self.piece_rows(align) {
-            Some(chunk) => out.par_chunks_mut(k * chunk).enumerate().for_each(|(c, o)| rows(c * chunk, o)),
-            None => rows(0, out),
-        }
-    }
-
-    /// [`QMatrix::split_rows`] for kernels that write their rows of the output themselves: `rows(row0, count)`
-    /// over ranges of whole tiles of [`TILE`] rows covering the matrix, on the pool as there.
-    pub(super) fn split_tiles(&self, rows: impl Fn(usize, usize) + Sync) {
-        use rayon::prelude::*;
-        match self.piece_rows(TILE) {
             Some(chunk) => (0..self.rows.div_ceil(chunk))
                 .into_par_iter()
                 .for_each(|c| rows(c * chunk, chunk.min(self.rows - c * chunk))),
             None => rows(0, self.rows),
         }
+    }
+
+    /// `n` vectors' products in passes of at most `width` vectors ([`passes`]), written to `y` (`[n, rows]`): the
+    /// rows split over the pool once ([`QMatrix::split_pieces`]), each piece taking every pass in turn (its weights
+    /// then come from the cache after the first) rather than the pool split once per pass.
+    /// `pass(i, first, k, row0, out)`, for the `i`-th pass, writes rows `row0..row0 + out.len() / k` of vectors
+    /// `first..first + k`, interleaved (`[rows][k]`).
+    pub(super) fn split_passes(
+        &self,
+        n: usize,
+        width: usize,
+        align: usize,
+        y: &mut [f32],
+        pass: impl Fn(usize, usize, usize, usize, &mut [f32]) + Sync,
+    ) {
+        assert_eq!(y.len(), n * self.rows, "split_passes: output length");
+        let passes: Vec<(usize, usize)> = passes(n, width).collect();
+        let y_at = Rows(y.as_mut_ptr());
+        self.split_pieces(align, |row0, rows| {
+            // the passes' widths do not grow (8, ..., 8, then 4, 2, 1)
+            let mut inter = vec![0f32; passes.first().map_or(0, |&(_, k)| k) * rows];
+            for (i, &(done, k)) in passes.iter().enumerate() {
+                let inter = &mut inter[..k * rows];
+                pass(i, done, k, row0, inter);
+                for (r, v) in inter.chunks_exact(k).enumerate() {
+                    for (j, &val) in v.iter().enumerate() {
+                        // SAFETY: y holds n rows of self.rows values (asserted above), and row0 + r is a row of
+                        // this piece's own (split_pieces hands out disjoint ranges of the matrix's rows), so no
+                        // other piece writes this value.
+                        unsafe { *y_at.at().add((done + j) * self.rows + row0 + r) = val };
+                    }
+                }
+            }
+        });
     }
 
     /// How many vectors one pass over the weights can take on this CPU: 8 with AVX-512, 2 with AVX2 + FMA
@@ -157,27 +179,17 @@ pub(super) fn passes(n: usize, width: usize) -> impl Iterator<Item = (usize, usi
     })
 }
 
-/// Where the pieces of [`QMatrix::split_tiles`] write their rows of an output `[vectors][rows]`; each piece writes
+/// Where the pieces of [`QMatrix::split_pieces`] write their rows of an output `[vectors][rows]`; each piece writes
 /// only the rows it was given.
 pub(super) struct Rows(pub(super) *mut f32);
 
-// SAFETY: the pieces of split_tiles are disjoint ranges of rows, and each writes only its own (the callers'
+// SAFETY: the pieces of split_pieces are disjoint ranges of rows, and each writes only its own (the callers'
 // contract).
 unsafe impl Sync for Rows {}
 
 impl Rows {
     pub(super) fn at(&self) -> *mut f32 {
         self.0
-    }
-}
-
-/// `inter` (`[rows][k]`) into `y` (`[k][rows]`).
-pub(super) fn deinterleave(inter: &[f32], k: usize, y: &mut [f32]) {
-    let rows = inter.len() / k;
-    for (r, v) in inter.chunks_exact(k).enumerate() {
-        for (j, &val) in v.iter().enumerate() {
-            y[j * rows + r] = val;
-        }
     }
 }
 

@@ -167,10 +167,10 @@ impl QMatrix {
             let xq = Int8Rows::padded(x, self.cols, n.next_multiple_of(16));
             let inputs = super::amx::Inputs::new(&xq, self);
             let y_at = super::matvec::Rows(y.as_mut_ptr());
-            self.split_tiles(|row0, rows| {
+            self.split_pieces(TILE, |row0, rows| {
                 // SAFETY: AMX is available and the copy tiled (on_amx), the kernel picked by its layout and
                 // columns per scale; `inputs` were made for it from `n` rows rounded up to 16; `y` holds `n` rows of
-                // `self.rows`, and split_tiles hands each call whole tiles of its own.
+                // `self.rows`, and split_pieces hands each call whole tiles of its own.
                 unsafe {
                     match (self.layout, self.scale_cols()) {
                         (Layout::I8, 16) => {
@@ -188,29 +188,11 @@ impl QMatrix {
             });
             return;
         }
-        // the weights split over the pool once, each piece taking every pass of up to 8 vectors in turn (its
-        // weights then come from the cache after the first), rather than once per pass
-        let xs: Vec<(usize, usize, Int8Rows)> = passes(n, 8)
-            .map(|(done, k)| (done, k, Int8Rows::padded(&x[done * self.cols..(done + k) * self.cols], self.cols, k)))
+        // every pass of up to 8 vectors over one piece of the weights before the next piece
+        let xs: Vec<Int8Rows> = passes(n, 8)
+            .map(|(done, k)| Int8Rows::padded(&x[done * self.cols..(done + k) * self.cols], self.cols, k))
             .collect();
-        assert_eq!(y.len(), n * self.rows, "matvec_tiles: output length");
-        let y_at = super::matvec::Rows(y.as_mut_ptr());
-        self.split_tiles(|row0, rows| {
-            // the passes' widths do not grow (8, ..., 8, then 4, 2, 1)
-            let mut inter = vec![0f32; xs.first().map_or(0, |&(_, k, _)| k) * rows];
-            for (done, k, xq) in &xs {
-                let inter = &mut inter[..k * rows];
-                self.tiles_into(*k, row0, xq, inter);
-                for (r, v) in inter.chunks_exact(*k).enumerate() {
-                    for (j, &val) in v.iter().enumerate() {
-                        // SAFETY: y holds n rows of self.rows values (asserted above), and row0 + r is a row of
-                        // this piece's own (tiles_into checked it; split_tiles hands out disjoint ranges), so no
-                        // other piece writes this value.
-                        unsafe { *y_at.at().add((done + j) * self.rows + row0 + r) = val };
-                    }
-                }
-            }
-        });
+        self.split_passes(n, 8, TILE, y, |i, _, k, row0, out| self.tiles_into(k, row0, &xs[i], out));
     }
 
     /// Rows `row0..row0 + out.len() / k` (`row0` a tile's first) of `W x_j` for the `k` quantized vectors of
