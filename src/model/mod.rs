@@ -14,6 +14,7 @@ pub(crate) mod autodiff_ops;
 pub mod config;
 pub mod dtype;
 pub mod engine;
+pub mod exp;
 pub mod gguf;
 pub mod llama;
 pub mod params;

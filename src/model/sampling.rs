@@ -107,7 +107,8 @@ pub fn entropy_and_prob(logits: &[f32], id: u32) -> (f32, f32) {
 }
 
 /// What a row's entropy and its tokens' probabilities are read from (in f64, over the full vocabulary): the
-/// largest logit `m`, `z = sum exp(l - m)` and `s = sum exp(l - m) (l - m)`, each summed in token order. An
+/// largest logit `m`, `z = sum exp(l - m)` and `s = sum exp(l - m) (l - m)`, each summed in token order (the exps
+/// [`super::exp`]'s, eight at a time with AVX-512). An
 /// engine can work them out beside the forward pass, many rows at once
 /// ([`super::engine::dist::NextDist::host_scored`]), and give the same numbers as working them out later.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -120,13 +121,11 @@ pub struct SoftmaxStats {
 impl SoftmaxStats {
     pub fn of(logits: &[f32]) -> Self {
         let m = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
-        let mut z = 0f64;
-        let mut s = 0f64;
-        for &l in logits {
-            let e = ((l as f64) - m).exp();
+        let (mut z, mut s) = (0f64, 0f64);
+        super::exp::for_each_exp(logits, m, |e, d| {
             z += e;
-            s += e * (l as f64 - m);
-        }
+            s += e * d;
+        });
         SoftmaxStats { m, z, s }
     }
 
@@ -137,7 +136,7 @@ impl SoftmaxStats {
 
     /// The probability of a token with this logit.
     pub fn prob(&self, logit: f32) -> f32 {
-        (((logit as f64) - self.m).exp() / self.z) as f32
+        (super::exp::exp((logit as f64) - self.m) / self.z) as f32
     }
 
     /// The entropy, and the probability of token `id` of `logits` (the row these are the statistics of; 0 for an
