@@ -50,19 +50,23 @@ pub fn exp(x: f64) -> f64 {
 /// sum them; the exps eight at a time with AVX-512, each bit for bit [`exp`].
 pub fn for_each_exp(logits: &[f32], m: f64, mut f: impl FnMut(f64, f64)) {
     #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx512f") {
+    let logits = if std::arch::is_x86_feature_detected!("avx512f") {
         // SAFETY: the CPU has AVX-512F.
-        return unsafe { for_each_exp_avx512(logits, m, &mut f) };
-    }
+        unsafe { for_each_exp_avx512(logits, m, &mut f) }
+    } else {
+        logits
+    };
+    // what is left (all of it without AVX-512) one at a time
     for &l in logits {
         let d = l as f64 - m;
         f(exp(d), d);
     }
 }
 
+/// [`for_each_exp`] over the whole chunks of 8 logits; returns the rest (fewer than 8).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-unsafe fn for_each_exp_avx512(logits: &[f32], m: f64, f: &mut impl FnMut(f64, f64)) {
+unsafe fn for_each_exp_avx512<'a>(logits: &'a [f32], m: f64, f: &mut impl FnMut(f64, f64)) -> &'a [f32] {
     use std::arch::x86_64::*;
     let (mv, lowest, zero) = (_mm512_set1_pd(m), _mm512_set1_pd(LOWEST), _mm512_setzero_pd());
     let (mut e, mut d) = ([0f64; 8], [0f64; 8]);
@@ -93,10 +97,7 @@ unsafe fn for_each_exp_avx512(logits: &[f32], m: f64, f: &mut impl FnMut(f64, f6
             f(e, d);
         }
     }
-    for &l in chunks.remainder() {
-        let d = l as f64 - m;
-        f(exp(d), d);
-    }
+    chunks.remainder()
 }
 
 #[cfg(test)]

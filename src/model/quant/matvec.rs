@@ -24,9 +24,8 @@ impl QMatrix {
             }
             return;
         }
-        let cols = self.cols;
         self.split_passes(n, Self::vectors_per_pass(), ROWS, y, |_, done, k, row0, out| {
-            let xs = &x[done * cols..(done + k) * cols];
+            let xs = &x[done * self.cols..(done + k) * self.cols];
             if k == 1 {
                 self.rows_into(row0, xs, out)
             } else {
