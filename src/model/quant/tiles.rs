@@ -158,7 +158,7 @@ impl QMatrix {
     }
 
     /// `y = W x` in integers (`--int8-dot`) from a tiled copy: more than 8 vectors in one pass over the weights
-    /// on AMX, else up to 8 per pass, every pass over one piece of the weights before the next piece.
+    /// on AMX, else up to 8 per pass, every pass over one block of the weights before the next block.
     pub(super) fn matvec_tiles(&self, x: &[f32], y: &mut [f32]) {
         let n = x.len() / self.cols;
         #[cfg(target_arch = "x86_64")]
@@ -188,7 +188,7 @@ impl QMatrix {
             });
             return;
         }
-        // every pass of up to 8 vectors over one piece of the weights before the next piece
+        // every pass of up to 8 vectors over one block of the weights before the next block (split_passes)
         let xs: Vec<Int8Rows> = passes(n, 8)
             .map(|(done, k)| Int8Rows::padded(&x[done * self.cols..(done + k) * self.cols], self.cols, k))
             .collect();
