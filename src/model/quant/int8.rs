@@ -11,7 +11,7 @@
 //! sum of its quantized inputs (`o_g s_x sum q_x`, ggml's Q8_1 sums). The symmetric [`Layout::I8`] copies (Q8_0,
 //! Q5_0, Q6_K) take this path; I8 copies with offsets (Q5_1, Q5_K), and CPUs without AVX2, use the exact kernels.
 
-use super::matvec::passes;
+use super::matvec::{passes, PassOut};
 use super::q8::Int8Rows;
 #[cfg(test)]
 use super::q8::BLOCK;
@@ -44,7 +44,9 @@ impl QMatrix {
         let xs: Vec<Int8Rows> = passes(n, width)
             .map(|(done, k)| Int8Rows::new(&x[done * self.cols..(done + k) * self.cols], self.cols))
             .collect();
-        self.split_passes(n, width, ROWS, y, |i, _, k, row0, out| self.int8_rows_into(k, row0, &xs[i], out));
+        self.split_passes(n, width, ROWS, PassOut::Interleaved, y, |i, _, k, row0, out| {
+            self.int8_rows_into(k, row0, &xs[i], out)
+        });
     }
 
     /// Rows `row0..row0 + out.len() / k` of `W x_j` for the `k` quantized rows of `x`, interleaved in `out`

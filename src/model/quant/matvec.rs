@@ -24,7 +24,7 @@ impl QMatrix {
             }
             return;
         }
-        self.split_passes(n, Self::vectors_per_pass(), ROWS, y, |_, done, k, row0, out| {
+        self.split_passes(n, Self::vectors_per_pass(), ROWS, PassOut::Interleaved, y, |_, done, k, row0, out| {
             let xs = &x[done * self.cols..(done + k) * self.cols];
             if k == 1 {
                 self.rows_into(row0, xs, out)
@@ -60,12 +60,13 @@ impl QMatrix {
     /// weights at a time, taking every pass over the block in turn (the block's weights then come from the core's
     /// cache after the first) rather than the pool split once per pass.
     /// `pass(i, first, k, row0, out)`, for the `i`-th pass, writes rows `row0..row0 + out.len() / k` of vectors
-    /// `first..first + k`, interleaved (`[rows][k]`).
+    /// `first..first + k` in the order `order` says.
     pub(super) fn split_passes(
         &self,
         n: usize,
         width: usize,
         align: usize,
+        order: PassOut,
         y: &mut [f32],
         pass: impl Fn(usize, usize, usize, usize, &mut [f32]) + Sync,
     ) {
@@ -88,8 +89,13 @@ impl QMatrix {
                         let out = unsafe {
                             std::slice::from_raw_parts_mut(y_at.at().add((done + j) * self.rows + b0), b_rows)
                         };
-                        for (o, v) in out.iter_mut().zip(inter.chunks_exact(k)) {
-                            *o = v[j];
+                        match order {
+                            PassOut::Interleaved => {
+                                for (o, v) in out.iter_mut().zip(inter.chunks_exact(k)) {
+                                    *o = v[j];
+                                }
+                            }
+                            PassOut::ByVector => out.copy_from_slice(&inter[j * b_rows..(j + 1) * b_rows]),
                         }
                     }
                 }
@@ -184,6 +190,15 @@ pub(super) fn passes(n: usize, width: usize) -> impl Iterator<Item = (usize, usi
             (done - k, k)
         })
     })
+}
+
+/// How a pass of [`QMatrix::split_passes`] lays out its `k` vectors' rows.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(super) enum PassOut {
+    /// `[rows][k]`: each row's `k` values together (the kernels that take one row at a time)
+    Interleaved,
+    /// `[k][rows]`: each vector's rows together (the tile kernels, which finish 16 rows of a vector at once)
+    ByVector,
 }
 
 /// Where the pieces of [`QMatrix::split_pieces`] write their rows of an output `[vectors][rows]`; each piece writes

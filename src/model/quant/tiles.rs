@@ -25,7 +25,7 @@
 //! de-quantize from the tiles (`QMatrix::dequantize_rows`) to the same values as before tiling.
 
 use super::int8::int8_width;
-use super::matvec::passes;
+use super::matvec::{passes, PassOut};
 use super::q8::{Int8Rows, BLOCK};
 #[cfg(target_arch = "x86_64")]
 use super::x86;
@@ -192,11 +192,11 @@ impl QMatrix {
         let xs: Vec<Int8Rows> = passes(n, 8)
             .map(|(done, k)| Int8Rows::padded(&x[done * self.cols..(done + k) * self.cols], self.cols, k))
             .collect();
-        self.split_passes(n, 8, TILE, y, |i, _, k, row0, out| self.tiles_into(k, row0, &xs[i], out));
+        self.split_passes(n, 8, TILE, PassOut::ByVector, y, |i, _, k, row0, out| self.tiles_into(k, row0, &xs[i], out));
     }
 
     /// Rows `row0..row0 + out.len() / k` (`row0` a tile's first) of `W x_j` for the `k` quantized vectors of
-    /// `x`, interleaved in `out` (`[rows][k]`).
+    /// `x`, one vector after another in `out` (`[k][rows]`: a tile kernel stores each vector's 16 rows at once).
     fn tiles_into(&self, k: usize, row0: usize, x: &Int8Rows, out: &mut [f32]) {
         assert!(self.tiled && row0.is_multiple_of(TILE) && row0 + out.len() / k <= self.rows);
         assert!(x.q.len() == k * self.cols && out.len().is_multiple_of(k));
@@ -236,9 +236,10 @@ fn tiles(m: &QMatrix) -> bool {
 /// rounding, as an FMA), even and odd groups in two sums added at the end.
 pub(super) fn tiles_portable(m: &QMatrix, k: usize, row0: usize, x: &Int8Rows, out: &mut [f32]) {
     let (cols, sc) = (m.cols, m.scale_cols());
-    for (r, outs) in out.chunks_exact_mut(k).enumerate() {
-        let row = row0 + r;
-        for (j, o) in outs.iter_mut().enumerate() {
+    let rows = out.len() / k;
+    for (j, outs) in out.chunks_exact_mut(rows).enumerate() {
+        for (r, o) in outs.iter_mut().enumerate() {
+            let row = row0 + r;
             let xq = &x.q[j * cols..(j + 1) * cols];
             let mut acc = [0f32; 2];
             for s in 0..cols / sc {

@@ -506,7 +506,7 @@ pub(super) unsafe fn rows_int8_u4_avx2<const N: usize>(
 }
 
 /// Integer products from a tiled copy (`super::tiles`) with AVX-512 VNNI, for `N` quantized vectors, `Q` tile
-/// registers (4 columns each) per weight scale: rows `row0..` (`row0` a tile's first), `out` `[rows][N]`. Per
+/// registers (4 columns each) per weight scale: rows `row0..` (`row0` a tile's first), `out` `[N][rows]`. Per
 /// tile of 16 rows and scale group, the group's `Q` registers are loaded once for all vectors; per vector,
 /// `vpdpbusd` of each with 4 of the vector's inputs broadcast, from `-128 sum x` (the weights are stored as
 /// `w + 128`), in two chains, then one conversion, one scale product (the 16 rows' scales times the input
@@ -551,14 +551,21 @@ pub(super) unsafe fn tiles_int8_avx512<const N: usize, const Q: usize>(
                 *a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(d0, d1)), s, *a);
             }
         }
-        let valid = TILE.min(rows - t * TILE);
-        for j in 0..N {
-            let mut v = [0f32; TILE];
-            _mm512_storeu_ps(v.as_mut_ptr(), _mm512_add_ps(acc[0][j], acc[1][j]));
-            for (i, &vi) in v[..valid].iter().enumerate() {
-                out[(t * TILE + i) * N + j] = vi;
-            }
-        }
+        store_tile(out, rows, t, &acc);
+    }
+}
+
+/// A tile's 16 rows of each of the `N` vectors (the sums of the even and odd groups' accumulators) into `out`
+/// (`[N][rows]`): one store per vector, masked for a last tile of fewer rows.
+#[target_feature(enable = "avx512f")]
+unsafe fn store_tile<const N: usize>(out: &mut [f32], rows: usize, t: usize, acc: &[[__m512; N]; 2]) {
+    assert_eq!(out.len(), N * rows, "store_tile: output length");
+    let valid = TILE.min(rows - t * TILE);
+    let mask: __mmask16 = if valid == TILE { !0 } else { (1 << valid) - 1 };
+    for (j, (even, odd)) in acc[0].iter().zip(&acc[1]).enumerate() {
+        // SAFETY: rows j * rows + t * TILE .. + valid are inside `out` (asserted above); the mask keeps the
+        // store to them.
+        _mm512_mask_storeu_ps(out.as_mut_ptr().add(j * rows + t * TILE), mask, _mm512_add_ps(*even, *odd));
     }
 }
 
@@ -608,13 +615,6 @@ pub(super) unsafe fn tiles_int8_u4_avx512<const N: usize>(
                 *a = _mm512_fmadd_ps(os, _mm512_set1_ps(*xsum.add(b)), *a);
             }
         }
-        let valid = TILE.min(rows - t * TILE);
-        for j in 0..N {
-            let mut v = [0f32; TILE];
-            _mm512_storeu_ps(v.as_mut_ptr(), _mm512_add_ps(acc[0][j], acc[1][j]));
-            for (i, &vi) in v[..valid].iter().enumerate() {
-                out[(t * TILE + i) * N + j] = vi;
-            }
-        }
+        store_tile(out, rows, t, &acc);
     }
 }
