@@ -73,7 +73,8 @@ impl QMatrix {
         assert_eq!(y.len(), n * self.rows, "split_passes: output length");
         let passes: Vec<(usize, usize)> = passes(n, width).collect();
         let y_at = Rows(y.as_mut_ptr());
-        let block = (BLOCK_BYTES / (self.bytes() / self.rows).max(1)).next_multiple_of(align);
+        // at least `align` rows per block, however wide the rows
+        let block = (BLOCK_BYTES / (self.bytes() / self.rows.max(1)).max(1)).max(1).next_multiple_of(align);
         self.split_pieces(align, |row0, rows| {
             // the passes' widths do not grow (8, ..., 8, then 4, 2, 1)
             let mut inter = vec![0f32; passes.first().map_or(0, |&(_, k)| k) * block.min(rows)];
@@ -342,7 +343,8 @@ mod tests {
 
     /// Vectors that go through the several-vector kernels (15 = 8 + 4 + 2 + 1 with AVX-512, 7 pairs and a leftover
     /// with AVX2) give exactly the one-vector results, on one thread and split over a pool (the large matrices
-    /// in several blocks of `BLOCK_BYTES` per piece, the last one short).
+    /// in several blocks of `BLOCK_BYTES` per piece, the last one short; the widest, rows of more than
+    /// `BLOCK_BYTES` each, the fewest rows a kernel takes per block).
     #[test]
     fn several_vectors_equal_one_at_a_time_bit_for_bit() {
         for (dtype, rows, cols) in [
@@ -350,6 +352,7 @@ mod tests {
             (GgmlDType::Q8_0, 37, 256),
             (GgmlDType::Q4_1, 1030, 4096),
             (GgmlDType::Q8_0, 1030, 4096),
+            (GgmlDType::Q8_0, 6, 278_528),
         ] {
             let t = Tensor::from_vec(random(rows * cols, 7), (rows, cols), &Device::Cpu).unwrap();
             let qt = QTensor::quantize(&t, dtype).unwrap();
