@@ -74,7 +74,8 @@ impl QMatrix {
         let passes: Vec<(usize, usize)> = passes(n, width).collect();
         let y_at = Rows(y.as_mut_ptr());
         // at least `align` rows per block, however wide the rows
-        let block = (BLOCK_BYTES / (self.bytes() / self.rows.max(1)).max(1)).max(1).next_multiple_of(align);
+        let row_bytes = (self.bytes() / self.rows.max(1)).max(1);
+        let block = (BLOCK_BYTES / row_bytes).next_multiple_of(align).max(align);
         self.split_pieces(align, |row0, rows| {
             // the passes' widths do not grow (8, ..., 8, then 4, 2, 1)
             let mut inter = vec![0f32; passes.first().map_or(0, |&(_, k)| k) * block.min(rows)];
