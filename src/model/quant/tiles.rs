@@ -238,9 +238,9 @@ pub(super) fn tiles_portable(m: &QMatrix, k: usize, row0: usize, x: &Int8Rows, o
     let (cols, sc) = (m.cols, m.scale_cols());
     let rows = out.len() / k;
     for (j, outs) in out.chunks_exact_mut(rows).enumerate() {
+        let xq = &x.q[j * cols..(j + 1) * cols];
         for (r, o) in outs.iter_mut().enumerate() {
             let row = row0 + r;
-            let xq = &x.q[j * cols..(j + 1) * cols];
             let mut acc = [0f32; 2];
             for s in 0..cols / sc {
                 let (c0, block) = (s * sc, (j * cols + s * sc) / BLOCK);
