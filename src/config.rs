@@ -174,6 +174,21 @@ pub fn default_path(method: &str) -> PathBuf {
     shipped(&format!("{method}.toml"))
 }
 
+/// The methods a shipped config is there for: the stems of `configs/*.toml` in the folder [`shipped`] finds,
+/// sorted, training configs (`*-train`) left out. For an error that names what `--trigger` could have been.
+pub fn shipped_methods() -> Vec<String> {
+    let entries = std::fs::read_dir(shipped("")).into_iter().flatten().flatten();
+    let mut names: Vec<String> = entries
+        .filter_map(|e| {
+            let p = e.path();
+            let stem = p.file_stem()?.to_str()?.to_string();
+            (p.extension()? == "toml" && !stem.ends_with("-train")).then_some(stem)
+        })
+        .collect();
+    names.sort();
+    names
+}
+
 /// A file shipped under the repository's `configs/` (`rel`: `rind.toml`, `calibrated/MODEL.toml`): the working
 /// directory's `configs/REL` when it is there (a checkout, or the user's own copy to edit), else the one beside the
 /// sources the binary was built from, so that a command run from another directory reads the same settings;
@@ -436,6 +451,16 @@ mod tests {
     use super::*;
 
     const SECTIONS: &[&str] = &["trigger", "query", "retrieval", "generation", "datasets"];
+
+    #[test]
+    fn every_trigger_has_a_shipped_config() {
+        let methods = shipped_methods();
+        for name in crate::trigger::NAMES.iter().chain(&["oracle", "autorag"]) {
+            assert!(methods.iter().any(|m| m == name), "{name} not in {methods:?}");
+        }
+        assert!(!methods.iter().any(|m| m.ends_with("-train")), "{methods:?}");
+        assert!(methods.windows(2).all(|w| w[0] < w[1]), "sorted: {methods:?}");
+    }
 
     #[test]
     fn command_line_overrides() {

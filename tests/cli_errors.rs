@@ -64,6 +64,19 @@ fn usage_errors_exit_2() {
         assert!(first_error(&err).starts_with(want), "{extra:?}: {err}");
     }
     assert!(!out.exists(), "no output directory for a refused command line");
+    // a method without a shipped config: the error lists the ones there are (sweep: --triggers, no --config)
+    for (cmd, flag, hint) in [("eval", "--trigger", true), ("sweep", "--triggers", false)] {
+        let mut a: Vec<String> = vec![cmd.into(), flag.into(), "rnd".into()];
+        a.extend(model_args(&s));
+        a.extend(["--out".to_string(), o.to_string()]);
+        let (code, err) = run(&a.iter().map(String::as_str).collect::<Vec<_>>());
+        assert_eq!(code, 2, "{cmd}: {err}");
+        let e = first_error(&err);
+        assert!(e.starts_with(&format!("error: {flag} rnd: no such method (no configs/rnd.toml; shipped: ")), "{err}");
+        assert!(e.contains(" etc, ") && e.contains(" rind, ") && !e.contains("autorag-train"), "{err}");
+        assert_eq!(e.contains("--config FILE"), hint, "{err}");
+    }
+    assert!(!out.exists(), "no output directory for an unknown method");
     // the same unknown key written in a config file is the file's fault, not the command line's: exit 1
     let cfg = s.root.join("mine.toml");
     std::fs::write(&cfg, "[trigger]\nname = \"rind\"\ntheta = 1.0\nthetta = 0.3\n").unwrap();

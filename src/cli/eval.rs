@@ -210,6 +210,21 @@ pub(crate) struct Method {
     pub loop_guard: bool,
 }
 
+/// A method named on the command line (`flag`: `--trigger`, `--triggers`) must have a shipped config; where it has
+/// none, a usage error lists the methods that have one (and `hint`, another way the command offers), before any
+/// data or model is read.
+pub(crate) fn check_shipped(flag: &str, name: &str, hint: &str) -> Result<()> {
+    let path = config::default_path(name);
+    if !ragtime::io::present_or_refused(&path) {
+        ragtime::usage_bail!(
+            "{flag} {name}: no such method (no {}; shipped: {}{hint})",
+            path.display(),
+            config::shipped_methods().join(", ")
+        );
+    }
+    Ok(())
+}
+
 impl Method {
     /// Reads the method's config (`--config`, else configs/NAME.toml) for `dataset` with `overrides`, and
     /// checks that its trigger and query former build.
@@ -360,6 +375,9 @@ pub fn run(args: Args) -> Result<()> {
     args.model.check()?;
     if args.trigger == "autorag" {
         return run_autorag(args);
+    }
+    if args.config.is_none() {
+        check_shipped("--trigger", &args.trigger, "; or give a config with --config FILE")?;
     }
     // load
     let spec = args.data.load()?;

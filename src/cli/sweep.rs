@@ -115,6 +115,9 @@ pub fn run(args: Args) -> Result<()> {
             "--triggers autorag: Auto-RAG has no threshold to sweep; run it with `ragtime eval --trigger autorag`"
         );
     }
+    for t in &triggers {
+        super::eval::check_shipped("--triggers", t, "")?;
+    }
     let spec = args.data.load()?;
     let examples: Vec<_> =
         spec.load_split(Some(&args.split))?.into_iter().take(args.limit.unwrap_or(usize::MAX)).collect();
