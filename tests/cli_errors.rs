@@ -53,6 +53,8 @@ fn usage_errors_exit_2() {
             "error: --set 'trigger.theta=\"high\"': rind: config key 'theta': expected",
         ),
         (&["--split", "nope"], "error: --split nope: dataset 'tinyqa' has no such split (known: test, valid)"),
+        // no question selected: no run of metrics that nothing measured
+        (&["--skip", "100000"], "error: --skip 100000: selects no question (the split has "),
         (&["--budget", "1", "--set", "trigger.theta=0.3"], "error: --budget and --set trigger.theta=... both set"),
         (&["--dtype", "bf16"], "error: --dtype bf16: only the batched engine computes in bf16 or f16"),
         (&["--dtype", "f16", "--engine", "reference"], "error: --dtype f16: only the batched engine computes"),
@@ -77,6 +79,12 @@ fn usage_errors_exit_2() {
         assert_eq!(e.contains("--config FILE"), hint, "{err}");
     }
     assert!(!out.exists(), "no output directory for an unknown method");
+    let mut a: Vec<String> = vec!["sweep".into(), "--triggers".into(), "rind".into(), "--limit".into(), "0".into()];
+    a.extend(model_args(&s));
+    a.extend(["--out".to_string(), o.to_string()]);
+    let (code, err) = run(&a.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!((code, first_error(&err)), (2, "error: --limit 0: selects no question"), "{err}");
+    assert!(!out.exists(), "no output directory for a sweep of no questions");
     // the same unknown key written in a config file is the file's fault, not the command line's: exit 1
     let cfg = s.root.join("mine.toml");
     std::fs::write(&cfg, "[trigger]\nname = \"rind\"\ntheta = 1.0\nthetta = 0.3\n").unwrap();

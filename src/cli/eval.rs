@@ -175,9 +175,19 @@ fn run_header(args: &Args, dataset: &str, index: String) -> (PathBuf, toml::map:
     (out_dir, c)
 }
 
-/// The questions a run answers: `--skip` first, then `--limit`.
-fn select<T>(examples: Vec<T>, skip: usize, limit: Option<usize>) -> Vec<T> {
-    examples.into_iter().skip(skip).take(limit.unwrap_or(usize::MAX)).collect()
+/// The questions a run answers: `--skip` first, then `--limit`. Selecting none is an error (a usage error where
+/// `--skip` or `--limit` did it): a run of no questions would write metrics, an F1 of 0, that nothing measured.
+pub(crate) fn select<T>(examples: Vec<T>, skip: usize, limit: Option<usize>) -> Result<Vec<T>> {
+    let total = examples.len();
+    let picked: Vec<T> = examples.into_iter().skip(skip).take(limit.unwrap_or(usize::MAX)).collect();
+    if picked.is_empty() {
+        match limit {
+            _ if total == 0 => anyhow::bail!("the split has no questions"),
+            Some(0) => ragtime::usage_bail!("--limit 0: selects no question"),
+            _ => ragtime::usage_bail!("--skip {skip}: selects no question (the split has {total})"),
+        }
+    }
+    Ok(picked)
 }
 
 /// `--budget`: a number of retrievals per question, or `none`.
@@ -381,7 +391,7 @@ pub fn run(args: Args) -> Result<()> {
     }
     // load
     let spec = args.data.load()?;
-    let mut examples = select(spec.load_split(args.split.as_deref())?, args.skip, args.limit);
+    let mut examples = select(spec.load_split(args.split.as_deref())?, args.skip, args.limit)?;
     let prompt = spec.prompt_builder()?;
     let plain = Method::load(
         &args.trigger,
@@ -552,7 +562,7 @@ fn run_autorag(args: Args) -> Result<()> {
     use ragtime::autorag::infer::{AutoRag, ChatGen, InferConfig, InferOutcome};
     use ragtime::autorag::prompts::AutoRagPrompts;
     let spec = args.data.load()?;
-    let mut examples = select(spec.load_split(args.split.as_deref())?, args.skip, args.limit);
+    let mut examples = select(spec.load_split(args.split.as_deref())?, args.skip, args.limit)?;
     let config_path = args.config.clone().unwrap_or_else(|| config::default_path("autorag"));
     let mc = MethodConfig::load(&config_path, Some(&spec.name), &args.overrides, config::AUTORAG_TABLES)?;
     let mut cfg: InferConfig = mc.section("autorag")?;
@@ -659,9 +669,18 @@ mod tests {
     #[test]
     fn skip_then_limit() {
         let q: Vec<u32> = (0..10).collect();
-        assert_eq!(select(q.clone(), 0, None), q);
-        assert_eq!(select(q.clone(), 2, Some(3)), vec![2, 3, 4]);
-        assert_eq!(select(q.clone(), 8, Some(5)), vec![8, 9]);
-        assert!(select(q, 10, None).is_empty());
+        assert_eq!(select(q.clone(), 0, None).unwrap(), q);
+        assert_eq!(select(q.clone(), 2, Some(3)).unwrap(), vec![2, 3, 4]);
+        assert_eq!(select(q.clone(), 8, Some(5)).unwrap(), vec![8, 9]);
+        // none selected: an error naming the flag, with exit code 2
+        let e = select(q.clone(), 10, None).unwrap_err();
+        assert_eq!(
+            (e.to_string(), ragtime::usage::exit_code(&e)),
+            ("--skip 10: selects no question (the split has 10)".into(), 2)
+        );
+        let e = select(q.clone(), 0, Some(0)).unwrap_err();
+        assert_eq!(e.to_string(), "--limit 0: selects no question");
+        let e = select(Vec::<u32>::new(), 0, None).unwrap_err();
+        assert_eq!((e.to_string(), ragtime::usage::exit_code(&e)), ("the split has no questions".into(), 1));
     }
 }

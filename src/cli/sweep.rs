@@ -119,8 +119,7 @@ pub fn run(args: Args) -> Result<()> {
         super::eval::check_shipped("--triggers", t, "")?;
     }
     let spec = args.data.load()?;
-    let examples: Vec<_> =
-        spec.load_split(Some(&args.split))?.into_iter().take(args.limit.unwrap_or(usize::MAX)).collect();
+    let examples = super::eval::select(spec.load_split(Some(&args.split))?, 0, args.limit)?;
     let prompt = spec.prompt_builder()?;
     let model_name = args.model.model.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
     let out = args
