@@ -113,6 +113,23 @@ fn usage_errors_exit_2() {
     assert!(first_error(&err).starts_with("error: --strategy \"fastest\": expected auto"), "{err}");
 }
 
+/// A flag the chosen trigger has no use for is said to be ignored, and the run goes on: `--budget` for a trigger
+/// without a threshold, `--detector` for one other than `mlp`.
+#[test]
+fn flags_a_trigger_ignores_are_noted() {
+    let Some(s) = tiny_eval() else { return };
+    let out = s.root.join("none");
+    let mut a: Vec<String> =
+        ["eval", "--trigger", "none", "--limit", "1", "--max-new-tokens", "4"].map(String::from).to_vec();
+    a.extend(model_args(&s));
+    a.extend(["--budget", "2", "--detector", "/no/detector", "--out", out.to_str().unwrap()].map(String::from));
+    let (code, err) = run(&a.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("note: --budget 2: --trigger none has no threshold to calibrate; run as configured"), "{err}");
+    assert!(err.contains("note: --detector /no/detector: --trigger none reads no detector; ignored"), "{err}");
+    assert!(out.join("metrics.json").exists(), "{err}");
+}
+
 /// A path the OS refuses is reported with the OS's reason; before, `Path::exists` said "no" and the command said
 /// "not found". Root reads every file, so the refusals here are a path through a file and a symbolic-link loop.
 #[test]

@@ -53,7 +53,7 @@ pub struct Args {
     #[arg(long, value_parser = super::ranges::int::<1, 65_536>)]
     pub max_new_tokens: Option<usize>,
     /// Detector checkpoint for `--trigger mlp` (from `ragtime train detector`; overrides the config's
-    /// `[trigger] detector`).
+    /// `[trigger] detector`). Other triggers ignore it, with a note.
     #[arg(long)]
     pub detector: Option<PathBuf>,
     /// Re-run the model over the whole sequence before each judgement to get attention and entropies, as
@@ -235,6 +235,11 @@ pub(crate) fn check_shipped(flag: &str, name: &str, hint: &str) -> Result<()> {
     Ok(())
 }
 
+/// Whether `mc`'s `[trigger]` is the learned one (`name = "mlp"`).
+fn learned(mc: &MethodConfig) -> bool {
+    mc.root.get("trigger").and_then(|t| t.get("name")).and_then(|n| n.as_str()) == Some("mlp")
+}
+
 impl Method {
     /// Reads the method's config (`--config`, else configs/NAME.toml) for `dataset` with `overrides`, and
     /// checks that its trigger and query former build.
@@ -250,8 +255,7 @@ impl Method {
         let config_path = config.map(|p| p.to_path_buf()).unwrap_or_else(|| config::default_path(name));
         let mut mc = MethodConfig::load(&config_path, Some(&dataset.name), overrides, config::TOKEN_LEVEL_TABLES)?;
         // the detector is the learned trigger's; other triggers (in a sweep of several) do not take it
-        let learned = mc.root.get("trigger").and_then(|t| t.get("name")).and_then(|n| n.as_str()) == Some("mlp");
-        if let (Some(d), true) = (detector, learned) {
+        if let (Some(d), true) = (detector, learned(&mc)) {
             mc.table_mut("trigger")?.insert("detector".into(), toml::Value::String(d.display().to_string()));
         }
         let retrieval: RetrievalTable = mc.section("retrieval")?;
@@ -270,6 +274,11 @@ impl Method {
         m.trigger()?;
         m.query()?;
         Ok(m)
+    }
+
+    /// Whether the trigger is the learned one (`mlp`), the one that reads `--detector`.
+    pub fn learned(&self) -> bool {
+        learned(&self.mc)
     }
 
     pub fn trigger(&self) -> Result<Box<dyn ragtime::trigger::Trigger>> {
@@ -402,6 +411,9 @@ pub fn run(args: Args) -> Result<()> {
         args.top_k,
         args.max_new_tokens,
     )?;
+    if let (Some(d), false) = (&args.detector, plain.learned()) {
+        eprintln!("note: --detector {}: --trigger {} reads no detector; ignored", d.display(), args.trigger);
+    }
     let calibrated = calibrated_point(&args, &spec.name, &plain)?;
     let method = match &calibrated {
         None => plain,
