@@ -113,6 +113,17 @@ fn usage_errors_exit_2() {
     assert!(first_error(&err).starts_with("error: --strategy \"fastest\": expected auto"), "{err}");
 }
 
+/// `data fetch` of a name no dataset has is a usage error (exit 2) that lists the names there are, found before
+/// anything is fetched: a known name before it is not fetched (no download, no line about it).
+#[test]
+fn data_fetch_of_an_unknown_name_is_a_usage_error() {
+    let (code, err) = run(&["data", "fetch", "hotpotqa", "nope"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(first_error(&err).starts_with("error: unknown dataset 'nope' (known: "), "{err}");
+    assert!(first_error(&err).contains("hotpotqa"), "{err}");
+    assert_eq!(err.lines().count(), 1, "nothing else said or done: {err}");
+}
+
 /// A flag the chosen trigger has no use for is said to be ignored, and the run goes on: `--budget` for a trigger
 /// without a threshold, `--detector` for one other than `mlp`.
 #[test]

@@ -47,7 +47,7 @@ pub struct FetchArgs {
 
 fn spec(name: &str) -> Result<DatasetSpec> {
     let Some(path) = DatasetSpec::find_toml(name) else {
-        bail!("unknown dataset '{name}' (known: {})", DatasetSpec::known_names().join(", "));
+        ragtime::usage_bail!("unknown dataset '{name}' (known: {})", DatasetSpec::known_names().join(", "));
     };
     DatasetSpec::parse_toml_file(&path)
 }
@@ -113,9 +113,10 @@ fn corpus(args: CorpusArgs) -> Result<()> {
 
 fn fetch(args: FetchArgs) -> Result<()> {
     let names = if args.all { DatasetSpec::known_names() } else { args.names };
+    // every name is checked before anything is fetched
+    let specs = names.iter().map(|n| spec(n)).collect::<Result<Vec<_>>>()?;
     let mut failed = Vec::new();
-    for name in &names {
-        let spec = spec(name)?;
+    for (name, spec) in names.iter().zip(&specs) {
         let Some(source) = &spec.source else {
             if args.all {
                 continue;
