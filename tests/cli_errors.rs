@@ -9,7 +9,7 @@ mod common;
 use std::path::Path;
 use std::process::Command;
 
-use common::{model_args, tiny_eval};
+use common::{model_args, tiny_eval, write_toy_label_store};
 
 /// Exit code and stderr of one run of the binary.
 fn run(args: &[&str]) -> (i32, String) {
@@ -177,6 +177,21 @@ fn bad_inputs_leave_no_output_directory() {
     assert_eq!(code, 1, "{err}");
     assert!(first_error(&err).contains("/none/_manifest.json: cannot read manifest"), "{err}");
     assert!(!out.exists(), "train detector made --out before finding --data missing");
+    // a feature named twice, with --data that is there: refused before --out is made
+    let store = dir.path().join("labels");
+    write_toy_label_store(&store, 2);
+    let (code, err) = run(&[
+        "train",
+        "detector",
+        "--data",
+        store.to_str().unwrap(),
+        "--features",
+        "entropy_last,hidden_mean_last,entropy_last",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!((code, first_error(&err)), (2, "error: --features: 'entropy_last' named twice"), "{err}");
+    assert!(!out.exists(), "train detector made --out before refusing --features");
     let Some(s) = tiny_eval() else { return };
     let out = s.root.join("finetune");
     let args = ["train", "autorag", "--model", &s.model, "--tokenizer", &s.tokenizer, "--data"];

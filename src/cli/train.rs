@@ -39,7 +39,7 @@ pub struct DetectorArgs {
     pub out: PathBuf,
     /// Feature columns to concatenate: hidden_final_last, hidden_mean_last, hidden_final_entity,
     /// hidden_mean_entity, entropy_last, entropy_entity_mean.
-    #[arg(long, value_delimiter = ',', default_value = "hidden_mean_last")]
+    #[arg(long, value_delimiter = ',', default_value = "hidden_mean_last", value_parser = feature_name)]
     pub features: Vec<String>,
     #[arg(long, default_value_t = 20, value_parser = super::ranges::int::<1, 100_000>)]
     pub epochs: usize,
@@ -94,6 +94,16 @@ impl DetectorArgs {
     }
 }
 
+/// A `--features` name: one of the label store's feature columns.
+fn feature_name(s: &str) -> std::result::Result<String, String> {
+    let known: Vec<&str> = ragtime::synth::store::FEATURE_COLUMNS.iter().map(|(n, _)| *n).collect();
+    if known.contains(&s) {
+        Ok(s.to_string())
+    } else {
+        Err(format!("unknown feature (known: {})", known.join(", ")))
+    }
+}
+
 pub fn run(args: TrainArgs) -> Result<()> {
     match args.what {
         TrainCommand::Detector(a) => run_detector(&a),
@@ -104,6 +114,9 @@ pub fn run(args: TrainArgs) -> Result<()> {
 fn run_detector(a: &DetectorArgs) -> Result<()> {
     if let Some(dir) = &a.evaluate {
         return evaluate_detector(dir, &a.data);
+    }
+    if let Some((_, f)) = a.features.iter().enumerate().find(|(i, f)| a.features[..*i].contains(f)) {
+        ragtime::usage_bail!("--features: '{f}' named twice");
     }
     let cfg = a.config();
     // every input and the output before any work: a wrong --data or --out fails now, not after training, and
@@ -232,5 +245,10 @@ mod tests {
             panic!("detector")
         };
         assert_eq!(a.device, DeviceKind::Cuda(1));
+        // a feature name is checked as the flag is read: clap's usage error, naming the flag and the known names
+        let e = T::try_parse_from(["t", "detector", "--features", "hidden_mean_last,hiden_final_last"]).err().unwrap();
+        assert_eq!(e.kind(), clap::error::ErrorKind::ValueValidation);
+        let e = e.to_string();
+        assert!(e.contains("'hiden_final_last' for '--features") && e.contains("known: hidden_final_last,"), "{e}");
     }
 }
