@@ -13,7 +13,8 @@
 //! - a directory records the settings of the run that made it, and a later run with other settings is refused
 //!   rather than mixed in ([`pin_settings`] keeps and returns them; the caller decides what must match);
 //! - a command writes only into a directory it made or recognises as its own kind of output, and checks that
-//!   before any work ([`claim_output_dir`]): a directory with someone else's files is refused, never cleared.
+//!   before any work ([`claim_output_dir`]): a directory with someone else's files is refused, never cleared;
+//!   a single output file likewise replaces only a file of its own kind ([`claim_output_file`]).
 //!
 //! Whether a path is there is asked with [`probe`] or [`exists`], never `Path::exists`: that says "no" for a
 //! path the OS refuses (permission denied, a path through a file, a symbolic-link loop), which a caller would
@@ -151,6 +152,35 @@ pub fn claim_output_dir_with(dir: &Path, flag: &str, kind: &str, ours: impl Fn(&
         .and_then(|mut f| f.write_all(format!("{kind}\n").as_bytes()).and_then(|_| f.sync_all()))
         .and_then(|_| std::fs::rename(&tmp, dir.join(OUTPUT_MARKER)));
     written.with_context(|| format!("{flag} {shown}: cannot write in the directory"))
+}
+
+/// How many leading bytes of an existing file [`claim_output_file`] hands its `ours` test.
+pub const OUTPUT_HEAD_BYTES: u64 = 64 * 1024;
+
+/// Checks, before any work, that a command may write the single file `path` (the value of `flag`): nothing there,
+/// or a file whose first bytes (up to [`OUTPUT_HEAD_BYTES`]) `ours` recognises as `what` (the same command's
+/// earlier output, which it writes again). Anything else (someone else's file, a directory) is refused, naming
+/// the flag, and left as it was.
+pub fn claim_output_file(path: &Path, flag: &str, what: &str, ours: impl Fn(&[u8]) -> bool) -> Result<()> {
+    use std::io::Read;
+    let shown = path.display();
+    match probe(path).with_context(|| format!("{flag} {shown}"))? {
+        None => Ok(()),
+        Some(m) if m.is_dir() => bail!("{flag} {shown}: is a directory; name a file"),
+        Some(_) => {
+            let mut head = Vec::new();
+            File::open(path)
+                .and_then(|f| f.take(OUTPUT_HEAD_BYTES).read_to_end(&mut head))
+                .with_context(|| format!("{flag} {shown}: cannot read"))?;
+            if !ours(&head) {
+                bail!(
+                    "{flag} {shown}: exists and is not {what}; ragtime replaces only its own earlier output (remove \
+                     the file or name another)"
+                );
+            }
+            Ok(())
+        }
+    }
 }
 
 /// The temporary file beside `path`: `dir/.NAME.tmp`, hidden so that directory readers skip it.
@@ -294,6 +324,27 @@ pub fn pin_settings<V>(path: &Path, text: &str, parse: impl Fn(&str) -> Result<V
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A single output file: written where nothing is, replaced where the test recognises the head, refused (and
+    /// left as it was) for anything else or a directory.
+    #[test]
+    fn claim_output_file_replaces_only_its_own_kind() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("out.txt");
+        let ours = |head: &[u8]| head.starts_with(b"OURS");
+        claim_output_file(&path, "--x", "an x", ours).unwrap();
+        std::fs::write(&path, "OURS and more").unwrap();
+        claim_output_file(&path, "--x", "an x", ours).unwrap();
+        std::fs::write(&path, "theirs").unwrap();
+        let e = claim_output_file(&path, "--x", "an x", ours).unwrap_err().to_string();
+        assert!(e.starts_with(&format!("--x {}: exists and is not an x;", path.display())), "{e}");
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "theirs");
+        let e = claim_output_file(dir.path(), "--x", "an x", ours).unwrap_err().to_string();
+        assert!(e.ends_with("is a directory; name a file"), "{e}");
+        // the test sees at most OUTPUT_HEAD_BYTES
+        std::fs::write(&path, vec![b'a'; OUTPUT_HEAD_BYTES as usize + 10]).unwrap();
+        claim_output_file(&path, "--x", "an x", |head| head.len() as u64 == OUTPUT_HEAD_BYTES).unwrap();
+    }
 
     /// Only "nothing there" is `None`; a path the OS refuses is an error with the OS's own words (with
     /// `Path::exists` both were `false`, and the callers said "not found").

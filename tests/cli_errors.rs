@@ -124,6 +124,36 @@ fn data_fetch_of_an_unknown_name_is_a_usage_error() {
     assert_eq!(err.lines().count(), 1, "nothing else said or done: {err}");
 }
 
+/// `report --html` writes a new file or replaces a page it wrote, and refuses any other file, which it leaves as
+/// it was (it used to write over whatever was there, a run's own predictions.jsonl included).
+#[test]
+fn report_html_replaces_only_its_own_page() {
+    let Some(s) = tiny_eval() else { return };
+    let run_dir = s.root.join("run");
+    let mut a: Vec<String> =
+        ["eval", "--trigger", "none", "--limit", "1", "--max-new-tokens", "4"].map(String::from).to_vec();
+    a.extend(model_args(&s));
+    a.extend(["--out".to_string(), run_dir.display().to_string()]);
+    let (code, err) = run(&a.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(code, 0, "{err}");
+    let r = run_dir.to_str().unwrap();
+    let predictions = run_dir.join("predictions.jsonl");
+    let before = std::fs::read(&predictions).unwrap();
+    let (code, err) = run(&["report", r, "--html", predictions.to_str().unwrap()]);
+    assert_eq!(code, 1, "{err}");
+    assert!(first_error(&err).ends_with("predictions.jsonl: exists and is not a page `ragtime report` wrote; ragtime replaces only its own earlier output (remove the file or name another)"), "{err}");
+    assert_eq!(std::fs::read(&predictions).unwrap(), before, "the file is left as it was");
+    let page = s.root.join("report.html");
+    for _ in 0..2 {
+        let (code, err) = run(&["report", r, "--html", page.to_str().unwrap()]);
+        assert_eq!(code, 0, "a new page, then the same page again: {err}");
+    }
+    assert!(std::fs::read_to_string(&page).unwrap().starts_with("<!DOCTYPE html>"));
+    let (code, err) = run(&["report", r, "--html", s.root.to_str().unwrap()]);
+    assert_eq!(code, 1, "{err}");
+    assert!(first_error(&err).ends_with(": is a directory; name a file"), "{err}");
+}
+
 /// A flag the chosen trigger has no use for is said to be ignored, and the run goes on: `--budget` for a trigger
 /// without a threshold, `--detector` for one other than `mlp`.
 #[test]

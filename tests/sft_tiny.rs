@@ -243,4 +243,10 @@ fn several_dialogue_sets_train_as_one_without_repeats() {
         plan.to_str().unwrap(),
     ]);
     assert!(!success && err.contains("none.jsonl"), "{err}");
+    // a plan replaces a plan (above), never another file: the dialogues named as --dump-plan stay as they were
+    let before = std::fs::read(&a).unwrap();
+    let args = ["train", "autorag", "--model", &s.model, "--tokenizer", &s.tokenizer, "--data", &a, "--dump-plan", &a];
+    let (success, _, err) = common::ragtime(&args);
+    assert!(!success && err.contains("a.jsonl: exists and is not a plan `ragtime train autorag` wrote"), "{err}");
+    assert_eq!(std::fs::read(&a).unwrap(), before);
 }

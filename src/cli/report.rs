@@ -10,7 +10,9 @@ use anyhow::Result;
 use ragtime::eval::compare;
 use ragtime::eval::pareto::Point;
 use ragtime::eval::plot::{group, pareto_svg, Series};
-use ragtime::eval::report::{load_runs, markdown_table, retrieval_places_table, write_html, LoadedRun, Selection};
+use ragtime::eval::report::{
+    claim_html, load_runs, markdown_table, retrieval_places_table, write_html, LoadedRun, Selection,
+};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -30,7 +32,8 @@ pub struct Args {
     /// Bootstrap seed.
     #[arg(long, default_value_t = compare::SEED)]
     pub seed: u64,
-    /// Also write a self-contained HTML page here.
+    /// Also write a self-contained HTML page here: a new file, or a page `ragtime report` wrote before (any other
+    /// file is refused and left as it was).
     #[arg(long)]
     pub html: Option<PathBuf>,
     /// How many questions the HTML page shows (the first N of the first run).
@@ -50,6 +53,9 @@ pub fn plot_series(runs: &[LoadedRun]) -> Vec<Series> {
 }
 
 pub fn run(args: Args) -> Result<()> {
+    if let Some(path) = &args.html {
+        claim_html(path)?;
+    }
     let runs = load_runs(&args.runs)?;
     let summaries: Vec<_> = runs.iter().map(|r| r.summary.clone()).collect();
     print!("{}", markdown_table(&summaries));

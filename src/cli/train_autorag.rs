@@ -121,7 +121,8 @@ pub struct Args {
     pub dtype: Option<ragtime::model::Precision>,
     /// Write the run's plan (settings, tokenized dialogues with their loss masks, every update's micro-batches and
     /// learning rate) as JSON lines to this file and exit without training: another trainer can replay exactly
-    /// this run (scripts/train_autorag_torch.py does, as the PyTorch reference).
+    /// this run (scripts/train_autorag_torch.py does, as the PyTorch reference). It replaces only a plan written
+    /// before; any other file there is refused.
     #[arg(long)]
     pub dump_plan: Option<PathBuf>,
     /// Write the base model, untrained, as a Hugging Face folder (f32 safetensors + config + tokenizer) to this
@@ -279,6 +280,9 @@ const ADAPTER_INIT: &str = "adapter_init.safetensors";
 
 pub fn run(a: Args) -> Result<()> {
     let cfg = a.config()?;
+    if let Some(file) = &a.dump_plan {
+        claim_plan(file)?;
+    }
     let data_files = a
         .data
         .iter()
@@ -394,8 +398,33 @@ impl TrainJob for SftJob<'_> {
 /// update (`{"kind":"update","step","epoch","lr","micro"}`, `micro` = lists of train indices; with --pack also
 /// `"rows"`: per micro-batch, its rows' lists of train indices in the order they sit in the row).
 fn dump_plan(file: &Path, data: &SftData, cfg: &SftConfig) -> Result<()> {
-    use std::io::Write;
     let updates = ragtime::sft::train::plan(data, cfg)?;
+    ragtime::io::write_atomic_with(file, |tmp| write_plan(tmp, data, cfg, &updates))?;
+    eprintln!("wrote the plan of {} updates to {}", updates.len(), file.display());
+    Ok(())
+}
+
+/// Whether a file's first bytes are a plan's: its first line the `{"kind":"config",..}` object [`dump_plan`]
+/// writes.
+fn is_plan(head: &[u8]) -> bool {
+    let first = head.split(|&b| b == b'\n').next().unwrap_or_default();
+    serde_json::from_slice::<serde_json::Value>(first)
+        .is_ok_and(|v| v["kind"] == "config" && v.get("updates").is_some() && v.get("pad_id").is_some())
+}
+
+/// Checks that `--dump-plan FILE` may write `file`: nothing there, or a plan written before.
+fn claim_plan(file: &Path) -> Result<()> {
+    ragtime::io::claim_output_file(file, "--dump-plan", "a plan `ragtime train autorag` wrote", is_plan)
+}
+
+/// The plan's lines (see [`dump_plan`]), written to `file`.
+fn write_plan(
+    file: &Path,
+    data: &SftData,
+    cfg: &SftConfig,
+    updates: &[ragtime::sft::plan::PlannedUpdate],
+) -> Result<()> {
+    use std::io::Write;
     let f = std::fs::File::create(file).with_context(|| format!("{}: cannot create", file.display()))?;
     let mut w = std::io::BufWriter::new(f);
     let mut line = |v: serde_json::Value| -> Result<()> {
@@ -418,9 +447,7 @@ fn dump_plan(file: &Path, data: &SftData, cfg: &SftConfig) -> Result<()> {
         }
         line(rec)?;
     }
-    w.flush().with_context(|| format!("{}: cannot write", file.display()))?;
-    eprintln!("wrote the plan of {} updates to {}", updates.len(), file.display());
-    Ok(())
+    w.flush().with_context(|| format!("{}: cannot write", file.display()))
 }
 
 fn finish<B: burn::prelude::Backend>(

@@ -294,11 +294,14 @@ fn generation_html(p: &PredictionRecord) -> String {
     s
 }
 
+/// How every page [`html_page`] writes begins; [`write_html`] replaces only a file that begins so.
+pub const HTML_START: &str = "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>ragtime report</title>";
+
 /// The HTML page: the comparison table, `extra` (HTML: the plot and the matched-budget tables, see
 /// `ragtime report`), a legend, and the selected questions with every run's generation.
 pub fn html_page(runs: &[LoadedRun], selection: &Selection, extra: &str) -> String {
-    let mut s =
-        String::from("<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>ragtime report</title><style>");
+    let mut s = String::from(HTML_START);
+    s.push_str("<style>");
     s.push_str(CSS);
     s.push_str("</style></head><body>\n<h1>ragtime report</h1>\n");
     let refs: Vec<&Summary> = runs.iter().map(|r| &r.summary).collect();
@@ -380,8 +383,15 @@ pub fn html_page(runs: &[LoadedRun], selection: &Selection, extra: &str) -> Stri
 
 /// Writes the HTML page to `path`.
 pub fn write_html(path: &Path, runs: &[LoadedRun], selection: &Selection, extra: &str) -> Result<()> {
-    std::fs::write(path, html_page(runs, selection, extra))
-        .map_err(|e| anyhow::anyhow!("{}: cannot write: {e}", path.display()))
+    crate::io::write_atomic(path, html_page(runs, selection, extra).as_bytes())
+}
+
+/// Checks that `report --html PATH` may write `path`: nothing there, or a page it wrote before (see
+/// [`crate::io::claim_output_file`]).
+pub fn claim_html(path: &Path) -> Result<()> {
+    crate::io::claim_output_file(path, "--html", "a page `ragtime report` wrote", |head| {
+        head.starts_with(HTML_START.as_bytes())
+    })
 }
 
 #[cfg(test)]
