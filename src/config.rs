@@ -343,8 +343,11 @@ pub fn apply_override(root: &mut Value, spec: &str) -> Result<()> {
         return Err(shape(at(), "expected KEY=VALUE, e.g. trigger.theta=0.35"));
     };
     let keys: Vec<&str> = path.trim().split('.').collect();
+    if path.trim().is_empty() {
+        return Err(shape(at(), "nothing before '='; expected SECTION.KEY=VALUE, e.g. trigger.theta=0.35"));
+    }
     if keys.iter().any(|k| k.is_empty()) {
-        return Err(shape(at(), format!("empty key in '{path}'")));
+        return Err(shape(at(), format!("'{}' has an empty part; expected SECTION.KEY=VALUE", path.trim())));
     }
     if keys.len() < 2 {
         return Err(shape(at(), "expected SECTION.KEY=VALUE, e.g. trigger.theta=0.35"));
@@ -475,8 +478,14 @@ mod tests {
         assert_eq!(root["query"]["with_question"].as_bool(), Some(false));
         assert!(apply_override(&mut root, "theta").is_err());
         assert!(apply_override(&mut root, "theta=1").is_err());
-        assert!(apply_override(&mut root, "trigger..theta=1").is_err());
         assert!(apply_override(&mut root, "trigger.theta.x=1").is_err());
+        let e = |spec: &str| apply_override(&mut root.clone(), spec).unwrap_err().to_string();
+        assert_eq!(e("=3"), "--set '=3': nothing before '='; expected SECTION.KEY=VALUE, e.g. trigger.theta=0.35");
+        assert_eq!(
+            e("trigger..theta=1"),
+            "--set 'trigger..theta=1': 'trigger..theta' has an empty part; expected SECTION.KEY=VALUE"
+        );
+        assert_eq!(e(" .theta =1"), "--set ' .theta =1': '.theta' has an empty part; expected SECTION.KEY=VALUE");
     }
 
     #[test]
