@@ -154,6 +154,24 @@ fn report_html_replaces_only_its_own_page() {
     assert!(first_error(&err).ends_with(": is a directory; name a file"), "{err}");
 }
 
+/// `synth autorag` makes training data, so the datasets reserved for testing controllers are refused before the
+/// model loads or `--out` is made.
+#[test]
+fn synth_autorag_refuses_the_reserved_test_datasets() {
+    let Some(s) = tiny_eval() else { return };
+    let out = s.root.join("dialogues");
+    for name in ["hotpotqa", "2wikimultihopqa"] {
+        let args = ["synth", "autorag", "--model", &s.model, "--tokenizer", &s.tokenizer, "--dataset", name];
+        let mut a: Vec<&str> = args.to_vec();
+        a.extend(["--index", &s.index, "--out", out.to_str().unwrap()]);
+        let (code, err) = run(&a);
+        assert_eq!(code, 2, "{name}: {err}");
+        let want = format!("error: --dataset {name}: its questions are reserved for testing controllers;");
+        assert!(first_error(&err).starts_with(&want), "{err}");
+        assert!(!out.exists(), "{name}: --out made");
+    }
+}
+
 /// A flag the chosen trigger has no use for is said to be ignored, and the run goes on: `--budget` for a trigger
 /// without a threshold, `--detector` for one other than `mlp`.
 #[test]

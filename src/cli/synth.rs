@@ -16,7 +16,8 @@ pub enum SynthCommand {
     /// MIND/RaDIO hallucination labels: truncate Wikipedia openings at entities, let the model continue,
     /// compare the entity it writes with the real one, store labels and hidden states (Parquet).
     Hallucination(synth_hallucination::Args),
-    /// Auto-RAG's iterative-retrieval dialogues (the paper's Algorithm 1), as JSON lines and Parquet.
+    /// Auto-RAG's iterative-retrieval dialogues (the paper's Algorithm 1), as JSON lines and Parquet: training data,
+    /// so HotpotQA and 2WikiMultihopQA are refused (their questions are reserved for testing controllers).
     Autorag(Box<synth_autorag::Args>),
     /// Labels from QA itself (Probing-RAG/UAR): closed-book answers to training questions, each generated
     /// sentence labelled by whether the final answer was wrong, with the same hidden-state features (Parquet).

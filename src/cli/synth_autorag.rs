@@ -121,6 +121,13 @@ fn load_model(path: &Path, base: &ModelArgs) -> Result<Lm> {
 pub fn run(args: Args) -> Result<()> {
     args.model.check()?;
     let spec = args.data.load()?;
+    if spec.reserved_for_testing() {
+        ragtime::usage_bail!(
+            "--dataset {}: its questions are reserved for testing controllers; synthesize training dialogues from \
+             BioASQ, NQ-open or another training pool",
+            spec.name
+        );
+    }
     let mut examples = spec.load_examples()?;
     if let Some(n) = args.limit {
         examples.truncate(n);

@@ -13,7 +13,7 @@ use ragtime::qa::Example;
 use ragtime::rag::batch::InOrder;
 use ragtime::rag::{Batch, Outcome, RagLoop};
 use ragtime::synth::hallucination::Progress;
-use ragtime::synth::qa_labels::{examples, RESERVED, TEMPLATE};
+use ragtime::synth::qa_labels::{examples, TEMPLATE};
 use ragtime::synth::store::{HalluExample, HalluStore, MANIFEST, OUTPUT_KIND};
 
 use super::eval::Method;
@@ -55,7 +55,7 @@ pub fn run(a: Args) -> Result<()> {
     a.model.check()?;
     // load, checking everything before the model
     let spec = a.data.load()?;
-    if RESERVED.contains(&spec.name.as_str()) {
+    if spec.reserved_for_testing() {
         ragtime::usage_bail!("--dataset {}: its questions are reserved for testing controllers; label NQ-open, TriviaQA or another training pool", spec.name);
     }
     if ["test", "valid", "validation", "dev"].contains(&a.split.as_str()) {

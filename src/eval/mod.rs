@@ -70,6 +70,10 @@ fn default_max_new_tokens() -> usize {
     100
 }
 
+/// Datasets whose questions are reserved for validating and testing controllers: nothing that makes training
+/// data (`synth autorag`, `synth qa-labels`) takes them.
+pub const RESERVED_FOR_TESTING: &[&str] = &["hotpotqa", "2wikimultihopqa"];
+
 /// A dataset description: `datasets/<name>.toml`.
 ///
 /// Relative `file`, `exemplars` and `corpus` paths are relative to the data folders ([`crate::data::resolve`]:
@@ -158,6 +162,11 @@ impl From<SplitRange> for String {
 }
 
 impl DatasetSpec {
+    /// Whether the questions are reserved for testing controllers ([`RESERVED_FOR_TESTING`]).
+    pub fn reserved_for_testing(&self) -> bool {
+        RESERVED_FOR_TESTING.contains(&self.name.as_str())
+    }
+
     /// Folders searched for `NAME.toml`: `./datasets`, then the crate's own `datasets/`.
     pub fn search_dirs() -> Vec<PathBuf> {
         vec![PathBuf::from("datasets"), Path::new(env!("CARGO_MANIFEST_DIR")).join("datasets")]

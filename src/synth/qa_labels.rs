@@ -17,8 +17,9 @@
 //! gold alias occurs in the answer (closed-book answers are often a phrase around the entity), else `wrong`
 //! (label 1). Questions whose answer is empty are labelled wrong, as unanswered.
 //!
-//! HotpotQA and 2WikiMultihopQA questions are reserved for testing controllers and are refused; the training
-//! pools are NQ-open, TriviaQA and similar (`--split train` of their specs).
+//! HotpotQA and 2WikiMultihopQA questions are reserved for testing controllers and are refused
+//! ([`crate::eval::RESERVED_FOR_TESTING`]); the training pools are NQ-open, TriviaQA and similar (`--split train` of
+//! their specs).
 
 use crate::eval::run::PredictionRecord;
 use crate::qa::Example;
@@ -29,9 +30,6 @@ use crate::text::words::token_sentences;
 
 /// `template` of QA-label rows.
 pub const TEMPLATE: &str = "qa-closed-book";
-
-/// Datasets whose questions are reserved for testing controllers.
-pub const RESERVED: &[&str] = &["hotpotqa", "2wikimultihopqa"];
 
 /// The rule that decided a closed-book answer's label, and the label (1 = wrong).
 pub fn judge(rec: &PredictionRecord) -> (&'static str, u8) {
