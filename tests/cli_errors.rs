@@ -23,6 +23,15 @@ fn run_in(dir: &Path, args: &[&str]) -> (i32, String) {
     (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
+/// `eval --trigger none` of the tiny setting's first question, 4 tokens at most, with `extra` flags.
+fn eval_none(s: &common::Setup, extra: &[&str]) -> (i32, String) {
+    let mut a: Vec<String> =
+        ["eval", "--trigger", "none", "--limit", "1", "--max-new-tokens", "4"].map(String::from).to_vec();
+    a.extend(model_args(s));
+    a.extend(extra.iter().map(|x| x.to_string()));
+    run(&a.iter().map(String::as_str).collect::<Vec<_>>())
+}
+
 fn first_error(stderr: &str) -> &str {
     stderr.lines().find(|l| l.starts_with("error:")).unwrap_or("")
 }
@@ -130,11 +139,7 @@ fn data_fetch_of_an_unknown_name_is_a_usage_error() {
 fn report_html_replaces_only_its_own_page() {
     let Some(s) = tiny_eval() else { return };
     let run_dir = s.root.join("run");
-    let mut a: Vec<String> =
-        ["eval", "--trigger", "none", "--limit", "1", "--max-new-tokens", "4"].map(String::from).to_vec();
-    a.extend(model_args(&s));
-    a.extend(["--out".to_string(), run_dir.display().to_string()]);
-    let (code, err) = run(&a.iter().map(String::as_str).collect::<Vec<_>>());
+    let (code, err) = eval_none(&s, &["--out", run_dir.to_str().unwrap()]);
     assert_eq!(code, 0, "{err}");
     let r = run_dir.to_str().unwrap();
     let predictions = run_dir.join("predictions.jsonl");
@@ -178,11 +183,7 @@ fn synth_autorag_refuses_the_reserved_test_datasets() {
 fn flags_a_trigger_ignores_are_noted() {
     let Some(s) = tiny_eval() else { return };
     let out = s.root.join("none");
-    let mut a: Vec<String> =
-        ["eval", "--trigger", "none", "--limit", "1", "--max-new-tokens", "4"].map(String::from).to_vec();
-    a.extend(model_args(&s));
-    a.extend(["--budget", "2", "--detector", "/no/detector", "--out", out.to_str().unwrap()].map(String::from));
-    let (code, err) = run(&a.iter().map(String::as_str).collect::<Vec<_>>());
+    let (code, err) = eval_none(&s, &["--budget", "2", "--detector", "/no/detector", "--out", out.to_str().unwrap()]);
     assert_eq!(code, 0, "{err}");
     assert!(err.contains("note: --budget 2: --trigger none has no threshold to calibrate; run as configured"), "{err}");
     assert!(err.contains("note: --detector /no/detector: --trigger none reads no detector; ignored"), "{err}");
