@@ -162,9 +162,27 @@ impl From<SplitRange> for String {
 }
 
 impl DatasetSpec {
-    /// Whether the questions are reserved for testing controllers ([`RESERVED_FOR_TESTING`]).
+    /// Whether the questions are reserved for testing controllers: a spec named in [`RESERVED_FOR_TESTING`], or
+    /// data from the folder of one of their data files under another name (a data file given by path, whose name
+    /// is its file stem, or a spec of one's own pointing there).
     pub fn reserved_for_testing(&self) -> bool {
-        RESERVED_FOR_TESTING.contains(&self.name.as_str())
+        if RESERVED_FOR_TESTING.contains(&self.name.as_str()) {
+            return true;
+        }
+        // the folder holding a data file (not the parent of a data folder such as BioASQ's)
+        let folder = |f: &Path| {
+            let f = std::fs::canonicalize(f).ok()?;
+            if crate::io::is_file(&f).ok()? {
+                f.parent().map(Path::to_path_buf)
+            } else {
+                Some(f)
+            }
+        };
+        let Some(mine) = folder(&self.file) else { return false };
+        RESERVED_FOR_TESTING
+            .iter()
+            .filter_map(|n| Self::from_toml_file(&Self::find_toml(n)?).ok())
+            .any(|r| folder(&r.file).is_some_and(|theirs| mine.starts_with(&theirs)))
     }
 
     /// Folders searched for `NAME.toml`: `./datasets`, then the crate's own `datasets/`.
@@ -367,6 +385,32 @@ impl DatasetSpec {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The reserved datasets by name, and their data under another name: another file of the same folder given by
+    /// path, or a spec of one's own pointing there. Other data (the training pools, a file of one's own) is not.
+    #[test]
+    fn reserved_questions_are_found_by_name_and_by_folder() {
+        let Some(other) = crate::testing::require("qa/hotpotqa/hotpot_dev_simplified.json") else { return };
+        assert!(DatasetSpec::load("hotpotqa").unwrap().reserved_for_testing());
+        assert!(DatasetSpec::load("2wikimultihopqa").unwrap().reserved_for_testing());
+        let by_path = DatasetSpec::from_data_file(&other, None).unwrap();
+        assert_eq!(by_path.name, "hotpot_dev_simplified");
+        assert!(by_path.reserved_for_testing());
+        let dir = tempfile::tempdir().unwrap();
+        let toml = dir.path().join("mine.toml");
+        let mut spec = DatasetSpec::load("hotpotqa").unwrap();
+        spec.name = "mine".into();
+        std::fs::write(&toml, toml::to_string(&spec).unwrap()).unwrap();
+        assert!(DatasetSpec::load(toml.to_str().unwrap()).unwrap().reserved_for_testing());
+        let own = dir.path().join("questions.jsonl");
+        std::fs::write(&own, "{\"id\": \"q0\", \"question\": \"Where is Rome?\", \"answer\": [\"Italy\"]}\n").unwrap();
+        assert!(!DatasetSpec::from_data_file(&own, None).unwrap().reserved_for_testing());
+        for name in ["nq", "triviaqa", "bioasq", "pubmedqa"] {
+            if let Ok(spec) = DatasetSpec::load(name) {
+                assert!(!spec.reserved_for_testing(), "{name}");
+            }
+        }
+    }
 
     #[test]
     fn every_shipped_spec_parses_and_resolves() {
