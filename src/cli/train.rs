@@ -9,7 +9,7 @@ use ragtime::detector::stream::train_stream;
 use ragtime::detector::train::{train, Split, TrainConfig};
 use ragtime::detector::Detector;
 use ragtime::device::{train_on, DeviceKind, TrainJob};
-use ragtime::synth::store::{load_manifest, read_features_many, FeatureStream, FeatureTable};
+use ragtime::synth::store::{feature_columns, load_manifest, read_features_many, FeatureStream, FeatureTable};
 
 #[derive(Args, Debug)]
 pub struct TrainArgs {
@@ -96,12 +96,7 @@ impl DetectorArgs {
 
 /// A `--features` name: one of the label store's feature columns.
 fn feature_name(s: &str) -> std::result::Result<String, String> {
-    let known: Vec<&str> = ragtime::synth::store::FEATURE_COLUMNS.iter().map(|(n, _)| *n).collect();
-    if known.contains(&s) {
-        Ok(s.to_string())
-    } else {
-        Err(format!("unknown feature (known: {})", known.join(", ")))
-    }
+    feature_columns(&[s]).map(|_| s.to_string()).map_err(|e| e.to_string())
 }
 
 pub fn run(args: TrainArgs) -> Result<()> {
@@ -115,8 +110,10 @@ fn run_detector(a: &DetectorArgs) -> Result<()> {
     if let Some(dir) = &a.evaluate {
         return evaluate_detector(dir, &a.data);
     }
-    if let Some((_, f)) = a.features.iter().enumerate().find(|(i, f)| a.features[..*i].contains(f)) {
-        ragtime::usage_bail!("--features: '{f}' named twice");
+    // the names (each checked by clap) once each, before --out is made; `cfg.features` are the same names
+    let names: Vec<&str> = a.features.iter().map(String::as_str).collect();
+    if let Err(e) = feature_columns(&names) {
+        ragtime::usage_bail!("--features: {e}");
     }
     let cfg = a.config();
     // every input and the output before any work: a wrong --data or --out fails now, not after training, and
@@ -129,7 +126,6 @@ fn run_detector(a: &DetectorArgs) -> Result<()> {
         hallucinated += m.hallucinated;
     }
     ragtime::io::claim_output_dir(&a.out, "--out", "detector", ragtime::detector::INFO_FILE)?;
-    let names: Vec<&str> = cfg.features.iter().map(|s| s.as_str()).collect();
     let shown = a.data.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(",");
     let rows = if a.stream {
         Rows::Stream(FeatureStream::open(&a.data, &names).with_context(|| format!("{shown}: cannot read features"))?)

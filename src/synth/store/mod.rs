@@ -67,8 +67,8 @@ pub mod writer;
 
 pub use manifest::{load_manifest, Manifest, ShardInfo};
 pub use reader::{
-    read_all, read_features, read_features_many, template_agreement, FeatureBatch, FeatureStream, FeatureTable,
-    TemplateAgreement,
+    feature_columns, read_all, read_features, read_features_many, template_agreement, FeatureBatch, FeatureStream,
+    FeatureTable, TemplateAgreement,
 };
 pub use schema::schema;
 pub use writer::HalluStore;

@@ -268,6 +268,21 @@ pub struct FeatureStream {
     pub shards: Vec<PathBuf>,
 }
 
+/// The feature columns `features` names, in order, each with whether it is a hidden-size vector: every name one of
+/// [`FEATURE_COLUMNS`], none twice. Reads nothing, so a command can check its flag before any work.
+pub fn feature_columns(features: &[&str]) -> Result<Vec<(&'static str, bool)>> {
+    let mut columns: Vec<(&'static str, bool)> = Vec::new();
+    for f in features {
+        let Some(&(name, is_vec)) = FEATURE_COLUMNS.iter().find(|(n, _)| n == f) else {
+            let known: Vec<&str> = FEATURE_COLUMNS.iter().map(|(n, _)| *n).collect();
+            bail!("unknown feature {f:?}; known: {}", known.join(", "));
+        };
+        ensure!(!columns.iter().any(|(n, _)| *n == name), "'{name}' named twice");
+        columns.push((name, is_vec));
+    }
+    Ok(columns)
+}
+
 impl FeatureStream {
     /// Checks the manifests of `dirs` (same model and hidden size) and the feature names; reads no shard.
     pub fn open<P: AsRef<Path>>(dirs: &[P], features: &[&str]) -> Result<Self> {
@@ -275,15 +290,10 @@ impl FeatureStream {
         ensure!(!features.is_empty(), "no feature columns asked");
         let first = dirs[0].as_ref();
         let m0 = load_manifest(first)?;
-        let mut columns = Vec::new();
-        for f in features {
-            let Some(&(name, is_vec)) = FEATURE_COLUMNS.iter().find(|(n, _)| n == f) else {
-                let known: Vec<&str> = FEATURE_COLUMNS.iter().map(|(n, _)| *n).collect();
-                bail!("unknown feature {f:?}; known: {}", known.join(", "));
-            };
-            ensure!(!columns.iter().any(|(n, _): &(String, usize)| n == name), "feature {name:?} asked twice");
-            columns.push((name.to_string(), if is_vec { m0.hidden } else { 1 }));
-        }
+        let columns: Vec<(String, usize)> = feature_columns(features)?
+            .into_iter()
+            .map(|(name, is_vec)| (name.to_string(), if is_vec { m0.hidden } else { 1 }))
+            .collect();
         let dim = columns.iter().try_fold(0usize, |d, c| d.checked_add(c.1)).with_context(|| {
             format!("{}: hidden size {} is impossibly large", first.join(super::MANIFEST).display(), m0.hidden)
         })?;
