@@ -14,7 +14,12 @@
 //!   rather than mixed in ([`pin_settings`] keeps and returns them; the caller decides what must match);
 //! - a command writes only into a directory it made or recognises as its own kind of output, and checks that
 //!   before any work ([`claim_output_dir`]): a directory with someone else's files is refused, never cleared;
-//!   a single output file likewise replaces only a file of its own kind ([`claim_output_file`]).
+//!   a single output file likewise replaces only a file of its own kind ([`claim_output_file`]);
+//! - one process at a time writes an output directory: the claim takes an exclusive lock on [`LOCK_FILE`] in it
+//!   and holds it while the output is written ([`OutputLock`]), so a second run with the same `--out` (launched
+//!   twice by mistake, or a requeued cluster task whose first copy still runs) is refused before it touches a
+//!   file, instead of clearing the first one's temporaries or appending the same rows twice. The OS drops the
+//!   lock when the process ends, however it ends, so a killed run resumes as before.
 //!
 //! Whether a path is there is asked with [`probe`] or [`exists`], never `Path::exists`: that says "no" for a
 //! path the OS refuses (permission denied, a path through a file, a symbolic-link loop), which a caller would
@@ -105,16 +110,28 @@ pub const OUTPUT_MARKER: &str = ".ragtime-output";
 /// - anything else (a file; another kind of output; a directory with other files): refused, naming the flag and
 ///   a few of the files found.
 ///
-/// It then leaves the marker, which also shows that the directory is writable.
-pub fn claim_output_dir(dir: &Path, flag: &str, kind: &str, signature: &str) -> Result<()> {
-    claim_output_dir_with(dir, flag, kind, |entries| entries.iter().any(|e| e == signature))
+/// It then locks the directory for this process ([`lock_output_dir`]: refused while another process writes
+/// there) and leaves the marker, which also shows that the directory is writable. The directory stays locked
+/// while the returned [`OutputLock`] lives.
+pub fn claim_output_dir(dir: &Path, flag: &str, kind: &str, signature: &str) -> Result<OutputLock> {
+    check_output_dir(dir, flag, kind, |entries| entries.iter().any(|e| e == signature))?;
+    let lock = lock_output_dir(dir, flag)?;
+    write_output_marker(dir, flag, kind)?;
+    Ok(lock)
 }
 
 /// [`claim_output_dir`] with the test for a directory without the marker given as `ours(entries)`: whether a
-/// directory holding these entries is a `kind` output (an empty one always is). Several processes may claim one
-/// directory at once (the shards of a job): the marker goes through a temporary file of the process's own and a
-/// rename, so none sees another's half-written marker.
+/// directory holding these entries is a `kind` output (an empty one always is), and without the lock: for the
+/// directory several processes claim at once (the shards of a job, each of which locks its own part). The marker
+/// goes through a temporary file of the process's own and a rename, so none sees another's half-written marker.
 pub fn claim_output_dir_with(dir: &Path, flag: &str, kind: &str, ours: impl Fn(&[String]) -> bool) -> Result<()> {
+    check_output_dir(dir, flag, kind, ours)?;
+    write_output_marker(dir, flag, kind)
+}
+
+/// The checks of [`claim_output_dir`], creating `dir` where nothing is. [`LOCK_FILE`] alone does not make a
+/// directory someone else's (a shard locks its part before the job claims it).
+fn check_output_dir(dir: &Path, flag: &str, kind: &str, ours: impl Fn(&[String]) -> bool) -> Result<()> {
     let shown = dir.display();
     let found = probe(dir).with_context(|| format!("{flag} {shown}"))?;
     if found.as_ref().is_some_and(|m| !m.is_dir()) {
@@ -125,6 +142,7 @@ pub fn claim_output_dir_with(dir: &Path, flag: &str, kind: &str, ours: impl Fn(&
         let entries: Vec<String> = std::fs::read_dir(dir)
             .with_context(|| format!("{flag} {shown}: cannot list the directory"))?
             .map(|e| e.map(|e| e.file_name().to_string_lossy().into_owned()))
+            .filter(|n| !n.as_ref().is_ok_and(|n| n == LOCK_FILE))
             .collect::<std::io::Result<_>>()
             .with_context(|| format!("{flag} {shown}: cannot list the directory"))?;
         if is_file(&marker)? {
@@ -147,11 +165,140 @@ pub fn claim_output_dir_with(dir: &Path, flag: &str, kind: &str, ours: impl Fn(&
     } else {
         std::fs::create_dir_all(dir).with_context(|| format!("{flag} {shown}: cannot create the directory"))?;
     }
+    Ok(())
+}
+
+/// Writes [`OUTPUT_MARKER`] saying `kind` into `dir`, through a temporary file of this process's own.
+fn write_output_marker(dir: &Path, flag: &str, kind: &str) -> Result<()> {
     let tmp = dir.join(format!(".{}.{}.tmp", OUTPUT_MARKER.trim_start_matches('.'), std::process::id()));
     let written = File::create(&tmp)
         .and_then(|mut f| f.write_all(format!("{kind}\n").as_bytes()).and_then(|_| f.sync_all()))
         .and_then(|_| std::fs::rename(&tmp, dir.join(OUTPUT_MARKER)));
-    written.with_context(|| format!("{flag} {shown}: cannot write in the directory"))
+    written.with_context(|| format!("{flag} {}: cannot write in the directory", dir.display()))
+}
+
+/// The lock file in every output directory ragtime writes ([`lock_output_dir`]). Hidden, so that directory
+/// readers (pyarrow, the shard checksums) skip it; it stays after the run, holding the last writer's process id
+/// and host, and is locked only while a process writes.
+pub const LOCK_FILE: &str = ".ragtime.lock";
+
+/// The directories this process holds locked: canonical path, the open lock file (its lock lives as long as the
+/// file is open) and how many [`OutputLock`]s share it.
+static HELD: std::sync::Mutex<Vec<(PathBuf, File, usize)>> = std::sync::Mutex::new(Vec::new());
+
+fn held() -> std::sync::MutexGuard<'static, Vec<(PathBuf, File, usize)>> {
+    HELD.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// This process's hold on an output directory ([`lock_output_dir`]); the lock is released when the last
+/// `OutputLock` of the directory is dropped, or when the process ends.
+#[derive(Debug)]
+#[must_use = "the directory is locked only while the OutputLock lives"]
+pub struct OutputLock {
+    /// The canonical directory; `None` where its file system cannot lock (nothing held).
+    dir: Option<PathBuf>,
+}
+
+impl Drop for OutputLock {
+    fn drop(&mut self) {
+        let Some(dir) = &self.dir else { return };
+        let mut held = held();
+        if let Some(i) = held.iter().position(|(d, _, _)| d == dir) {
+            held[i].2 -= 1;
+            if held[i].2 == 0 {
+                held.swap_remove(i); // closing the file releases the lock
+            }
+        }
+    }
+}
+
+/// Locks the existing directory `dir` (the value of `flag`) for this process: an exclusive lock on its
+/// [`LOCK_FILE`] (`flock`, which the OS releases when the process ends, even on `kill -9`). Another process
+/// holding it is an error naming the flag, the directory and that process (its id and host, as it wrote them
+/// into the file); the directory is left as it was. Within one process the lock is shared: a second call for the
+/// same directory (the command, then the store it opens there) returns another hold on it. On a file system
+/// that cannot lock (some network mounts), a note says so and the run goes on unguarded.
+pub fn lock_output_dir(dir: &Path, flag: &str) -> Result<OutputLock> {
+    use std::io::{Read, Seek};
+    let shown = dir.display();
+    let canonical = std::fs::canonicalize(dir).with_context(|| format!("{flag} {shown}: cannot resolve the path"))?;
+    let mut held = held();
+    if let Some(entry) = held.iter_mut().find(|(d, _, _)| *d == canonical) {
+        entry.2 += 1;
+        return Ok(OutputLock { dir: Some(canonical) });
+    }
+    let path = canonical.join(LOCK_FILE);
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .with_context(|| format!("{flag} {shown}: cannot write in the directory"))?;
+    let owner = |file: &mut File| {
+        let mut owner = String::new();
+        let _ = file.read_to_string(&mut owner);
+        let owner = owner.trim();
+        if owner.is_empty() {
+            String::new()
+        } else {
+            format!(" ({owner})")
+        }
+    };
+    if !lock_or_refuse(&mut file, &format!("{flag} {shown}"), owner)? {
+        return Ok(OutputLock { dir: None });
+    }
+    let owner = format!("pid {} on {}\n", std::process::id(), host_name());
+    file.set_len(0)
+        .and_then(|_| file.rewind())
+        .and_then(|_| file.write_all(owner.as_bytes()))
+        .with_context(|| format!("{}: cannot write", path.display()))?;
+    held.push((canonical.clone(), file, 1));
+    Ok(OutputLock { dir: Some(canonical) })
+}
+
+/// Opens `path` (the file a command appends to, named by `flag`; created where missing, its content kept) and
+/// locks it for this process as [`lock_output_dir`] locks a directory: another process writing it is an error,
+/// and the file is left as it was. The lock lives as long as the returned file is open.
+pub fn open_locked(path: &Path, flag: &str) -> Result<File> {
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+        .with_context(|| format!("{}: cannot write", path.display()))?;
+    lock_or_refuse(&mut file, &format!("{flag}: {}", path.display()), |_| String::new())?;
+    Ok(file)
+}
+
+/// Takes an exclusive lock on the open `file` without waiting. Another process holding it is an error that reads
+/// `{what}: another ragtime process is writing there{owner(file)}; ...`; a file system that cannot lock is a note
+/// on stderr and `Ok(false)`.
+fn lock_or_refuse(file: &mut File, what: &str, owner: impl FnOnce(&mut File) -> String) -> Result<bool> {
+    match file.try_lock() {
+        Ok(()) => Ok(true),
+        Err(std::fs::TryLockError::WouldBlock) => {
+            let owner = owner(file);
+            bail!("{what}: another ragtime process is writing there{owner}; wait for it to end, or write elsewhere")
+        }
+        Err(std::fs::TryLockError::Error(e)) => {
+            eprintln!(
+                "note: {what}: cannot lock ({e}); a second process writing here at the same time would not be stopped"
+            );
+            Ok(false)
+        }
+    }
+}
+
+/// This machine's name, for [`lock_output_dir`]'s owner line (`"?"` where the OS does not say).
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "?".into())
 }
 
 /// How many leading bytes of an existing file [`claim_output_file`] hands its `ours` test.
@@ -325,6 +472,119 @@ pub fn pin_settings<V>(path: &Path, text: &str, parse: impl Fn(&str) -> Result<V
 mod tests {
     use super::*;
 
+    /// Every file under `dir` with its bytes, sorted by path.
+    fn snapshot(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+        let mut out: Vec<(PathBuf, Vec<u8>)> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| is_file(p).unwrap())
+            .map(|p| (p.clone(), std::fs::read(&p).unwrap()))
+            .collect();
+        out.sort();
+        out
+    }
+
+    /// Another process's lock on the directory, as this process cannot hold one itself: a second open file
+    /// description of the lock file (`flock` locks belong to those, so two conflict within one process too).
+    fn foreign_lock(dir: &Path) -> File {
+        let f = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(dir.join(LOCK_FILE)).unwrap();
+        f.try_lock().expect("nobody else holds the lock");
+        f
+    }
+
+    /// A claimed directory is locked while its `OutputLock` lives; a claim of a directory another process holds
+    /// is refused with that process named, and writes nothing (not even the marker); dropping the lock frees it.
+    #[test]
+    fn a_claimed_directory_is_locked_until_the_lock_is_dropped() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("run");
+        let lock = claim_output_dir(&dir, "--out", "eval run", "config.toml").unwrap();
+        let owner = std::fs::read_to_string(dir.join(LOCK_FILE)).unwrap();
+        assert!(owner.starts_with(&format!("pid {} on ", std::process::id())), "{owner}");
+        let other = std::fs::File::open(dir.join(LOCK_FILE)).unwrap();
+        assert!(matches!(other.try_lock(), Err(std::fs::TryLockError::WouldBlock)), "claimed but not locked");
+        drop(lock);
+        other.try_lock().expect("dropping the OutputLock releases the directory");
+        drop(other);
+
+        std::fs::write(dir.join("predictions.jsonl"), "{\"id\": \"q1\"}\n").unwrap();
+        let before = snapshot(&dir);
+        let held = foreign_lock(&dir);
+        std::fs::write(dir.join(LOCK_FILE), "pid 4242 on node7\n").unwrap();
+        let before_with_owner = snapshot(&dir);
+        let e = claim_output_dir(&dir, "--out", "eval run", "config.toml").unwrap_err().to_string();
+        assert_eq!(
+            e,
+            format!(
+                "--out {}: another ragtime process is writing there (pid 4242 on node7); wait for it to end, or \
+                 write elsewhere",
+                dir.display()
+            )
+        );
+        assert_eq!(snapshot(&dir), before_with_owner, "a refused claim wrote in the directory");
+        drop(held);
+        let _lock = claim_output_dir(&dir, "--out", "eval run", "config.toml").unwrap();
+        let after: Vec<_> = snapshot(&dir).into_iter().filter(|(p, _)| !p.ends_with(LOCK_FILE)).collect();
+        let before: Vec<_> = before.into_iter().filter(|(p, _)| !p.ends_with(LOCK_FILE)).collect();
+        assert_eq!(after, before, "the claim after the other process ended changed a file");
+    }
+
+    /// Within one process the lock is shared: the command claims its `--out`, then the store it opens there
+    /// claims it again; the directory stays locked until the last hold is dropped.
+    #[test]
+    fn one_process_may_hold_its_directory_twice() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("run");
+        let first = claim_output_dir(&dir, "--out", "eval run", "config.toml").unwrap();
+        // through another spelling of the same path
+        let second = claim_output_dir(&root.path().join(".").join("run"), "run directory", "eval run", "config.toml")
+            .expect("this process's second claim of its own directory");
+        let other = std::fs::File::open(dir.join(LOCK_FILE)).unwrap();
+        drop(first);
+        assert!(matches!(other.try_lock(), Err(std::fs::TryLockError::WouldBlock)), "released while still held");
+        drop(second);
+        other.try_lock().expect("released after the last hold");
+    }
+
+    /// The lock file alone does not make a directory someone else's (a shard locks its part before the job claims
+    /// it), and the shared directory of a sharded job is claimed without a lock.
+    #[test]
+    fn a_directory_holding_only_the_lock_file_is_claimed_as_empty() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("part");
+        std::fs::create_dir(&dir).unwrap();
+        let held = lock_output_dir(&dir, "--out").unwrap();
+        let again = claim_output_dir(&dir, "--out", "eval run", "config.toml").expect("only the lock file in it");
+        drop((held, again));
+        let shared = root.path().join("shared");
+        claim_output_dir_with(&shared, "--out", "sharded eval run", |_| true).unwrap();
+        assert!(!exists(&shared.join(LOCK_FILE)).unwrap(), "the shards' shared directory was locked");
+    }
+
+    /// `open_locked`: the file keeps its content and is refused to a second writer while open.
+    #[test]
+    fn open_locked_keeps_the_file_and_refuses_a_second_writer() {
+        let root = tempfile::tempdir().unwrap();
+        let path = root.path().join("out.jsonl.partial");
+        std::fs::write(&path, "{\"id\": 1}\n").unwrap();
+        let file = open_locked(&path, "--out").unwrap();
+        let other = File::open(&path).unwrap();
+        assert!(matches!(other.try_lock(), Err(std::fs::TryLockError::WouldBlock)), "open but not locked");
+        drop(other);
+        let again = File::open(&path).unwrap();
+        let e = {
+            // as another process sees it: its own open file description
+            let mut probe = std::fs::OpenOptions::new().read(true).write(true).open(&path).unwrap();
+            lock_or_refuse(&mut probe, &format!("--out: {}", path.display()), |_| String::new())
+                .unwrap_err()
+                .to_string()
+        };
+        assert!(e.contains("another ragtime process is writing there; wait for it to end"), "{e}");
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "{\"id\": 1}\n");
+        drop(file);
+        again.try_lock().expect("closing the file releases it");
+    }
+
     /// A single output file: written where nothing is, replaced where the test recognises the head, refused (and
     /// left as it was) for anything else or a directory.
     #[test]
@@ -378,17 +638,17 @@ mod tests {
         let root = tempfile::tempdir().unwrap();
         // missing: created, marked
         let new = root.path().join("a/b");
-        claim_output_dir(&new, "--out", "detector", "detector.json").unwrap();
+        let _ = claim_output_dir(&new, "--out", "detector", "detector.json").unwrap();
         assert_eq!(std::fs::read_to_string(new.join(OUTPUT_MARKER)).unwrap(), "detector\n");
         // ours: claimed again
-        claim_output_dir(&new, "--out", "detector", "detector.json").unwrap();
+        let _ = claim_output_dir(&new, "--out", "detector", "detector.json").unwrap();
         // another kind of ragtime output: refused
         let e = claim_output_dir(&new, "--out", "eval run", "config.toml").unwrap_err().to_string();
         assert!(e.contains("holds a ragtime detector, not a eval run"), "{e}");
         // empty: claimed
         let empty = root.path().join("empty");
         std::fs::create_dir(&empty).unwrap();
-        claim_output_dir(&empty, "--out", "detector", "detector.json").unwrap();
+        let _ = claim_output_dir(&empty, "--out", "detector", "detector.json").unwrap();
         // someone else's files: refused, untouched, no marker left
         let theirs = root.path().join("theirs");
         std::fs::create_dir(&theirs).unwrap();
@@ -396,12 +656,12 @@ mod tests {
         let e = claim_output_dir(&theirs, "--out", "hallucination dataset", "_manifest.json").unwrap_err().to_string();
         assert!(e.starts_with("--out ") && e.contains("part-00000.parquet") && e.contains("not empty"), "{e}");
         assert_eq!(std::fs::read(theirs.join("part-00000.parquet")).unwrap(), b"mine");
-        assert!(!theirs.join(OUTPUT_MARKER).exists());
+        assert!(!theirs.join(OUTPUT_MARKER).exists() && !theirs.join(LOCK_FILE).exists());
         // an output written before markers existed: recognised by its main file
         let old = root.path().join("old");
         std::fs::create_dir(&old).unwrap();
         std::fs::write(old.join("detector.json"), b"{}").unwrap();
-        claim_output_dir(&old, "--out", "detector", "detector.json").unwrap();
+        let _ = claim_output_dir(&old, "--out", "detector", "detector.json").unwrap();
         // a file: refused
         let file = root.path().join("f");
         std::fs::write(&file, b"x").unwrap();

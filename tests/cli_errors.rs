@@ -317,3 +317,76 @@ fn data_corpus_writes_each_passage_once_and_never_overwrites() {
     assert!(first_error(&err).contains("bioasq.jsonl: the file exists"), "{err}");
     assert_eq!(std::fs::read(&out).unwrap(), before);
 }
+
+/// [`common::snapshot`] of `dir` without the lock file.
+fn files_under(dir: &Path) -> Vec<(std::path::PathBuf, Vec<u8>)> {
+    common::snapshot(dir).into_iter().filter(|(p, _)| !p.ends_with(ragtime::io::LOCK_FILE)).collect()
+}
+
+/// The lock a running ragtime process holds on the output directory `dir` (its lock file, with the owner line it
+/// writes), held by this test process instead.
+fn hold_as_another_process(dir: &Path) -> std::fs::File {
+    use std::io::Write;
+    std::fs::create_dir_all(dir).unwrap();
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .write(true)
+        .open(dir.join(ragtime::io::LOCK_FILE))
+        .unwrap();
+    f.try_lock().expect("no ragtime process holds it");
+    f.write_all(b"pid 4242 on node7\n").unwrap();
+    f
+}
+
+/// The same output written by two processes at once (a job launched twice, a requeued cluster task whose first
+/// copy still runs): the second is refused before it touches a file, naming the directory and the process that
+/// writes it; once that process is gone, the output resumes as always.
+#[test]
+fn an_output_another_process_writes_is_refused_and_left_alone() {
+    let Some(s) = tiny_eval() else { return };
+    let refused = |what: &str, code: i32, err: &str, dir: &Path| {
+        assert_eq!(code, 1, "{what}: {err}");
+        let want = format!(
+            "error: --out {}: another ragtime process is writing there (pid 4242 on node7); wait for it to end",
+            dir.display()
+        );
+        assert!(first_error(err).starts_with(&want), "{what}: {err}");
+    };
+    // an eval run, its first process still writing
+    let run_dir = s.root.join("run");
+    let r = run_dir.to_str().unwrap();
+    let (code, err) = eval_none(&s, &["--out", r]);
+    assert_eq!(code, 0, "{err}");
+    let before = files_under(&run_dir);
+    let held = hold_as_another_process(&run_dir);
+    let (code, err) = eval_none(&s, &["--out", r]);
+    refused("eval", code, &err, &run_dir);
+    assert_eq!(files_under(&run_dir), before, "the refused eval changed the run");
+    drop(held);
+    let (code, err) = eval_none(&s, &["--out", r]);
+    assert_eq!(code, 0, "the lock file of a process that ended blocks nothing: {err}");
+
+    // a shard run twice at once: the second stops before it removes the first one's marker
+    let sharded = s.root.join("sharded");
+    let sh = sharded.to_str().unwrap();
+    let (code, err) = eval_none(&s, &["--out", sh, "--shard", "0/2"]);
+    assert_eq!(code, 0, "{err}");
+    let part = sharded.join("part-00000-of-00002");
+    assert!(sharded.join("part-00000-of-00002.done").is_file());
+    let before = files_under(&sharded);
+    let held = hold_as_another_process(&part);
+    let (code, err) = eval_none(&s, &["--out", sh, "--shard", "0/2"]);
+    refused("eval --shard 0/2", code, &err, &part);
+    assert_eq!(files_under(&sharded), before, "the refused shard changed the job's files");
+    drop(held);
+
+    // an index build: the second would clear the first one's partial index
+    let index = s.root.join("index2");
+    let held = hold_as_another_process(&index);
+    let corpus = s.root.join("corpus.tsv");
+    let (code, err) = run(&["index", "--corpus", corpus.to_str().unwrap(), "--out", index.to_str().unwrap()]);
+    refused("index", code, &err, &index);
+    assert_eq!(files_under(&index), vec![], "the refused index build wrote files");
+    drop(held);
+}

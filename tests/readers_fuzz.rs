@@ -181,24 +181,6 @@ fn config(cases: u32) -> ProptestConfig {
     ProptestConfig { cases, failure_persistence: None, ..ProptestConfig::default() }
 }
 
-/// The files under `dir` (relative path, bytes), sorted by path.
-fn snapshot(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).unwrap() {
-            let p = e.unwrap().path();
-            if p.is_dir() {
-                stack.push(p);
-            } else {
-                out.push((p.strip_prefix(dir).unwrap().to_path_buf(), std::fs::read(&p).unwrap()));
-            }
-        }
-    }
-    out.sort();
-    out
-}
-
 /// Writes `files` under `dir`, the one named `target` mutated.
 fn restore(dir: &Path, files: &[(PathBuf, Vec<u8>)], target: &Path, muts: &[Mutation], window: usize) {
     for (rel, bytes) in files {
@@ -313,7 +295,7 @@ fn safetensors_seed() -> &'static Vec<(PathBuf, Vec<u8>)> {
         std::fs::write(dir.path().join("config.json"), serde_json::to_string_pretty(&cfg.to_hf_config()).unwrap())
             .unwrap();
         write_safetensors(&dir.path().join("model.safetensors"), &random_weights(&cfg, 3), None).unwrap();
-        snapshot(dir.path())
+        common::snapshot(dir.path())
     })
 }
 
@@ -695,7 +677,7 @@ fn hallu_seed() -> &'static Vec<(PathBuf, Vec<u8>)> {
             s.add_article(&id, ex).unwrap();
         }
         s.finish().unwrap();
-        snapshot(dir.path())
+        common::snapshot(dir.path())
     })
 }
 
@@ -762,7 +744,7 @@ fn detector_seed() -> &'static Vec<(PathBuf, Vec<u8>)> {
         let d = Detector::new(info, MlpWeights { layers }, Some(norm)).unwrap();
         let dir = tempfile::tempdir().unwrap();
         d.save(dir.path()).unwrap();
-        snapshot(dir.path())
+        common::snapshot(dir.path())
     })
 }
 
@@ -816,7 +798,7 @@ fn run_seed() -> &'static Vec<(PathBuf, Vec<u8>)> {
             w.write(&r).unwrap();
         }
         w.finish().unwrap();
-        snapshot(&run)
+        common::snapshot(&run)
     })
 }
 
@@ -887,7 +869,7 @@ fn dialogue_seed() -> &'static Vec<(PathBuf, Vec<u8>)> {
             s.record(&a, if kept { std::slice::from_ref(&d) } else { &[] }).unwrap();
         }
         s.finish().unwrap();
-        snapshot(dir.path())
+        common::snapshot(dir.path())
     })
 }
 
@@ -923,7 +905,7 @@ fn bm25_seed() -> &'static Vec<(PathBuf, Vec<u8>)> {
         let out = dir.path().join("idx");
         let o = IndexOptions { threads: 1, memory_bytes: 50 << 20, ..IndexOptions::default() };
         build_index(&corpus, &out, &o).unwrap();
-        snapshot(&out)
+        common::snapshot(&out)
     })
 }
 

@@ -108,13 +108,14 @@ type ShardPart = (ragtime::shard::ShardRun, Vec<(String, u64)>);
 
 /// Claims the run directory before the model loads, so that a wrong `--out` fails at once. With a shard (flag or
 /// Slurm, see `ragtime::shard`): keeps the shard's questions, records `shard` in the run config, and returns the
-/// shard's part directory of the sharded run in `--out`.
+/// shard's part directory of the sharded run in `--out`, with this process's lock on it (held while the run is
+/// written).
 fn claim_out(
     args: &Args,
     dir: PathBuf,
     examples: &mut Vec<Example>,
     run_config: &mut toml::map::Map<String, toml::Value>,
-) -> Result<(PathBuf, Option<ShardPart>)> {
+) -> Result<(PathBuf, Option<ShardPart>, ragtime::io::OutputLock)> {
     use ragtime::eval::run::{CONFIG_FILE, OUTPUT_KIND};
     let (dir, part) = match ragtime::shard::Shard::resolve(args.shard)? {
         None => (dir, None),
@@ -126,8 +127,8 @@ fn claim_out(
             (run.part_dir(), Some((run, order)))
         }
     };
-    ragtime::io::claim_output_dir(&dir, "--out", OUTPUT_KIND, CONFIG_FILE)?;
-    Ok((dir, part))
+    let lock = ragtime::io::claim_output_dir(&dir, "--out", OUTPUT_KIND, CONFIG_FILE)?;
+    Ok((dir, part, lock))
 }
 
 /// Leaves the shard's marker (when sharded) and prints the run's table.
@@ -454,7 +455,7 @@ pub fn run(args: Args) -> Result<()> {
     }
     run_config.insert("loop".into(), toml::Value::try_from(&cfg)?);
     run_config.insert("method_config".into(), method.mc.root.clone());
-    let (out_dir, part) = claim_out(&args, out_dir, &mut examples, &mut run_config)?;
+    let (out_dir, part, _lock) = claim_out(&args, out_dir, &mut examples, &mut run_config)?;
     let lm = args.model.load()?;
     method
         .trigger()?
@@ -597,7 +598,7 @@ fn run_autorag(args: Args) -> Result<()> {
     let (out_dir, mut run_config) = run_header(&args, &spec.name, index.display().to_string());
     run_config.insert("autorag".into(), toml::Value::try_from(&cfg)?);
     run_config.insert("method_config".into(), mc.root.clone());
-    let (out_dir, part) = claim_out(&args, out_dir, &mut examples, &mut run_config)?;
+    let (out_dir, part, _lock) = claim_out(&args, out_dir, &mut examples, &mut run_config)?;
     let lm = args.model.load()?;
     let mut writer = RunWriter::create(&out_dir, &toml::Value::Table(run_config))?;
     let mut progress = Progress::new(examples.len(), writer.len());

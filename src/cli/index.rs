@@ -119,6 +119,8 @@ pub fn run(mut a: IndexArgs) -> Result<()> {
             Some(run)
         }
     };
+    // held for the BM25 and the dense build: a second `index` into the same --out is refused
+    let _lock = ragtime::retrieval::index::lock_index_dir(&a.out, "--out")?;
     let defaults = IndexOptions::default();
     let opts = IndexOptions {
         corpus: CorpusOptions {

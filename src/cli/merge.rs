@@ -47,7 +47,7 @@ pub fn run(a: Args) -> Result<()> {
     let line = match set.kind.as_str() {
         k if k == ragtime::synth::store::OUTPUT_KIND => {
             use ragtime::synth::store::{merge::merge, MANIFEST, OUTPUT_KIND};
-            ragtime::io::claim_output_dir(&out, "--out", OUTPUT_KIND, MANIFEST)?;
+            let _lock = ragtime::io::claim_output_dir(&out, "--out", OUTPUT_KIND, MANIFEST)?;
             let config = synth_config(&parts[0])?;
             let recorded = set.job["flush_every"].as_u64().or(config["flush_every"].as_u64());
             let flush_every = a.flush_every.or(recorded.map(|n| n as usize)).unwrap_or(16);

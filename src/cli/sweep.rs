@@ -180,7 +180,7 @@ pub fn run(args: Args) -> Result<()> {
         ),
     };
     let gold = ragtime::retrieval::gold::GoldRetriever::new(&examples);
-    ragtime::io::claim_output_dir(&out, "--out", SWEEP_KIND, RECORDS_FILE)?;
+    let _lock = ragtime::io::claim_output_dir(&out, "--out", SWEEP_KIND, RECORDS_FILE)?;
     let calibrated_file = args.calibrated.clone().unwrap_or_else(|| calibrated_path(&model_name));
     if args.pick {
         // refuse a foreign file now, not after hours of sweeping
@@ -222,7 +222,7 @@ pub fn run(args: Args) -> Result<()> {
     for (i, (setting, method)) in plan.iter().enumerate() {
         let name = setting.dir_name();
         let dir = out.join("runs").join(&name);
-        ragtime::io::claim_output_dir(&dir, "--out", OUTPUT_KIND, CONFIG_FILE)?;
+        let _run_lock = ragtime::io::claim_output_dir(&dir, "--out", OUTPUT_KIND, CONFIG_FILE)?;
         let retriever: Option<&dyn Retriever> = match method.trigger()?.name() {
             "none" => None,
             _ if method.gold => Some(&gold),

@@ -214,7 +214,7 @@ pub fn run(args: Args) -> Result<()> {
             (run.part_dir(), Some((run, order)))
         }
     };
-    ragtime::io::claim_output_dir(&out, "--out", dstore::OUTPUT_KIND, dstore::CONFIG_FILE)?;
+    let _lock = ragtime::io::claim_output_dir(&out, "--out", dstore::OUTPUT_KIND, dstore::CONFIG_FILE)?;
 
     // models: load each distinct file once
     let teacher = load_model(&teacher_path, &args.model)?;

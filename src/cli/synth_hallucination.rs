@@ -101,7 +101,7 @@ pub fn run(a: Args) -> Result<()> {
             (run.part_dir(), Some(run), order)
         }
     };
-    ragtime::io::claim_output_dir(&out, "--out", OUTPUT_KIND, MANIFEST)?;
+    let _lock = ragtime::io::claim_output_dir(&out, "--out", OUTPUT_KIND, MANIFEST)?;
     let lm = a.model.load()?;
     eprintln!(
         "synth: {} articles{} from {}, model {} ({}), templates {}, resources: WordNet {}, GloVe {}",

@@ -84,7 +84,7 @@ pub fn run(a: Args) -> Result<()> {
             (run.part_dir(), Some((run, order)))
         }
     };
-    ragtime::io::claim_output_dir(&out, "--out", OUTPUT_KIND, MANIFEST)?;
+    let _lock = ragtime::io::claim_output_dir(&out, "--out", OUTPUT_KIND, MANIFEST)?;
     let path = out.join("synth-config.json");
     if let Some(old) = ragtime::io::pin_settings(&path, &serde_json::to_string_pretty(&settings)?, |t| {
         Ok(serde_json::from_str::<serde_json::Value>(t)?)

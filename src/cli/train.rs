@@ -125,7 +125,7 @@ fn run_detector(a: &DetectorArgs) -> Result<()> {
         examples += m.examples;
         hallucinated += m.hallucinated;
     }
-    ragtime::io::claim_output_dir(&a.out, "--out", "detector", ragtime::detector::INFO_FILE)?;
+    let _lock = ragtime::io::claim_output_dir(&a.out, "--out", "detector", ragtime::detector::INFO_FILE)?;
     let shown = a.data.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(",");
     let rows = if a.stream {
         Rows::Stream(FeatureStream::open(&a.data, &names).with_context(|| format!("{shown}: cannot read features"))?)

@@ -290,7 +290,7 @@ pub fn run(a: Args) -> Result<()> {
         .collect::<Result<Vec<PathBuf>>>()?;
     let (src, model_cfg, tok, tok_json) = open_base(&a.model, a.tokenizer.as_deref())?;
     if let Some(dir) = &a.export_base {
-        ragtime::io::claim_output_dir(dir, "--export-base", "model export", ragtime::io::OUTPUT_MARKER)?;
+        let _lock = ragtime::io::claim_output_dir(dir, "--export-base", "model export", ragtime::io::OUTPUT_MARKER)?;
         let device = Default::default();
         let base = ragtime::model::build_llama::<burn::backend::Flex>(src.as_ref(), &model_cfg, &device)?;
         export_hf(&base, &model_cfg, &tok_json, &tok, dir)?;
@@ -316,7 +316,7 @@ pub fn run(a: Args) -> Result<()> {
     if let Some(n) = a.limit {
         dialogues = ragtime::sft::first_dialogues(dialogues, n);
     }
-    ragtime::io::claim_output_dir(&a.out, "--out", "autorag fine-tune", "train_report.json")?;
+    let _lock = ragtime::io::claim_output_dir(&a.out, "--out", "autorag fine-tune", "train_report.json")?;
     let data = SftData::prepare(&dialogues, &tok, cfg.max_len, cfg.valid_fraction)?;
     let count = |s: &[ragtime::sft::Example]| {
         (s.iter().map(|e| e.len()).sum::<usize>(), s.iter().map(|e| e.targets()).sum::<usize>())

@@ -281,7 +281,7 @@ impl Detector {
     /// Writes `detector.json` and `model.safetensors` into `dir` (created if needed).
     pub fn save(&self, dir: impl AsRef<Path>) -> Result<()> {
         let dir = dir.as_ref();
-        crate::io::claim_output_dir(dir, "detector directory", "detector", INFO_FILE)?;
+        let _lock = crate::io::claim_output_dir(dir, "detector directory", "detector", INFO_FILE)?;
         let bytes = |v: &[f32]| -> Vec<u8> { v.iter().flat_map(|x| x.to_le_bytes()).collect() };
         let mut blobs: Vec<(String, Vec<usize>, Vec<u8>)> = Vec::new();
         for (i, l) in self.weights.layers.iter().enumerate() {

@@ -188,6 +188,8 @@ pub struct RunWriter {
     dir: PathBuf,
     file: File,
     done: HashSet<String>,
+    /// The run directory, locked for this process while the writer is open.
+    _lock: crate::io::OutputLock,
 }
 
 impl RunWriter {
@@ -195,7 +197,7 @@ impl RunWriter {
     /// run — checks it equals the stored config and resumes: a truncated last line is removed, and the ids
     /// already written are reported by [`RunWriter::is_done`].
     pub fn create<C: Serialize>(dir: &Path, config: &C) -> Result<Self> {
-        crate::io::claim_output_dir(dir, "run directory", OUTPUT_KIND, CONFIG_FILE)?;
+        let lock = crate::io::claim_output_dir(dir, "run directory", OUTPUT_KIND, CONFIG_FILE)?;
         let cfg_text = toml::to_string(config).context("cannot serialise the run config as TOML")?;
         let cfg_path = dir.join(CONFIG_FILE);
         let new: toml::Value = toml::from_str(&cfg_text)?;
@@ -226,7 +228,7 @@ impl RunWriter {
             .append(true)
             .open(&pred_path)
             .with_context(|| format!("{}: cannot open for appending", pred_path.display()))?;
-        Ok(RunWriter { dir: dir.to_path_buf(), file, done })
+        Ok(RunWriter { dir: dir.to_path_buf(), file, done, _lock: lock })
     }
 
     pub fn dir(&self) -> &Path {

@@ -195,6 +195,7 @@ pub fn build_index(corpus: &Path, out: &Path, opts: &IndexOptions) -> Result<Man
         shard: opts.shard,
         passages_done: 0,
     };
+    let _lock = lock_index_dir(out, "index directory")?;
     let resume_from = if opts.force { None } else { resumable(out, &want) };
     let index = match resume_from {
         Some(done) => {
@@ -204,16 +205,7 @@ pub fn build_index(corpus: &Path, out: &Path, opts: &IndexOptions) -> Result<Man
             Index::open_in_dir(out).with_context(|| format!("{}: cannot open partial index", out.display()))?
         }
         None => {
-            if crate::io::exists(out)? {
-                if !looks_like_ours(out)? {
-                    bail!(
-                        "{}: exists and is not an empty directory or a ragtime index; refusing to overwrite it",
-                        out.display()
-                    );
-                }
-                std::fs::remove_dir_all(out).with_context(|| format!("cannot clear {}", out.display()))?;
-            }
-            std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
+            clear_index_dir(out)?;
             let (schema, _) = schema(opts.fields);
             // 4 KiB doc-store blocks (tantivy: 16 KiB): fetching a passage decompresses ~5 passages, not ~25.
             let settings = IndexSettings { docstore_blocksize: 4096, ..IndexSettings::default() };
@@ -344,19 +336,11 @@ pub fn merge_indexes(parts: &[PathBuf], out: &Path) -> Result<Manifest> {
     if crate::io::exists(&out.join(MANIFEST))? {
         bail!("{}: a complete index is already there; merge into a new directory", out.display());
     }
-    if crate::io::exists(out)? {
-        if !looks_like_ours(out)? {
-            bail!(
-                "{}: exists and is not an empty directory or a ragtime index; refusing to overwrite it",
-                out.display()
-            );
-        }
-        // a merge stopped half-way: its partial files are redone
-        if crate::io::exists(&out.join("meta.json"))? {
-            std::fs::remove_dir_all(out).with_context(|| format!("cannot clear {}", out.display()))?;
-        }
+    let _lock = lock_index_dir(out, "index directory")?;
+    // a merge stopped half-way: its partial files are redone
+    if crate::io::exists(&out.join("meta.json"))? {
+        clear_index_dir(out)?;
     }
-    std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
     let dir = tantivy::directory::MmapDirectory::open(out)
         .with_context(|| format!("{}: cannot open as an index directory", out.display()))?;
     let merged = tantivy::indexer::merge_indices(&indices, dir)
@@ -395,12 +379,42 @@ fn resumable(out: &Path, want: &Checkpoint) -> Option<u64> {
     (Checkpoint { passages_done: 0, ..cp.clone() } == *want).then_some(cp.passages_done)
 }
 
-/// An empty directory, or one holding a tantivy index (ours, partial or complete).
+/// An empty directory (but for the lock file), or one holding a tantivy index (ours, partial or complete).
 fn looks_like_ours(dir: &Path) -> Result<bool> {
     let mut entries = std::fs::read_dir(dir).with_context(|| format!("cannot list {}", dir.display()))?;
-    Ok(entries.next().is_none()
-        || crate::io::exists(&dir.join("meta.json"))?
-        || crate::io::exists(&dir.join(MANIFEST))?)
+    let empty = entries.all(|e| e.is_ok_and(|e| e.file_name() == crate::io::LOCK_FILE));
+    Ok(empty || crate::io::exists(&dir.join("meta.json"))? || crate::io::exists(&dir.join(MANIFEST))?)
+}
+
+/// Locks `out` for this process as an index directory (`flag` names it in errors): refused, and left as it is,
+/// where it exists and is neither empty nor a ragtime index; created where missing; then
+/// [`crate::io::lock_output_dir`], so a second process building into it at the same time is refused before it
+/// clears or resumes the first one's files. `ragtime index` takes it for the BM25 and dense builds together.
+pub fn lock_index_dir(out: &Path, flag: &str) -> Result<crate::io::OutputLock> {
+    if crate::io::exists(out)? && !looks_like_ours(out)? {
+        bail!("{}: exists and is not an empty directory or a ragtime index; refusing to overwrite it", out.display());
+    }
+    std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
+    crate::io::lock_output_dir(out, flag)
+}
+
+/// Removes everything in the locked index directory `out` but its lock file: a partial index that cannot be
+/// resumed, before a build starts again.
+fn clear_index_dir(out: &Path) -> Result<()> {
+    for e in std::fs::read_dir(out).with_context(|| format!("cannot list {}", out.display()))? {
+        let e = e.with_context(|| format!("cannot list {}", out.display()))?;
+        if e.file_name() == crate::io::LOCK_FILE {
+            continue;
+        }
+        let p = e.path();
+        let removed = if e.file_type().is_ok_and(|t| t.is_dir()) {
+            std::fs::remove_dir_all(&p)
+        } else {
+            std::fs::remove_file(&p)
+        };
+        removed.with_context(|| format!("cannot clear {}", p.display()))?;
+    }
+    Ok(())
 }
 
 /// Look the ragtime fields up in an index's schema.

@@ -219,12 +219,15 @@ pub struct ShardRun {
     kind: String,
     job: serde_json::Value,
     start: std::time::Instant,
+    /// The part directory, locked for this process until the marker is written ([`crate::io::lock_output_dir`]).
+    _lock: crate::io::OutputLock,
 }
 
 impl ShardRun {
     /// Claims `root` (flag `flag`) as a sharded output of `kind`, checks or writes `job.json` with `job` (the
-    /// settings every shard must share), removes this shard's old marker, and returns the run; the shard's own
-    /// output goes to [`ShardRun::part_dir`].
+    /// settings every shard must share), locks this shard's part directory for the process (a second copy of the
+    /// same shard, still running, is refused: [`crate::io::lock_output_dir`]), removes this shard's old marker,
+    /// and returns the run; the shard's own output goes to [`ShardRun::part_dir`].
     pub fn begin(root: &Path, flag: &str, shard: Shard, kind: &str, job: serde_json::Value) -> Result<Self> {
         Self::start(root, flag, shard, kind, job, false)
     }
@@ -295,11 +298,17 @@ impl ShardRun {
                 }
             }
         }
+        // the same shard running twice at once (a requeued task whose first copy still runs): the second stops
+        // here, before it touches the first one's marker or part
+        let part = root.join(shard.name());
+        std::fs::create_dir_all(&part).with_context(|| format!("{}: cannot create", part.display()))?;
+        let lock = crate::io::lock_output_dir(&part, flag)?;
         let marker = root.join(shard.marker_name());
         if crate::io::exists(&marker)? {
             std::fs::remove_file(&marker).with_context(|| format!("{}: cannot remove", marker.display()))?;
         }
-        Ok(ShardRun { root: root.to_path_buf(), shard, kind: kind.to_string(), job, start: std::time::Instant::now() })
+        let start = std::time::Instant::now();
+        Ok(ShardRun { root: root.to_path_buf(), shard, kind: kind.to_string(), job, start, _lock: lock })
     }
 
     /// Where this shard writes what the job writes without sharding.

@@ -349,3 +349,21 @@ pub fn write_toy_label_store(dir: &Path, articles: usize) {
     }
     store.finish().unwrap();
 }
+
+/// The files under `dir` (relative path, bytes), sorted by path.
+pub fn snapshot(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if ragtime::io::is_dir(&p).unwrap() {
+                stack.push(p);
+            } else {
+                out.push((p.strip_prefix(dir).unwrap().to_path_buf(), std::fs::read(&p).unwrap()));
+            }
+        }
+    }
+    out.sort();
+    out
+}

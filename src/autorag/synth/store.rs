@@ -53,13 +53,15 @@ pub struct DialogueStore {
     done: HashSet<String>,
     attempts_file: File,
     dialogues_file: File,
+    /// The directory, locked for this process while the store is open.
+    _lock: crate::io::OutputLock,
 }
 
 impl DialogueStore {
     /// Opens or creates `dir` for a run with `config` (any JSON); refuses a directory made with another config;
     /// repairs the leftovers of a killed run (see the module doc).
     pub fn open(dir: &Path, config: &serde_json::Value) -> Result<Self> {
-        crate::io::claim_output_dir(dir, "dialogue directory", OUTPUT_KIND, CONFIG_FILE)?;
+        let lock = crate::io::claim_output_dir(dir, "dialogue directory", OUTPUT_KIND, CONFIG_FILE)?;
         let text = serde_json::to_string_pretty(config)?;
         if pin_settings(&dir.join(CONFIG_FILE), &text, |t| Ok(serde_json::from_str::<serde_json::Value>(t)?))?
             .is_some_and(|old| &old != config)
@@ -115,6 +117,7 @@ impl DialogueStore {
             dialogues_file: open(&dpath)?,
             attempts,
             done,
+            _lock: lock,
         })
     }
 

@@ -23,6 +23,8 @@ pub struct HalluStore {
     done: HashSet<String>,
     pending: Vec<(String, Vec<HalluExample>)>,
     flush_every: usize,
+    /// The directory, locked for this process while the store is open.
+    _lock: crate::io::OutputLock,
 }
 
 impl HalluStore {
@@ -32,7 +34,7 @@ impl HalluStore {
     /// list).
     pub fn open(dir: impl AsRef<Path>, model_id: &str, hidden: usize) -> Result<Self> {
         let dir = dir.as_ref().to_path_buf();
-        crate::io::claim_output_dir(&dir, "dataset directory", OUTPUT_KIND, MANIFEST)?;
+        let lock = crate::io::claim_output_dir(&dir, "dataset directory", OUTPUT_KIND, MANIFEST)?;
         let manifest = if crate::io::exists(&dir.join(MANIFEST))? {
             let m = load_manifest(&dir)?;
             if m.model_id != model_id || m.hidden != hidden {
@@ -66,7 +68,8 @@ impl HalluStore {
             }
         }
         let done = manifest.shards.iter().flat_map(|s| s.articles.iter().cloned()).collect();
-        let store = HalluStore { dir, manifest, done, pending: Vec::new(), flush_every: DEFAULT_FLUSH_EVERY };
+        let store =
+            HalluStore { dir, manifest, done, pending: Vec::new(), flush_every: DEFAULT_FLUSH_EVERY, _lock: lock };
         store.write_manifest()?;
         Ok(store)
     }
