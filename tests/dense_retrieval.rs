@@ -395,3 +395,72 @@ fn sharded_dense_index_merges_into_the_index_of_one_build() {
         }
     }
 }
+
+/// `ragtime embed` through the binary: a partial output torn by a kill is cut after its complete lines and the
+/// rerun writes the rest (the vectors of one uninterrupted run); a partial output another process is appending to
+/// is refused and left as it is.
+#[test]
+fn embed_resumes_a_torn_partial_file_and_refuses_a_second_writer() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = tmp.path().join("tiny");
+    tiny_folder(&model, "mean", true);
+    let input = tmp.path().join("in.jsonl");
+    let texts = ["cats purr", "dogs bark at the mail carrier", "fish swim", "birds sing at dawn", "owls hunt"];
+    let lines: String =
+        texts.iter().enumerate().map(|(i, t)| format!("{{\"id\": {i}, \"text\": \"{t}\"}}\n")).collect();
+    std::fs::write(&input, lines).unwrap();
+    let embed = |out: &Path| {
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_ragtime"))
+            .args(["embed", "--model", model.to_str().unwrap(), "--input", input.to_str().unwrap(), "--quiet"])
+            .args(["--out", out.to_str().unwrap()])
+            .output()
+            .unwrap();
+        (o.status.code().unwrap_or(-1), String::from_utf8_lossy(&o.stderr).into_owned())
+    };
+    let vectors = |p: &Path| -> Vec<(i64, Vec<f64>)> {
+        let text = std::fs::read_to_string(p).unwrap();
+        text.lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .map(|v| {
+                let e = v["embedding"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect();
+                (v["id"].as_i64().unwrap(), e)
+            })
+            .collect()
+    };
+    let whole = tmp.path().join("whole.jsonl");
+    let (code, err) = embed(&whole);
+    assert_eq!(code, 0, "{err}");
+    let want = vectors(&whole);
+    assert_eq!(want.len(), 5);
+
+    // killed after two lines and part of the third
+    let out = tmp.path().join("resumed.jsonl");
+    let partial = tmp.path().join("resumed.jsonl.partial");
+    let text = std::fs::read_to_string(&whole).unwrap();
+    let cut: usize = text.split_inclusive('\n').take(2).map(str::len).sum();
+    std::fs::write(&partial, &text[..cut + 20]).unwrap();
+    let (code, err) = embed(&out);
+    assert_eq!(code, 0, "{err}");
+    let got = vectors(&out);
+    assert_eq!(got.iter().map(|g| g.0).collect::<Vec<_>>(), [0, 1, 2, 3, 4], "each line once, in input order");
+    for ((_, g), (_, w)) in got.iter().zip(&want) {
+        let diff = g.iter().zip(w).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
+        assert!(diff < 1e-5, "resumed vector differs by {diff}");
+    }
+    assert!(!ragtime::io::exists(&partial).unwrap());
+
+    // another process appending to the partial file
+    let out = tmp.path().join("busy.jsonl");
+    let partial = tmp.path().join("busy.jsonl.partial");
+    std::fs::write(&partial, &text[..cut]).unwrap();
+    let held = std::fs::OpenOptions::new().append(true).open(&partial).unwrap();
+    held.try_lock().unwrap();
+    let (code, err) = embed(&out);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains(&format!("error: --out: {}: another ragtime process is writing there", partial.display())),
+        "{err}"
+    );
+    assert_eq!(std::fs::read_to_string(&partial).unwrap(), &text[..cut], "the refused run changed the partial file");
+    assert!(!ragtime::io::exists(&out).unwrap());
+}

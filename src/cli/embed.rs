@@ -2,7 +2,7 @@
 //! sentence-transformers model folder. Written to `OUT.partial` as it goes (a re-run continues after the lines
 //! already there), renamed to `OUT` at the end.
 
-use std::io::{BufRead, BufWriter, Write};
+use std::io::{BufRead, BufWriter, Seek, SeekFrom, Write};
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -70,26 +70,16 @@ pub fn run(a: EmbedArgs) -> Result<()> {
     };
     let enc = SentenceEncoder::load(&a.model, a.device, Prefixes::preset(&a.prefixes)?)?;
     let partial = PathBuf::from(format!("{}.partial", a.out.display()));
-    let done = if ragtime::io::exists(&partial)? {
-        let f = std::fs::File::open(&partial).with_context(|| format!("{}: cannot read", partial.display()))?;
-        std::io::BufReader::new(f).lines().map_while(|l| l.ok()).filter(|l| l.ends_with('}')).count()
-    } else {
-        0
-    };
-    // A kill mid-line leaves a torn last line: rewrite the partial file with the complete lines only.
-    if done > 0 {
-        let text = std::fs::read_to_string(&partial)?;
-        let keep: String = text.lines().take(done).map(|l| format!("{l}\n")).collect();
-        std::fs::write(&partial, keep).with_context(|| format!("{}: cannot write", partial.display()))?;
-        if !a.quiet {
-            eprintln!("embed: resuming after {done} lines already in {}", partial.display());
-        }
+    // locked while this process appends: a second `embed` to the same --out is refused, not interleaved
+    let mut file = ragtime::io::open_locked(&partial, "--out")?;
+    let (done, keep) = complete_lines(&file).with_context(|| format!("{}: cannot read", partial.display()))?;
+    // A kill mid-line leaves a torn last line: cut the partial file after the complete lines.
+    file.set_len(keep)
+        .and_then(|_| file.seek(SeekFrom::End(0)))
+        .with_context(|| format!("{}: cannot drop a torn last line", partial.display()))?;
+    if done > 0 && !a.quiet {
+        eprintln!("embed: resuming after {done} lines already in {}", partial.display());
     }
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&partial)
-        .with_context(|| format!("{}: cannot write", partial.display()))?;
     let mut out = BufWriter::new(file);
     let reader = ragtime::corpus::open_text(&a.input)?;
     let start = Instant::now();
@@ -134,8 +124,11 @@ pub fn run(a: EmbedArgs) -> Result<()> {
         }
     }
     flush(&mut group, &mut out, &mut embedded)?;
-    drop(out);
+    // renamed while still locked, so that no second process takes the partial file in between
+    let file =
+        out.into_inner().map_err(|e| e.into_error()).with_context(|| format!("{}: cannot write", partial.display()))?;
     std::fs::rename(&partial, &a.out).with_context(|| format!("{}: cannot rename into place", a.out.display()))?;
+    drop(file);
     let secs = start.elapsed().as_secs_f64();
     if !a.quiet {
         eprintln!();
@@ -149,4 +142,19 @@ pub fn run(a: EmbedArgs) -> Result<()> {
         enc.dim()
     );
     Ok(())
+}
+
+/// The complete lines at the start of a partial output (each a JSON object ending in a newline) and their length
+/// in bytes; what follows them is a line torn by a kill.
+fn complete_lines(file: &std::fs::File) -> std::io::Result<(usize, u64)> {
+    let mut r = std::io::BufReader::new(file);
+    let (mut lines, mut bytes, mut line) = (0usize, 0u64, Vec::new());
+    loop {
+        line.clear();
+        if r.read_until(b'\n', &mut line)? == 0 || !line.ends_with(b"}\n") {
+            return Ok((lines, bytes));
+        }
+        lines += 1;
+        bytes += line.len() as u64;
+    }
 }
