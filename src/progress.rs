@@ -1,5 +1,6 @@
 //! Rate and time left of a long job, for its progress lines (`eval`, `sweep`, `synth hallucination`, `synth
-//! autorag`, `train autorag`).
+//! autorag`, `train autorag`). `index`, its dense build and `embed` do not know their item count ahead: they
+//! take the time left from the share of the input's bytes read (`corpus::passages::CorpusPosition`).
 //!
 //! Everything here is on the wall clock since the process started: lanes answer several questions at once, so
 //! the sum of each item's own time is not the job's rate, and a resumed job's rate is this process's, not the

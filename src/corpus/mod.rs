@@ -14,8 +14,10 @@ pub mod passages;
 pub mod wikiextractor;
 
 use std::fs::File;
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 
@@ -46,7 +48,7 @@ pub fn for_each_line<T>(
     mut parse: impl FnMut(usize, &str) -> Option<std::result::Result<T, String>>,
     mut f: impl FnMut(T, &wikiextractor::Origin) -> Result<bool>,
 ) -> Result<bool> {
-    let mut reader = open_text(file)?;
+    let (mut reader, read) = open_text_counted(file)?;
     let mut buf = Vec::new();
     let mut lineno = 0;
     loop {
@@ -65,7 +67,8 @@ pub fn for_each_line<T>(
         match parsed {
             None => {}
             Some(Ok(item)) => {
-                let go_on = f(item, &wikiextractor::Origin { file: file.to_path_buf(), line: lineno })?;
+                let origin = wikiextractor::Origin { file: file.to_path_buf(), line: lineno, offset: read.get() };
+                let go_on = f(item, &origin)?;
                 if !go_on {
                     return Ok(false);
                 }
@@ -85,11 +88,45 @@ pub fn for_each_line<T>(
 
 /// Open a text file for line reading, transparently decompressing `.bz2`.
 pub fn open_text(path: &Path) -> Result<Box<dyn BufRead + Send>> {
+    open_text_counted(path).map(|(reader, _)| reader)
+}
+
+/// [`open_text`], with the count of bytes the reader has taken from the file (compressed bytes for `.bz2`), for
+/// the share of a corpus read so far in progress lines.
+pub fn open_text_counted(path: &Path) -> Result<(Box<dyn BufRead + Send>, BytesRead)> {
     let file = File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
-    if path.extension().is_some_and(|e| e == "bz2") {
-        Ok(Box::new(BufReader::new(bzip2::read::MultiBzDecoder::new(file))))
+    let read = BytesRead::default();
+    let file = Counting { inner: file, read: read.clone() };
+    let reader: Box<dyn BufRead + Send> = if path.extension().is_some_and(|e| e == "bz2") {
+        Box::new(BufReader::new(bzip2::read::MultiBzDecoder::new(file)))
     } else {
-        Ok(Box::new(BufReader::new(file)))
+        Box::new(BufReader::new(file))
+    };
+    Ok((reader, read))
+}
+
+/// Bytes taken from a file by the reader of [`open_text_counted`] so far; the reader reads ahead, so this runs up
+/// to a buffer (8 KiB) ahead of the line handed out last.
+#[derive(Debug, Clone, Default)]
+pub struct BytesRead(Arc<AtomicU64>);
+
+impl BytesRead {
+    pub fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// A reader that adds what it reads to a [`BytesRead`].
+struct Counting<R> {
+    inner: R,
+    read: BytesRead,
+}
+
+impl<R: Read> Read for Counting<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.read.0.fetch_add(n as u64, Ordering::Relaxed);
+        Ok(n)
     }
 }
 

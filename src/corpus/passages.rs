@@ -125,23 +125,67 @@ pub fn for_each_passage(
     skipped: &mut u64,
     mut f: impl FnMut(CorpusPassage) -> Result<bool>,
 ) -> Result<()> {
+    for_each_passage_at(path, opts, skipped, |p, _| f(p))
+}
+
+/// How far a pass over a corpus has read: bytes of its files read (compressed bytes for `.bz2`), of their size
+/// on disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CorpusPosition {
+    pub bytes_read: u64,
+    pub bytes_total: u64,
+}
+
+impl CorpusPosition {
+    /// The progress line's tail: `"30% read, 0m 35s left"`, the time left at the rate this process has
+    /// read since `from` (the position at which its own work began, so that passages a resumed job passes over
+    /// do not count as speed) over `elapsed` seconds.
+    pub fn describe(&self, from: u64, elapsed: f64) -> String {
+        let total = self.bytes_total.max(1);
+        let read = self.bytes_read.min(total);
+        let (_, left) = crate::progress::rate_at(elapsed, read.saturating_sub(from) as usize, (total - read) as usize);
+        let share = 100.0 * read as f64 / total as f64;
+        if read > from {
+            format!("{share:.0}% read, {} left", crate::progress::hms(left))
+        } else {
+            format!("{share:.0}% read")
+        }
+    }
+}
+
+/// [`for_each_passage`], handing `f` with each passage how far the pass has read ([`CorpusPosition`]: the
+/// sizes of the files before it, and the bytes of its own file its reader has taken, which run up to a read
+/// buffer ahead of the passage).
+pub fn for_each_passage_at(
+    path: &Path,
+    opts: CorpusOptions,
+    skipped: &mut u64,
+    mut f: impl FnMut(CorpusPassage, CorpusPosition) -> Result<bool>,
+) -> Result<()> {
     let files = list_files(path)?;
     if files.is_empty() {
         bail!("{}: no corpus files found", path.display());
     }
+    let sizes = files
+        .iter()
+        .map(|p| Ok(std::fs::metadata(p).with_context(|| format!("cannot read {}", p.display()))?.len()))
+        .collect::<Result<Vec<u64>>>()?;
+    let bytes_total = sizes.iter().sum();
     let n = opts.passage_words;
-    for file in files {
+    let mut before = 0u64;
+    for (file, size) in files.iter().zip(&sizes) {
+        let at = |o: &wikiextractor::Origin| CorpusPosition { bytes_read: before + o.offset.min(*size), bytes_total };
         let format = match opts.format {
             Some(f) => f,
-            None => detect_format(&file)?,
+            None => detect_format(file)?,
         };
         let go_on = match format {
-            CorpusFormat::Dpr => dpr::for_each_row(&file, opts.on_bad, skipped, |r, _| {
-                f(CorpusPassage { id: r.id, title: r.title, text: r.text })
+            CorpusFormat::Dpr => dpr::for_each_row(file, opts.on_bad, skipped, |r, o| {
+                f(CorpusPassage { id: r.id, title: r.title, text: r.text }, at(o))
             })?,
-            CorpusFormat::Jsonl => jsonl::for_each_doc(&file, opts.on_bad, skipped, |d, _| {
+            CorpusFormat::Jsonl => jsonl::for_each_doc(file, opts.on_bad, skipped, |d, o| {
                 for p in split_document(&d.id, &d.title, d.body(), n) {
-                    if !f(p)? {
+                    if !f(p, at(o))? {
                         return Ok(false);
                     }
                 }
@@ -149,9 +193,9 @@ pub fn for_each_passage(
             })?,
             CorpusFormat::Wikidoc => {
                 let mut go_on = true;
-                wikiextractor::for_each_article(&file, |a, _| {
+                wikiextractor::for_each_article(file, |a, o| {
                     for p in split_document(&a.id, &a.title, a.body(), n) {
-                        if !f(p)? {
+                        if !f(p, at(o))? {
                             go_on = false;
                             return Ok(false);
                         }
@@ -164,6 +208,7 @@ pub fn for_each_passage(
         if !go_on {
             break;
         }
+        before += size;
     }
     Ok(())
 }
@@ -182,6 +227,51 @@ mod tests {
         assert_eq!((ps[0].id.as_str(), ps[0].title.as_str(), ps[0].text.as_str()), ("7_0", "T", "w1 w2"));
         assert_eq!((ps[1].id.as_str(), ps[1].text.as_str()), ("7_1", "w3"));
         assert_eq!(split_document("8", "T", "short", 100)[0].id, "8");
+    }
+
+    #[test]
+    fn position_describes_share_and_time_left_by_hand() {
+        let at = CorpusPosition { bytes_read: 300, bytes_total: 1000 };
+        // 200 bytes of this process's own in 10 s: 20 bytes/s, 700 left -> 35 s
+        assert_eq!(at.describe(100, 10.0), "30% read, 0m 35s left");
+        assert_eq!(at.describe(300, 10.0), "30% read", "no rate before this process has read anything");
+        assert_eq!(CorpusPosition { bytes_read: 1200, bytes_total: 1000 }.describe(0, 5.0), "100% read, 0m 00s left");
+        assert_eq!(CorpusPosition::default().describe(0, 1.0), "0% read", "an empty corpus");
+    }
+
+    /// The positions a pass hands out rise to the corpus's size on disk, file after file; a `.bz2` file counts
+    /// its compressed bytes (the size on disk), not the text it holds.
+    #[test]
+    fn positions_rise_to_the_corpus_size_on_disk() {
+        use std::io::Write;
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let rows: String = (0..3000).map(|i| format!("{i}\tpassage number {i} of the corpus\tT{i}\n")).collect();
+        std::fs::write(root.join("a.tsv"), format!("id\ttext\ttitle\n{rows}")).unwrap();
+        let docs: String =
+            (0..2000).map(|i| format!("{{\"id\":\"d{i}\",\"title\":\"D\",\"text\":\"doc {i} words\"}}\n")).collect();
+        let mut bz = bzip2::write::BzEncoder::new(Vec::new(), bzip2::Compression::best());
+        bz.write_all(docs.as_bytes()).unwrap();
+        std::fs::write(root.join("b.jsonl.bz2"), bz.finish().unwrap()).unwrap();
+        let sizes: Vec<u64> =
+            ["a.tsv", "b.jsonl.bz2"].iter().map(|f| std::fs::metadata(root.join(f)).unwrap().len()).collect();
+        assert!(sizes[1] < docs.len() as u64 / 4, "compressed");
+        let opts = CorpusOptions { format: None, passage_words: 100, on_bad: OnBadLine::Stop };
+        let mut seen: Vec<(String, CorpusPosition)> = Vec::new();
+        for_each_passage_at(root, opts, &mut 0, |p, at| {
+            seen.push((p.id, at));
+            Ok(true)
+        })
+        .unwrap();
+        assert_eq!(seen.len(), 5000);
+        let total = sizes[0] + sizes[1];
+        assert!(seen.iter().all(|(_, at)| at.bytes_total == total));
+        assert!(seen.windows(2).all(|w| w[0].1.bytes_read <= w[1].1.bytes_read), "positions never go back");
+        let first_b = seen.iter().position(|(id, _)| id.starts_with('d')).unwrap();
+        assert!(seen[first_b - 1].1.bytes_read <= sizes[0], "the first file's positions stay within its size");
+        assert!(seen[0].1.bytes_read < sizes[0], "the first passage is read before the whole file");
+        assert!(seen[first_b].1.bytes_read > sizes[0], "the second file's start past the first file");
+        assert_eq!(seen[4999].1.bytes_read, total, "the last passage: every byte read");
     }
 
     #[test]

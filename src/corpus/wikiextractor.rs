@@ -13,7 +13,7 @@ use std::io::BufRead;
 use anyhow::{bail, Context, Result};
 use serde::Deserialize;
 
-use super::{list_files, open_text};
+use super::{list_files, open_text_counted};
 
 /// One article as WikiExtractor wrote it. `text` starts with the title line, as in real dumps.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -44,6 +44,9 @@ impl Article {
 pub struct Origin {
     pub file: PathBuf,
     pub line: usize,
+    /// Bytes of `file` read when the item was handed out (compressed bytes for `.bz2`; see
+    /// [`super::BytesRead`]), for progress lines.
+    pub offset: u64,
 }
 
 /// Read every article of a dump (file or folder), in a stable order. Stops at the first line that
@@ -72,18 +75,18 @@ pub fn for_each_article(path: &Path, mut f: impl FnMut(Article, &Origin) -> Resu
 }
 
 fn read_file(file: &Path, f: &mut impl FnMut(Article, &Origin) -> Result<bool>) -> Result<bool> {
-    let reader = open_text(file)?;
+    let (reader, read) = open_text_counted(file)?;
     // <doc> form state: (header attributes, text lines, start line)
     let mut doc: Option<(Article, Vec<String>, usize)> = None;
     for (i, line) in reader.lines().enumerate() {
         let lineno = i + 1;
         let line = line.with_context(|| format!("{}:{lineno}: cannot read line", file.display()))?;
-        let origin = Origin { file: file.to_path_buf(), line: lineno };
+        let origin = Origin { file: file.to_path_buf(), line: lineno, offset: read.get() };
         if let Some((header, lines, start)) = doc.as_mut() {
             if line.trim_end() == "</doc>" {
                 let mut a = header.clone();
                 a.text = unescape(lines.join("\n").trim_end());
-                let o = Origin { file: file.to_path_buf(), line: *start };
+                let o = Origin { file: file.to_path_buf(), line: *start, offset: read.get() };
                 doc = None;
                 if !f(a, &o)? {
                     return Ok(false);
