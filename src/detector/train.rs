@@ -371,8 +371,14 @@ impl<B: AutodiffBackend> Run<B> {
             .init::<B, Mlp<B>>();
         let loss_fn = CrossEntropyLossConfig::new().with_weights(Some(class_weights.to_vec())).init::<B>(device);
         log(&format!(
-            "{:>5} {:>8} | {:^27} | {:^27} | {:^27} | {:>7}",
-            "epoch", "loss", "train acc  f1   roc   pr", "valid acc  f1   roc   pr", "test acc  f1   roc   pr", "secs"
+            "{:>5} {:>8} | {:^27} | {:^27} | {:^27} | {:>7} {:>7}",
+            "epoch",
+            "loss",
+            "train acc  f1   roc   pr",
+            "valid acc  f1   roc   pr",
+            "test acc  f1   roc   pr",
+            "secs",
+            "left"
         ));
         Run {
             cfg: cfg.clone(),
@@ -428,11 +434,15 @@ impl<B: AutodiffBackend> Run<B> {
         let improved = self.best.as_ref().is_none_or(|(_, b, _)| valid_auc > *b);
         let secs = self.epoch_start.elapsed().as_secs_f64();
         self.epoch_start = std::time::Instant::now();
+        // the time left at the mean epoch so far
+        let spent = self.history.iter().map(|h| h.secs).sum::<f64>() + secs;
+        let (_, left) = crate::progress::rate_at(spent, epoch, self.cfg.epochs.saturating_sub(epoch));
         log(&format!(
-            "{epoch:>5} {loss:>8.4} | {:^27} | {:^27} | {:^27} | {secs:>7.2}{}",
+            "{epoch:>5} {loss:>8.4} | {:^27} | {:^27} | {:^27} | {secs:>7.2} {:>7}{}",
             cell(&metrics[&Split::Train]),
             cell(&metrics[&Split::Valid]),
             cell(&metrics[&Split::Test]),
+            crate::progress::hms(left),
             if improved { " *" } else { "" }
         ));
         if improved {
