@@ -85,8 +85,9 @@ pub fn run(a: EmbedArgs) -> Result<()> {
     let (reader, read) = ragtime::corpus::open_text_counted(&a.input)?;
     let bytes_total = std::fs::metadata(&a.input).with_context(|| format!("cannot read {}", a.input.display()))?.len();
     let start = Instant::now();
-    let mut from: Option<(u64, f64)> = None; // where and when this process's own lines began
-                                             // "37% read, 2m 10s left", at this process's rate since `from`
+    // where and when this process's own lines began, and the progress line's tail from there: "37% read, 2m 10s
+    // left", at this process's rate since `from`
+    let mut from: Option<(u64, f64)> = None;
     let share = |from: Option<(u64, f64)>| {
         let (b, t) = from.unwrap_or_default();
         CorpusPosition { bytes_read: read.get(), bytes_total }.describe(b, start.elapsed().as_secs_f64() - t)
