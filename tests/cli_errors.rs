@@ -379,6 +379,13 @@ fn an_output_another_process_writes_is_refused_and_left_alone() {
     let (code, err) = eval_none(&s, &["--out", sh, "--shard", "0/2"]);
     refused("eval --shard 0/2", code, &err, &part);
     assert_eq!(files_under(&sharded), before, "the refused shard changed the job's files");
+    // nor is a merge read from a part being written (refused before it looks for the missing shard 1)
+    let (code, err) = run(&["merge", sh]);
+    assert_eq!(code, 1, "{err}");
+    let want =
+        format!("error: shard part {}: another ragtime process is writing there (pid 4242 on node7)", part.display());
+    assert!(first_error(&err).starts_with(&want), "{err}");
+    assert_eq!(files_under(&sharded), before, "the refused merge changed the job's files");
     drop(held);
 
     // an index build: the second would clear the first one's partial index

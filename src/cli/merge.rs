@@ -32,6 +32,8 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> Result<()> {
+    // no shard writes its part while it is checked and read
+    let _parts = ragtime::shard::lock_parts(&a.dir)?;
     let set = scan(&a.dir)?;
     let out = a.out.clone().unwrap_or_else(|| a.dir.join("merged"));
     if a.check {

@@ -434,6 +434,22 @@ impl ShardSet {
     }
 }
 
+/// Locks every shard part directory in `root` for this process ([`crate::io::lock_output_dir`]), so that none is
+/// written while `ragtime merge` reads it: a shard still running (a requeued copy of a finished one included) is
+/// an error naming its part and the process, and no shard can start on a part until the locks are dropped.
+pub fn lock_parts(root: &Path) -> Result<Vec<crate::io::OutputLock>> {
+    let mut parts = Vec::new();
+    for e in std::fs::read_dir(root).with_context(|| format!("{}: cannot list the directory", root.display()))? {
+        let e = e.with_context(|| format!("{}: cannot list the directory", root.display()))?;
+        let name = e.file_name().to_string_lossy().into_owned();
+        if parse_part_name(&name).is_some() && crate::io::is_dir(&e.path())? {
+            parts.push(e.path());
+        }
+    }
+    parts.sort();
+    parts.iter().map(|p| crate::io::lock_output_dir(p, "shard part")).collect()
+}
+
 /// Reads and checks the markers of the sharded output in `root`: every shard `0..n` present, one kind, one `n`,
 /// one set of settings, and each part's files as its marker recorded them. The error lists what is missing or
 /// broken and the array indices to resubmit.
