@@ -228,13 +228,6 @@ pub fn lock_output_dir(dir: &Path, flag: &str) -> Result<OutputLock> {
         return Ok(OutputLock { dir: Some(canonical) });
     }
     let path = canonical.join(LOCK_FILE);
-    let mut file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(&path)
-        .with_context(|| format!("{flag} {shown}: cannot write in the directory"))?;
     let owner = |file: &mut File| {
         let mut owner = String::new();
         let _ = file.read_to_string(&mut owner);
@@ -245,7 +238,9 @@ pub fn lock_output_dir(dir: &Path, flag: &str) -> Result<OutputLock> {
             format!(" ({owner})")
         }
     };
-    if !lock_or_refuse(&mut file, &format!("{flag} {shown}"), owner)? {
+    let cannot_open = || format!("{flag} {shown}: cannot write in the directory");
+    let (mut file, locked) = open_and_lock(&path, cannot_open, &format!("{flag} {shown}"), owner)?;
+    if !locked {
         return Ok(OutputLock { dir: None });
     }
     let owner = format!("pid {} on {}\n", std::process::id(), host_name());
@@ -261,32 +256,38 @@ pub fn lock_output_dir(dir: &Path, flag: &str) -> Result<OutputLock> {
 /// locks it for this process as [`lock_output_dir`] locks a directory: another process writing it is an error,
 /// and the file is left as it was. The lock lives as long as the returned file is open.
 pub fn open_locked(path: &Path, flag: &str) -> Result<File> {
+    let cannot_open = || format!("{}: cannot write", path.display());
+    Ok(open_and_lock(path, cannot_open, &format!("{flag}: {}", path.display()), |_| String::new())?.0)
+}
+
+/// Opens `path` for reading and writing (created where missing, its content kept; `cannot_open` is the error's
+/// context where it cannot be) and takes an exclusive lock on it without waiting. Another process holding it is an
+/// error that reads `{what}: another ragtime process is writing there{owner(file)}; ...`; on a file system that
+/// cannot lock, a note on stderr, and the file comes back unlocked (`false`).
+fn open_and_lock(
+    path: &Path,
+    cannot_open: impl FnOnce() -> String,
+    what: &str,
+    owner: impl FnOnce(&mut File) -> String,
+) -> Result<(File, bool)> {
     let mut file = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
         .create(true)
         .truncate(false)
         .open(path)
-        .with_context(|| format!("{}: cannot write", path.display()))?;
-    lock_or_refuse(&mut file, &format!("{flag}: {}", path.display()), |_| String::new())?;
-    Ok(file)
-}
-
-/// Takes an exclusive lock on the open `file` without waiting. Another process holding it is an error that reads
-/// `{what}: another ragtime process is writing there{owner(file)}; ...`; a file system that cannot lock is a note
-/// on stderr and `Ok(false)`.
-fn lock_or_refuse(file: &mut File, what: &str, owner: impl FnOnce(&mut File) -> String) -> Result<bool> {
+        .with_context(cannot_open)?;
     match file.try_lock() {
-        Ok(()) => Ok(true),
+        Ok(()) => Ok((file, true)),
         Err(std::fs::TryLockError::WouldBlock) => {
-            let owner = owner(file);
+            let owner = owner(&mut file);
             bail!("{what}: another ragtime process is writing there{owner}; wait for it to end, or write elsewhere")
         }
         Err(std::fs::TryLockError::Error(e)) => {
             eprintln!(
                 "note: {what}: cannot lock ({e}); a second process writing here at the same time would not be stopped"
             );
-            Ok(false)
+            Ok((file, false))
         }
     }
 }
@@ -572,14 +573,15 @@ mod tests {
         assert!(matches!(other.try_lock(), Err(std::fs::TryLockError::WouldBlock)), "open but not locked");
         drop(other);
         let again = File::open(&path).unwrap();
-        let e = {
-            // as another process sees it: its own open file description
-            let mut probe = std::fs::OpenOptions::new().read(true).write(true).open(&path).unwrap();
-            lock_or_refuse(&mut probe, &format!("--out: {}", path.display()), |_| String::new())
-                .unwrap_err()
-                .to_string()
-        };
-        assert!(e.contains("another ragtime process is writing there; wait for it to end"), "{e}");
+        // as another process sees it: a second call opens its own file description
+        let e = open_locked(&path, "--out").unwrap_err().to_string();
+        assert_eq!(
+            e,
+            format!(
+                "--out: {}: another ragtime process is writing there; wait for it to end, or write elsewhere",
+                path.display()
+            )
+        );
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "{\"id\": 1}\n");
         drop(file);
         again.try_lock().expect("closing the file releases it");
