@@ -9,7 +9,7 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 
-use ragtime::corpus::passages::CorpusPosition;
+use ragtime::corpus::passages::{CorpusPosition, OwnStart};
 use ragtime::device::DeviceKind;
 use ragtime::encoder::{Prefixes, SentenceEncoder, TextKind};
 
@@ -85,20 +85,15 @@ pub fn run(a: EmbedArgs) -> Result<()> {
     let (reader, read) = ragtime::corpus::open_text_counted(&a.input)?;
     let bytes_total = std::fs::metadata(&a.input).with_context(|| format!("cannot read {}", a.input.display()))?.len();
     let start = Instant::now();
-    // where and when this process's own lines began, and the progress line's tail from there: "37% read, 2m 10s
-    // left", at this process's rate since `from`
-    let mut from: Option<(u64, f64)> = None;
-    let share = |from: Option<(u64, f64)>| {
-        let (b, t) = from.unwrap_or_default();
-        CorpusPosition { bytes_read: read.get(), bytes_total }.describe(b, start.elapsed().as_secs_f64() - t)
-    };
+    let at = || CorpusPosition { bytes_read: read.get(), bytes_total };
+    let mut own = OwnStart::default(); // this process's first line, for its rate
     let mut group: Vec<InLine> = Vec::with_capacity(GROUP);
     let mut n = 0usize;
     let mut embedded = 0usize;
     let flush = |group: &mut Vec<InLine>,
                  out: &mut BufWriter<std::fs::File>,
                  embedded: &mut usize,
-                 from: Option<(u64, f64)>|
+                 own: &OwnStart|
      -> Result<()> {
         if group.is_empty() {
             return Ok(());
@@ -116,7 +111,7 @@ pub fn run(a: EmbedArgs) -> Result<()> {
                 "\rembed: {} texts ({:.1}/s), {}   ",
                 done + *embedded,
                 *embedded as f64 / start.elapsed().as_secs_f64(),
-                share(from)
+                own.describe(at())
             );
         }
         Ok(())
@@ -130,15 +125,15 @@ pub fn run(a: EmbedArgs) -> Result<()> {
         if n <= done {
             continue;
         }
-        from.get_or_insert((read.get(), start.elapsed().as_secs_f64()));
+        own.mark(at());
         let l: InLine = serde_json::from_str(&line)
             .with_context(|| format!("{}:{}: expected {{\"id\": ..., \"text\": \"...\"}}", a.input.display(), i + 1))?;
         group.push(l);
         if group.len() == GROUP {
-            flush(&mut group, &mut out, &mut embedded, from)?;
+            flush(&mut group, &mut out, &mut embedded, &own)?;
         }
     }
-    flush(&mut group, &mut out, &mut embedded, from)?;
+    flush(&mut group, &mut out, &mut embedded, &own)?;
     // renamed while still locked, so that no second process takes the partial file in between
     let file =
         out.into_inner().map_err(|e| e.into_error()).with_context(|| format!("{}: cannot write", partial.display()))?;

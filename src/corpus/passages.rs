@@ -153,6 +153,26 @@ impl CorpusPosition {
     }
 }
 
+/// Where and when this process's own work on a corpus began (its first passage that a resumed job does not pass
+/// over as done), so that the time left is read at its own rate ([`CorpusPosition::describe`]).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct OwnStart(Option<(u64, std::time::Instant)>);
+
+impl OwnStart {
+    /// Records `at`, now, as the start; later calls keep the first.
+    pub fn mark(&mut self, at: CorpusPosition) {
+        self.0.get_or_insert((at.bytes_read, std::time::Instant::now()));
+    }
+
+    /// [`CorpusPosition::describe`] of `at` from the start (before it, the share read and no time left).
+    pub fn describe(&self, at: CorpusPosition) -> String {
+        match self.0 {
+            Some((from, t)) => at.describe(from, t.elapsed().as_secs_f64()),
+            None => at.describe(at.bytes_read, 0.0),
+        }
+    }
+}
+
 /// [`for_each_passage`], handing `f` with each passage how far the pass has read ([`CorpusPosition`]: the
 /// sizes of the files before it, and the bytes of its own file its reader has taken, which run up to a read
 /// buffer ahead of the passage).
@@ -237,6 +257,13 @@ mod tests {
         assert_eq!(at.describe(300, 10.0), "30% read", "no rate before this process has read anything");
         assert_eq!(CorpusPosition { bytes_read: 1200, bytes_total: 1000 }.describe(0, 5.0), "100% read, 0m 00s left");
         assert_eq!(CorpusPosition::default().describe(0, 1.0), "0% read", "an empty corpus");
+        // OwnStart: the share alone before this process's first own passage, then the time left from the first mark
+        let mut own = OwnStart::default();
+        assert_eq!(own.describe(at), "30% read");
+        own.mark(CorpusPosition { bytes_read: 100, bytes_total: 1000 });
+        own.mark(at);
+        assert_eq!(own.0.map(|(b, _)| b), Some(100), "a later mark keeps the first");
+        assert!(own.describe(at).starts_with("30% read, "), "{}", own.describe(at));
     }
 
     /// The positions a pass hands out rise to the corpus's size on disk, file after file; a `.bz2` file counts

@@ -30,7 +30,7 @@ use tantivy::tokenizer::{
 };
 use tantivy::{Index, IndexSettings, IndexWriter, TantivyDocument};
 
-use crate::corpus::passages::{for_each_passage_at, CorpusFormat, CorpusOptions, OnBadLine};
+use crate::corpus::passages::{for_each_passage_at, CorpusFormat, CorpusOptions, OnBadLine, OwnStart};
 use crate::shard::Shard;
 
 /// Name of the manifest file inside an index directory; present only once the index is complete.
@@ -240,7 +240,7 @@ pub fn build_index(corpus: &Path, out: &Path, opts: &IndexOptions) -> Result<Man
         prepared.commit().with_context(|| format!("{}: commit failed", out.display()))?;
         Ok(())
     };
-    let mut from: Option<(u64, f64)> = None; // where and when this process's own passages began
+    let mut own = OwnStart::default();
     for_each_passage_at(corpus, opts.corpus, &mut skipped, |p, at| {
         if opts.shard.is_some_and(|s| !s.owns(&p.id)) {
             return Ok(true);
@@ -249,7 +249,7 @@ pub fn build_index(corpus: &Path, out: &Path, opts: &IndexOptions) -> Result<Man
         if seen <= skip {
             return Ok(true);
         }
-        let (from_bytes, from_secs) = *from.get_or_insert((at.bytes_read, t_index.elapsed().as_secs_f64()));
+        own.mark(at);
         let mut doc = TantivyDocument::default();
         doc.add_text(fields.id, &p.id);
         doc.add_text(fields.title, &p.title);
@@ -264,8 +264,7 @@ pub fn build_index(corpus: &Path, out: &Path, opts: &IndexOptions) -> Result<Man
         if opts.progress && seen.is_multiple_of(1024) && last_report.elapsed().as_secs_f64() >= 2.0 {
             last_report = Instant::now();
             let rate = (seen - skip) as f64 / t_index.elapsed().as_secs_f64();
-            let share = at.describe(from_bytes, t_index.elapsed().as_secs_f64() - from_secs);
-            eprint!("\rindexed {seen} passages ({rate:.0}/s), {share}   ");
+            eprint!("\rindexed {seen} passages ({rate:.0}/s), {}   ", own.describe(at));
         }
         Ok(true)
     })?;

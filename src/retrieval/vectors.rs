@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 use super::flat::FlatIndex;
 use super::hnsw::{recall_at_k, HnswIndex, HnswParams};
 pub use super::matrix::{random_unit_vectors, Matrix, VectorSearch};
-use crate::corpus::passages::{for_each_passage_at, CorpusFormat, CorpusOptions};
+use crate::corpus::passages::{for_each_passage_at, CorpusFormat, CorpusOptions, OwnStart};
 use crate::encoder::{Prefixes, SentenceEncoder, TextKind};
 use crate::io::write_atomic;
 use crate::shard::Shard;
@@ -283,7 +283,7 @@ pub fn build_dense(
         texts.clear();
         Ok(())
     };
-    let mut from: Option<(u64, f64)> = None; // where and when this process's own passages began
+    let mut own = OwnStart::default();
     for_each_passage_at(corpus, opts.corpus, &mut skipped_lines, |p, at| {
         if opts.shard.is_some_and(|s| !s.owns(&p.id)) {
             return Ok(true);
@@ -292,7 +292,7 @@ pub fn build_dense(
         if seen <= skip {
             return Ok(true);
         }
-        let (from_bytes, from_secs) = *from.get_or_insert((at.bytes_read, t_enc.elapsed().as_secs_f64()));
+        own.mark(at);
         ids.push(p.id);
         texts.push(format!("{}\n{}", p.title, p.text));
         if ids.len() == want.chunk_rows {
@@ -300,8 +300,7 @@ pub fn build_dense(
             if opts.progress && last_report.elapsed().as_secs_f64() >= 2.0 {
                 last_report = Instant::now();
                 let rate = (seen - skip) as f64 / t_enc.elapsed().as_secs_f64();
-                let share = at.describe(from_bytes, t_enc.elapsed().as_secs_f64() - from_secs);
-                eprint!("\rdense: embedded {seen} passages ({rate:.0}/s), {share}   ");
+                eprint!("\rdense: embedded {seen} passages ({rate:.0}/s), {}   ", own.describe(at));
             }
         }
         Ok(true)
