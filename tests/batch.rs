@@ -14,7 +14,7 @@ use ragtime::prompt::PromptBuilder;
 use ragtime::query::QueryFormer;
 use ragtime::rag::{Batch, LoopConfig, Outcome, RagLoop};
 use ragtime::step::TokenStep;
-use ragtime::trigger::mlp::{MlpRule, MlpTrigger};
+use ragtime::trigger::mlp::{MlpGate, MlpRule, MlpTrigger};
 use ragtime::trigger::Trigger;
 
 fn same_steps(a: &[TokenStep], b: &[TokenStep], what: &str) {
@@ -443,6 +443,7 @@ fn every_trigger(lm: &ragtime::model::Lm, compare: &dyn Fn(&Outcome, &Outcome, &
     let cfg = LoopConfig { max_new_tokens: 20, max_retrievals: 3, suffix_tokens: 0, ..LoopConfig::default() };
     let rag = RagLoop { lm, prompt: &prompt, retriever: Some(&corpus), cfg };
     let detector = random_detector(lm.config.hidden_size, 7);
+    let gated = detector.clone();
     let sentence = |extra: toml::Table| {
         let mut t = toml::toml! { max_sentence_tokens = 6 };
         t.extend(extra);
@@ -494,6 +495,22 @@ fn every_trigger(lm: &ragtime::model::Lm, compare: &dyn Fn(&Outcome, &Outcome, &
         Case {
             name: "mlp",
             trigger: Box::new(move || Box::new(MlpTrigger::new(detector.clone(), MlpRule::Threshold(0.59)))),
+            qf: ragtime::query::build(
+                "radio",
+                &toml::toml! { top_n = 8
+                glove = false }
+                .into(),
+            )
+            .unwrap(),
+            initial: false,
+            drops: true,
+            mid_answer: true,
+        },
+        Case {
+            name: "mlp (content gate)",
+            trigger: Box::new(move || {
+                Box::new(MlpTrigger::new(gated.clone(), MlpRule::Threshold(0.59)).with_gate(MlpGate::Content))
+            }),
             qf: ragtime::query::build(
                 "radio",
                 &toml::toml! { top_n = 8

@@ -14,18 +14,33 @@
 //! On a trigger at token `t` the loop keeps `tokens[..t]` (the flagged token is dropped and regenerated
 //! after retrieval) and the query former builds the query around `t`.
 //!
+//! Which tokens may trigger ([`MlpGate`], `gate` in the `[trigger]` table):
+//!
+//! - [`MlpGate::All`] (default, the papers' reading): every token, as above.
+//! - [`MlpGate::Content`] (not in the papers): only tokens of content words, with RIND's content-word test `s_i`
+//!   ([`is_content_word`]) and its words built from sub-tokens ([`crate::text::words`]). A token the rule flags
+//!   is held until its word is known: the word triggers at its latest token if any of its tokens was flagged and
+//!   the word as generated so far is a content word (so `" the"` flagged, then `"ater"`, triggers on
+//!   "theater"); a flagged token whose word ends as a stop word or punctuation never triggers. On a trigger
+//!   the loop keeps the tokens before the word's first token (`keep = at =` the word's start: the whole word is
+//!   regenerated after retrieval, as RIND's). The scores and RaDIO's running mean are the ungated ones. Why:
+//!   detectors trained on entity spans (MIND) or sentences (QA labels) and applied to single tokens put their
+//!   highest scores on function words (" is", " the", " of": 69% of the first firings on Qwen2.5-Coder-0.5B in
+//!   `docs/results/matched-budgets-hotpotqa-qwen/`), where RIND and ETC fire on content words.
+//!
 //! The running mean is over the scores of the tokens the answer currently keeps: a score is computed when its
 //! token is first judged and kept while the token is, so tokens re-fed after a retrieval keep the score they
 //! had when generated (not re-scored under the new context: that would cost one detector pass per kept token
 //! per step for no documented benefit). Tokens before `new_from` that this trigger never judged are scored on
 //! first sight.
 //!
-//! Contract: the decoder must capture `hidden_final` / `hidden_mean` for every token; a token without the
-//! states the detector needs is a programming error and panics with a message saying so.
+//! Contract: the decoder must capture `hidden_final` / `hidden_mean` for every token; for a token without the
+//! states the detector needs, `judge` returns an error saying so.
 
 use anyhow::Context;
 
 use crate::detector::Detector;
+use crate::text::words::{self, is_content_word};
 use crate::trigger::{Decision, GenView, Judgement, Lookahead, Trigger};
 
 /// When the detector's scores trigger retrieval.
@@ -53,19 +68,48 @@ impl MlpRule {
     }
 }
 
+/// Which tokens may trigger a retrieval.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MlpGate {
+    /// Every token (the papers' rule).
+    All,
+    /// Only the tokens of content words, the word decided when known (see the module doc).
+    Content,
+}
+
+impl MlpGate {
+    /// Parses `all` or `content`.
+    pub fn parse(s: &str) -> anyhow::Result<Self> {
+        match s {
+            "all" => Ok(MlpGate::All),
+            "content" => Ok(MlpGate::Content),
+            _ => anyhow::bail!("unknown mlp gate {s:?}; expected all or content"),
+        }
+    }
+}
+
 /// The learned trigger.
 pub struct MlpTrigger {
     detector: Detector,
     rule: MlpRule,
+    gate: MlpGate,
     block: usize,
     /// Score of every kept answer token, by index in `view.tokens`.
     history: Vec<f32>,
+    /// Whether the rule flagged each kept token when it was judged (false for tokens scored on first sight).
+    flagged: Vec<bool>,
 }
 
 impl MlpTrigger {
-    /// Judges every token (`Lookahead::Tokens(1)`).
+    /// Judges every token (`Lookahead::Tokens(1)`); every token may trigger.
     pub fn new(detector: Detector, rule: MlpRule) -> Self {
-        MlpTrigger { detector, rule, block: 1, history: Vec::new() }
+        MlpTrigger { detector, rule, gate: MlpGate::All, block: 1, history: Vec::new(), flagged: Vec::new() }
+    }
+
+    /// Lets only the tokens `gate` admits trigger.
+    pub fn with_gate(mut self, gate: MlpGate) -> Self {
+        self.gate = gate;
+        self
     }
 
     /// Judges blocks of `n` tokens instead (cheaper loop; the first firing token of a block decides).
@@ -93,6 +137,7 @@ impl MlpTrigger {
             Some(v) => return Err(p.invalid("rule", format!("expected a string, found {v}"))),
             None => MlpRule::Radio,
         };
+        let gate = MlpGate::parse(&p.choice("gate", &["all", "content"])?)?;
         let block = p.usize("block", Some(1))?;
         p.finish()?;
         let detector = Detector::load(&dir).with_context(|| {
@@ -101,7 +146,7 @@ impl MlpTrigger {
                  --detector DIR names another)"
             )
         })?;
-        Ok(MlpTrigger::new(detector, rule).with_block(block))
+        Ok(MlpTrigger::new(detector, rule).with_gate(gate).with_block(block))
     }
 
     fn score(&self, view: &GenView, j: usize) -> anyhow::Result<f32> {
@@ -134,6 +179,7 @@ impl Trigger for MlpTrigger {
 
     fn reset(&mut self) {
         self.history.clear();
+        self.flagged.clear();
     }
 
     fn check_model(&self, model_id: &str, hidden: usize) -> anyhow::Result<()> {
@@ -142,19 +188,40 @@ impl Trigger for MlpTrigger {
 
     fn judge(&mut self, view: &GenView) -> anyhow::Result<Judgement> {
         self.history.truncate(view.new_from);
+        self.flagged.truncate(view.new_from);
         while self.history.len() < view.new_from {
             let s = self.score(view, self.history.len())?;
             self.history.push(s);
+            self.flagged.push(false);
         }
+        // the words of the view as generated so far (Content only): a word's last one may still grow
+        let words = match self.gate {
+            MlpGate::All => Vec::new(),
+            MlpGate::Content => words::words(view.tokens),
+        };
         let mut scores = Vec::with_capacity(view.tokens.len() - view.new_from);
         let mut decision = Decision::Continue;
         for j in view.new_from..view.tokens.len() {
             let s = self.score(view, j)?;
             scores.push(s);
-            if decision == Decision::Continue && self.fires(s) {
-                decision = Decision::Retrieve { keep: j, at: j };
-            }
+            let flag = self.fires(s);
             self.history.push(s);
+            self.flagged.push(flag);
+            if decision != Decision::Continue {
+                continue;
+            }
+            match self.gate {
+                MlpGate::All if flag => decision = Decision::Retrieve { keep: j, at: j },
+                MlpGate::All => {}
+                MlpGate::Content => {
+                    // the word of token j, up to j: triggers if content and any of its tokens was flagged
+                    let w = words::word_of(&words, j).map(|k| &words[k]).context("mlp trigger: token in no word")?;
+                    let text: String = view.tokens[w.start()..=j].iter().map(|t| t.text.as_str()).collect();
+                    if self.flagged[w.start()..=j].iter().any(|&f| f) && is_content_word(&text) {
+                        decision = Decision::Retrieve { keep: w.start(), at: w.start() };
+                    }
+                }
+            }
         }
         Ok(Judgement::new(decision, scores))
     }
@@ -226,6 +293,75 @@ mod tests {
         assert_eq!(j.decision, Decision::Retrieve { keep: 3, at: 3 });
         assert_eq!(j.scores.len(), 2);
         assert!((j.scores[0] - S1).abs() < 1e-6 && (j.scores[1] - S15).abs() < 1e-6);
+    }
+
+    fn words_of(words: &[(&str, f32)]) -> Vec<TokenStep> {
+        words
+            .iter()
+            .enumerate()
+            .map(|(i, &(text, e))| TokenStep { pos: 10 + i, text: text.into(), entropy: e, ..Default::default() })
+            .collect()
+    }
+
+    /// Judges the tokens one at a time, as the loop does with `Lookahead::Tokens(1)`; the first decision that is
+    /// not `Continue`, with the index of the token judged when it came.
+    fn first_trigger(t: &mut MlpTrigger, toks: &[TokenStep]) -> Option<(usize, Decision)> {
+        t.reset();
+        (0..toks.len()).find_map(|j| {
+            let d = t.judge(&view(&toks[..=j], j)).unwrap().decision;
+            (d != Decision::Continue).then_some((j, d))
+        })
+    }
+
+    #[test]
+    fn content_gate_skips_function_words_and_triggers_on_the_whole_word() {
+        // scores: " was" 0.8808, " Eif" 0.2689, "fel" 0.8808; threshold 0.8
+        let toks = words_of(&[(" was", 1.5), (" Eif", 0.0), ("fel", 1.5)]);
+        let mut all = MlpTrigger::new(entropy_detector(), MlpRule::Threshold(0.8));
+        assert_eq!(first_trigger(&mut all, &toks), Some((0, Decision::Retrieve { keep: 0, at: 0 })));
+        let mut content = MlpTrigger::new(entropy_detector(), MlpRule::Threshold(0.8)).with_gate(MlpGate::Content);
+        // " was" is a stop word: held, never triggers; "fel" completes "Eiffel": the whole word is dropped
+        assert_eq!(first_trigger(&mut content, &toks), Some((2, Decision::Retrieve { keep: 1, at: 1 })));
+        // the reported scores are the ungated ones
+        content.reset();
+        let j = content.judge(&view(&toks, 0)).unwrap();
+        assert!((j.scores[0] - S15).abs() < 1e-6 && (j.scores[1] - S0).abs() < 1e-6, "{:?}", j.scores);
+        assert_eq!(j.decision, Decision::Retrieve { keep: 1, at: 1 });
+    }
+
+    #[test]
+    fn content_gate_holds_a_flag_until_its_word_is_known() {
+        let gated = || MlpTrigger::new(entropy_detector(), MlpRule::Threshold(0.8)).with_gate(MlpGate::Content);
+        // " the" is flagged (0.8808) while it reads as a stop word; "ater" (0.2689) makes it "theater": triggers
+        let toks = words_of(&[(" the", 1.5), ("ater", 0.0)]);
+        assert_eq!(first_trigger(&mut gated(), &toks), Some((1, Decision::Retrieve { keep: 0, at: 0 })));
+        // the word ends as "the" (" cat" starts another, unflagged): the flag dies with it
+        let toks = words_of(&[(" the", 1.5), (" cat", 0.0), (".", 1.5), (" 18", 0.0), ("89", 0.0)]);
+        assert_eq!(first_trigger(&mut gated(), &toks), None, "punctuation and unflagged words never trigger");
+        // a number is a content word (RIND's test): its flagged first token triggers at once
+        let toks = words_of(&[(" in", 0.0), (" 18", 1.5), ("89", 0.0)]);
+        assert_eq!(first_trigger(&mut gated(), &toks), Some((1, Decision::Retrieve { keep: 1, at: 1 })));
+        // RaDIO's rule under the gate: " is" (0.8808) is flagged but held; " Par" (0.7311) is above 0.5 but below
+        // the running mean 0.8808; "isian" (0.8808) is above the mean 0.8060 of the two before it ("Parisian")
+        let toks = words_of(&[(" is", 1.5), (" Par", 1.0), ("isian", 1.5)]);
+        let mut radio = MlpTrigger::new(entropy_detector(), MlpRule::Radio).with_gate(MlpGate::Content);
+        assert_eq!(first_trigger(&mut radio, &toks), Some((2, Decision::Retrieve { keep: 1, at: 1 })));
+    }
+
+    #[test]
+    fn the_gate_is_read_from_the_config() {
+        let dir = tempfile::tempdir().unwrap();
+        entropy_detector().save(dir.path()).unwrap();
+        let d = dir.path().display().to_string();
+        let read = |extra: &str| {
+            let config: toml::Value = toml::from_str(&format!("detector = {d:?}\n{extra}")).unwrap();
+            MlpTrigger::from_config(&config)
+        };
+        assert_eq!(read("").unwrap().gate, MlpGate::All);
+        assert_eq!(read("gate = \"content\"").unwrap().gate, MlpGate::Content);
+        let msg = format!("{:#}", read("gate = \"words\"").err().expect("not a gate"));
+        assert!(msg.contains("gate") && msg.contains("content"), "{msg}");
+        assert!(MlpGate::parse("none").is_err());
     }
 
     #[test]
