@@ -179,8 +179,10 @@ impl Silence {
         );
         for (name, budget, quiet, loud) in &self.rows {
             let side = |x: &Side| {
-                let mut v = vec![x.questions.to_string(), format!("{:.3}", x.score)];
-                v.extend(x.references.iter().map(|r| format!("{r:.3}")));
+                // no question on this side: no mean to show (an empty sum of f64 is -0.0, which printed "-0.000")
+                let mean = |m: f64| if x.questions == 0 { "–".to_string() } else { format!("{m:.3}") };
+                let mut v = vec![x.questions.to_string(), mean(x.score)];
+                v.extend(x.references.iter().map(|&r| mean(r)));
                 v.join(" | ")
             };
             let _ = writeln!(s, "| {name} | {budget} | {} | {} |", side(quiet), side(loud));
@@ -383,6 +385,8 @@ mod tests {
             "{md}"
         );
         assert!(md.contains("| mlp | 1 | 1 | 0.000 | 0.000 | 0.750 | 2 | 0.750 | 0.250 | 1.000 |"), "{md}");
+        // rind retrieved on none: its retrieving side has no question and so no means
+        assert!(md.contains("| rind | 2 | 3 | 0.000 | 0.167 | 0.917 | 0 | – | – | – |"), "{md}");
         assert!(silence(&runs[..1]).is_none() && silence(&runs[1..3]).is_none(), "needs both kinds of run");
     }
 
