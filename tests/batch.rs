@@ -450,6 +450,8 @@ fn every_trigger(lm: &ragtime::model::Lm, compare: &dyn Fn(&Outcome, &Outcome, &
         t
     };
     let qfs = || toml::toml! { top_n = 8 };
+    // RaDIO's query former without GloVe (a machine with it installed would form other queries)
+    let radio = || ragtime::query::build("radio", &toml::toml! { top_n = 8 glove = false }.into()).unwrap();
     let none = toml::Table::new;
     let cases = vec![
         case("none", "none", toml::toml! { lookahead = 8 }, "question", none(), [false; 3]),
@@ -495,13 +497,7 @@ fn every_trigger(lm: &ragtime::model::Lm, compare: &dyn Fn(&Outcome, &Outcome, &
         Case {
             name: "mlp",
             trigger: Box::new(move || Box::new(MlpTrigger::new(detector.clone(), MlpRule::Threshold(0.59)))),
-            qf: ragtime::query::build(
-                "radio",
-                &toml::toml! { top_n = 8
-                glove = false }
-                .into(),
-            )
-            .unwrap(),
+            qf: radio(),
             initial: false,
             drops: true,
             mid_answer: true,
@@ -511,13 +507,7 @@ fn every_trigger(lm: &ragtime::model::Lm, compare: &dyn Fn(&Outcome, &Outcome, &
             trigger: Box::new(move || {
                 Box::new(MlpTrigger::new(gated.clone(), MlpRule::Threshold(0.59)).with_gate(MlpGate::Content))
             }),
-            qf: ragtime::query::build(
-                "radio",
-                &toml::toml! { top_n = 8
-                glove = false }
-                .into(),
-            )
-            .unwrap(),
+            qf: radio(),
             initial: false,
             drops: true,
             mid_answer: true,
