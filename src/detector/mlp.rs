@@ -106,6 +106,12 @@ pub struct MlpWeights {
     pub layers: Vec<LinearWeights>,
 }
 
+/// `1 / (1 + e^-m)`: the probability of log-odds `m` (two-way softmax; `-m` is exact, so this is bit for bit
+/// `1 / (1 + e^(l0 - l1))`).
+pub fn sigmoid(m: f32) -> f32 {
+    1.0 / (1.0 + (-m).exp())
+}
+
 impl MlpWeights {
     pub fn input(&self) -> usize {
         self.layers.first().map_or(0, |l| l.d_in)
@@ -137,10 +143,16 @@ impl MlpWeights {
         h
     }
 
-    /// Probability of class 1 (hallucinated): softmax of the two logits.
+    /// Probability of class 1 (hallucinated): softmax of the two logits, `sigmoid(`[`MlpWeights::margin`]`)`.
     pub fn prob(&self, x: &[f32]) -> f32 {
+        sigmoid(self.margin(x))
+    }
+
+    /// `logit_1 - logit_0`, the log-odds of class 1: the probability's full resolution where it rounds to 1.0 in
+    /// f32 (any margin above about 17).
+    pub fn margin(&self, x: &[f32]) -> f32 {
         let l = self.forward(x);
-        1.0 / (1.0 + (l[0] - l[1]).exp())
+        l[1] - l[0]
     }
 
     /// Builds the burn module with these weights (for GPU inference or further training).
@@ -179,6 +191,7 @@ mod tests {
         };
         assert_eq!(w.forward(&[1.0, 1.0]), vec![3.0, 1.0]);
         assert!((w.prob(&[1.0, 1.0]) - 1.0 / (1.0 + 2f32.exp())).abs() < 1e-7);
+        assert_eq!(w.margin(&[1.0, 1.0]), -2.0, "logit_1 - logit_0");
     }
 
     #[test]

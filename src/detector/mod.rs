@@ -154,10 +154,16 @@ impl Detector {
 
     /// Probability that the example is hallucinated, from the concatenated raw (unstandardised) features.
     pub fn score(&self, features: &[f32]) -> f32 {
+        mlp::sigmoid(self.margin(features))
+    }
+
+    /// The log-odds that the example is hallucinated (`score = sigmoid(margin)`), which keeps its resolution where
+    /// the probability rounds to 1.0 in f32 (margins above about 17).
+    pub fn margin(&self, features: &[f32]) -> f32 {
         assert_eq!(features.len(), self.input_dim(), "detector takes {} features", self.input_dim());
         match &self.norm {
-            Some(n) => self.weights.prob(&n.apply(features).collect::<Vec<f32>>()),
-            None => self.weights.prob(features),
+            Some(n) => self.weights.margin(&n.apply(features).collect::<Vec<f32>>()),
+            None => self.weights.margin(features),
         }
     }
 
@@ -214,6 +220,11 @@ impl Detector {
     /// [`Detector::score`] of [`Detector::features_from_step`].
     pub fn score_step(&self, step: &TokenStep) -> Result<f32> {
         Ok(self.score(&self.features_from_step(step)?))
+    }
+
+    /// [`Detector::margin`] of [`Detector::features_from_step`].
+    pub fn margin_step(&self, step: &TokenStep) -> Result<f32> {
+        Ok(self.margin(&self.features_from_step(step)?))
     }
 
     /// Errors unless the detector was trained on states of `model_id` with hidden size `hidden`.
@@ -349,6 +360,8 @@ pub(crate) mod tests {
         assert!((d.score(&[1.0]) - 1.0 / (1.0 + (-1f32).exp())).abs() < 1e-6);
         let step = TokenStep { entropy: 1.0, ..Default::default() };
         assert_eq!(d.score_step(&step).unwrap(), d.score(&[1.0]));
+        // margin 2e - 1: 1 at e = 1; 19 at e = 10, where the probability is 1.0 in f32
+        assert_eq!((d.margin_step(&step).unwrap(), d.margin(&[10.0]), d.score(&[10.0])), (1.0, 19.0, 1.0));
 
         let dir = tempfile::tempdir().unwrap();
         d.save(dir.path()).unwrap();

@@ -9,7 +9,11 @@
 //!   running mean of the scores of the answer's earlier tokens *and* crosses 0.5:
 //!   `s_t > mean(s_0..s_{t-1})` and `s_t > 0.5`. "Crossing 0.5" is read as "is above 0.5" (not "was at or
 //!   below 0.5 at `t-1`"); for the first token, which has no earlier scores, only `s_t > 0.5` applies.
-//! - [`MlpRule::Threshold`]: retrieve at the first token with `s_t > threshold`.
+//! - [`MlpRule::Threshold`]: retrieve at the first token with `s_t > threshold`, compared as log-odds:
+//!   `logit(s_t) > ln(threshold / (1 - threshold))`, the detector's margin `logit_1 - logit_0` against the
+//!   threshold's log-odds in f64. The same rule as on the probabilities, but it keeps its resolution near 1: a
+//!   detector fit hard on its labels puts many tokens at margins above 17, where `s_t` is 1.0 in f32 and no
+//!   threshold on it could tell them apart (`threshold:0.999999999` is a margin of 20.7).
 //!
 //! On a trigger at token `t` the loop keeps `tokens[..t]` (the flagged token is dropped and regenerated
 //! after retrieval) and the query former builds the query around `t`.
@@ -39,6 +43,7 @@
 
 use anyhow::Context;
 
+use crate::detector::mlp::sigmoid;
 use crate::detector::Detector;
 use crate::text::words::{self, is_content_word};
 use crate::trigger::{Decision, GenView, Judgement, Lookahead, Trigger};
@@ -48,8 +53,8 @@ use crate::trigger::{Decision, GenView, Judgement, Lookahead, Trigger};
 pub enum MlpRule {
     /// Score above the running mean of earlier scores and above 0.5.
     Radio,
-    /// Score above a fixed threshold.
-    Threshold(f32),
+    /// Score above a fixed threshold (a probability, compared as log-odds: see the module doc).
+    Threshold(f64),
 }
 
 impl MlpRule {
@@ -59,7 +64,7 @@ impl MlpRule {
             None if s == "radio" => Ok(MlpRule::Radio),
             None if s == "threshold" => Ok(MlpRule::Threshold(0.5)),
             Some(("threshold", t)) => {
-                let t: f32 = t.parse().map_err(|_| anyhow::anyhow!("threshold {t:?} is not a number"))?;
+                let t: f64 = t.parse().map_err(|_| anyhow::anyhow!("threshold {t:?} is not a number"))?;
                 anyhow::ensure!((0.0..=1.0).contains(&t), "threshold {t} is not a probability");
                 Ok(MlpRule::Threshold(t))
             }
@@ -149,13 +154,16 @@ impl MlpTrigger {
         Ok(MlpTrigger::new(detector, rule).with_gate(gate).with_block(block))
     }
 
-    fn score(&self, view: &GenView, j: usize) -> anyhow::Result<f32> {
-        self.detector.score_step(&view.tokens[j]).context("mlp trigger")
+    /// The detector's probability and log-odds for token `j`.
+    fn score(&self, view: &GenView, j: usize) -> anyhow::Result<(f32, f32)> {
+        let m = self.detector.margin_step(&view.tokens[j]).context("mlp trigger")?;
+        Ok((sigmoid(m), m))
     }
 
-    fn fires(&self, s: f32) -> bool {
+    /// Whether the rule flags a token of probability `s` and log-odds `m`.
+    fn fires(&self, s: f32, m: f32) -> bool {
         match self.rule {
-            MlpRule::Threshold(t) => s > t,
+            MlpRule::Threshold(t) => f64::from(m) > log_odds(t),
             MlpRule::Radio => {
                 let above_mean = if self.history.is_empty() {
                     true
@@ -190,7 +198,7 @@ impl Trigger for MlpTrigger {
         self.history.truncate(view.new_from);
         self.flagged.truncate(view.new_from);
         while self.history.len() < view.new_from {
-            let s = self.score(view, self.history.len())?;
+            let (s, _) = self.score(view, self.history.len())?;
             self.history.push(s);
             self.flagged.push(false);
         }
@@ -202,9 +210,9 @@ impl Trigger for MlpTrigger {
         let mut scores = Vec::with_capacity(view.tokens.len() - view.new_from);
         let mut decision = Decision::Continue;
         for j in view.new_from..view.tokens.len() {
-            let s = self.score(view, j)?;
+            let (s, m) = self.score(view, j)?;
             scores.push(s);
-            let flag = self.fires(s);
+            let flag = self.fires(s, m);
             self.history.push(s);
             self.flagged.push(flag);
             if decision != Decision::Continue {
@@ -225,6 +233,12 @@ impl Trigger for MlpTrigger {
         }
         Ok(Judgement::new(decision, scores))
     }
+}
+
+/// `ln(p / (1 - p))`: -inf at 0 and +inf at 1, so `threshold:0` fires on every finite margin and `threshold:1`
+/// never.
+fn log_odds(p: f64) -> f64 {
+    p.ln() - (1.0 - p).ln()
 }
 
 #[cfg(test)]
@@ -293,6 +307,24 @@ mod tests {
         assert_eq!(j.decision, Decision::Retrieve { keep: 3, at: 3 });
         assert_eq!(j.scores.len(), 2);
         assert!((j.scores[0] - S1).abs() < 1e-6 && (j.scores[1] - S15).abs() < 1e-6);
+    }
+
+    #[test]
+    fn a_threshold_near_one_is_compared_as_log_odds() {
+        // margins 2e - 1: e = 10 -> 19, e = 12 -> 23; both probabilities round to 1.0 in f32
+        let toks = tokens(&[10.0, 12.0]);
+        let d = entropy_detector();
+        assert_eq!((d.score_step(&toks[0]).unwrap(), d.score_step(&toks[1]).unwrap()), (1.0, 1.0));
+        assert_eq!((d.margin_step(&toks[0]).unwrap(), d.margin_step(&toks[1]).unwrap()), (19.0, 23.0));
+        // 1 - 1e-9 is a margin of ln((1 - 1e-9) / 1e-9) = 20.72: between them
+        let rule = MlpRule::parse("threshold:0.999999999").unwrap();
+        let mut t = MlpTrigger::new(entropy_detector(), rule);
+        assert_eq!(first_trigger(&mut t, &toks), Some((1, Decision::Retrieve { keep: 1, at: 1 })));
+        // the ends: 1 never fires, 0 fires at once
+        let mut never = MlpTrigger::new(entropy_detector(), MlpRule::Threshold(1.0));
+        assert_eq!(first_trigger(&mut never, &toks), None);
+        let mut always = MlpTrigger::new(entropy_detector(), MlpRule::Threshold(0.0));
+        assert_eq!(first_trigger(&mut always, &tokens(&[0.0])), Some((0, Decision::Retrieve { keep: 0, at: 0 })));
     }
 
     fn words_of(words: &[(&str, f32)]) -> Vec<TokenStep> {
