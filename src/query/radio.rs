@@ -26,6 +26,7 @@
 use anyhow::Result;
 
 use super::QueryFormer;
+use crate::detector::mlp::sigmoid;
 use crate::entities::glove::{cosine, Glove};
 use crate::text::words::{self, is_content_word};
 use crate::trigger::params::Params;
@@ -36,10 +37,6 @@ pub struct Radio {
     top_n: usize,
     with_question: bool,
     glove: Option<Glove>,
-}
-
-fn sigmoid(x: f32) -> f32 {
-    1.0 / (1.0 + (-x).exp())
 }
 
 /// `σ((x - mean) / std)` over a candidate set; 0.5 everywhere when the values tie.
