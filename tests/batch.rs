@@ -314,6 +314,8 @@ fn random_detector(hidden: usize, seed: u64) -> Detector {
         mlp: MlpConfig { input: hidden + 1, hidden_layers: vec![8], dropout: 0.0 },
         standardized: false,
         training: None,
+        members: 1,
+        ensemble: None,
     };
     Detector::new(info, MlpWeights { layers }, None).unwrap()
 }

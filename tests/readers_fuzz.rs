@@ -722,7 +722,7 @@ fn detector_seed() -> &'static Vec<(PathBuf, Vec<u8>)> {
         use ragtime::detector::{Detector, DetectorInfo, Norm};
         let hidden = 4;
         let widths = [hidden + 1, 3, 2];
-        let layers = widths
+        let layers: Vec<LinearWeights> = widths
             .windows(2)
             .map(|w| LinearWeights {
                 d_in: w[0],
@@ -739,9 +739,14 @@ fn detector_seed() -> &'static Vec<(PathBuf, Vec<u8>)> {
             mlp: MlpConfig { input: hidden + 1, hidden_layers: vec![3], dropout: 0.0 },
             standardized: true,
             training: None,
+            // two networks: the count and the second network's tensors are read too
+            members: 2,
+            ensemble: None,
         };
         let norm = Norm { mean: vec![0.0; hidden + 1], std: vec![1.0; hidden + 1] };
-        let d = Detector::new(info, MlpWeights { layers }, Some(norm)).unwrap();
+        let mut second = MlpWeights { layers: layers.clone() };
+        second.layers[0].bias[0] = -0.5;
+        let d = Detector::with_members(info, vec![MlpWeights { layers }, second], Some(norm)).unwrap();
         let dir = tempfile::tempdir().unwrap();
         d.save(dir.path()).unwrap();
         common::snapshot(dir.path())

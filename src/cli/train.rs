@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 
+use ragtime::detector::ensemble::{self, member_config};
 use ragtime::detector::stream::train_stream;
 use ragtime::detector::train::{train, Split, TrainConfig};
 use ragtime::detector::Detector;
@@ -58,6 +59,10 @@ pub struct DetectorArgs {
     pub dropout: f64,
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
+    /// Train N networks on the same rows and splits, with seeds SEED, SEED+1, ..., and keep them all as one
+    /// detector whose log-odds is the mean of theirs (an ensemble: less tied to one seed and one kept epoch).
+    #[arg(long, default_value_t = 1, value_name = "N", value_parser = super::ranges::int::<1, 64>)]
+    pub members: usize,
     /// Standardise every feature with the train split's mean and std (stored in the checkpoint).
     #[arg(long)]
     pub standardize: bool,
@@ -148,12 +153,32 @@ fn run_detector(a: &DetectorArgs) -> Result<()> {
         dim,
         if a.stream { format!(", streamed (shuffle buffer {} rows)", a.shuffle_buffer) } else { String::new() }
     );
-    let detector = train_on(a.device, DetectorJob { rows: &rows, buffer: a.shuffle_buffer, cfg: &cfg })?;
+    let job = DetectorJob { rows: &rows, buffer: a.shuffle_buffer, cfg: &cfg, members: a.members };
+    let detector = train_on(a.device, job)?;
     detector.save(&a.out)?;
     let report = detector.info().training.as_ref().expect("trained detector has a report");
-    eprintln!("kept epoch {} (best valid ROC-AUC)", report.best_epoch);
+    let best = match &detector.info().ensemble {
+        None => {
+            eprintln!("kept epoch {} (best valid ROC-AUC)", report.best_epoch);
+            &report.best
+        }
+        Some(e) => {
+            for (k, r) in std::iter::once(report).chain(&e.rest).enumerate() {
+                eprintln!(
+                    "network {k} (seed {}): kept epoch {:>3} (best valid ROC-AUC {:.4}), test ROC-AUC {:.4}, ECE {:.4}",
+                    r.config.seed,
+                    r.best_epoch,
+                    r.best[&Split::Valid].roc_auc,
+                    r.best[&Split::Test].roc_auc,
+                    r.best[&Split::Test].ece
+                );
+            }
+            eprintln!("the ensemble of the {} networks (mean log-odds):", detector.info().members);
+            &e.best
+        }
+    };
     for s in Split::ALL {
-        let m = report.best[&s];
+        let m = best[&s];
         let z = report.splits[&s];
         println!(
             "{:<5} articles {:>6} examples {:>7} hallucinated {:>6}  acc {:.4}  F1 {:.4}  ROC-AUC {:.4}  PR-AUC {:.4}  ECE {:.4}",
@@ -195,22 +220,34 @@ enum Rows {
     Stream(FeatureStream),
 }
 
-/// `train detector` on whichever backend `--device` names.
+/// `train detector` on whichever backend `--device` names: `members` networks, one after the other.
 struct DetectorJob<'a> {
     rows: &'a Rows,
     buffer: usize,
     cfg: &'a TrainConfig,
+    members: usize,
 }
 
 impl TrainJob for DetectorJob<'_> {
     type Output = Detector;
     fn run<B: burn::tensor::backend::AutodiffBackend>(self, device: &B::Device) -> Result<Detector> {
         let mut log = |line: &str| eprintln!("{line}");
-        let trained = match self.rows {
-            Rows::Table(t) => train::<B>(t, self.cfg, device, &mut log)?,
-            Rows::Stream(s) => train_stream::<B>(s, self.buffer, self.cfg, device, &mut log)?,
-        };
-        Ok(trained.detector)
+        let mut nets = Vec::with_capacity(self.members);
+        for k in 0..self.members {
+            let cfg = member_config(self.cfg, k);
+            if self.members > 1 {
+                eprintln!("network {k} of {} (seed {})", self.members, cfg.seed);
+            }
+            let trained = match self.rows {
+                Rows::Table(t) => train::<B>(t, &cfg, device, &mut log)?,
+                Rows::Stream(s) => train_stream::<B>(s, self.buffer, &cfg, device, &mut log)?,
+            };
+            nets.push(trained.detector);
+        }
+        ensemble::join(nets, |d| match self.rows {
+            Rows::Table(t) => d.evaluate(t),
+            Rows::Stream(s) => d.evaluate_stream(s),
+        })
     }
 }
 
@@ -237,6 +274,7 @@ mod tests {
         assert_eq!(a.features, vec!["hidden_mean_last", "entropy_last"]);
         assert_eq!(a.hidden_layers, vec![8, 4]);
         assert_eq!(a.device, DeviceKind::Cpu);
+        assert_eq!(a.members, 1, "one network, as MIND");
         let TrainCommand::Detector(a) = T::parse_from(["t", "detector", "--device", "cuda:1"]).c else {
             panic!("detector")
         };

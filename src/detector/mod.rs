@@ -10,7 +10,16 @@
 //!   - `mlp.{i}.weight`: `[d_in, d_out]` of layer `i` (input side first), `y = x W + b` (burn's layout,
 //!     the transpose of PyTorch's);
 //!   - `mlp.{i}.bias`: `[d_out]`;
-//!   - `norm.mean`, `norm.std`: `[input]`, present when standardised (`x' = (x - mean) / std`).
+//!   - `member{k}.mlp.{i}.weight`, `member{k}.mlp.{i}.bias`: the same for the `k`-th network of an ensemble,
+//!     `k = 1 .. members - 1` (the first network is `mlp.*`, so a single network's file is unchanged);
+//!   - `norm.mean`, `norm.std`: `[input]`, present when standardised (`x' = (x - mean) / std`), shared by all
+//!     networks.
+//!
+//! # Ensembles
+//!
+//! A detector may hold several networks of the same shape trained on the same rows with different seeds
+//! (`train detector --members N`, [`ensemble`]). Its margin is the mean of theirs — the log of the normalised
+//! geometric mean of their odds — so one seed's initialisation, batch order and kept epoch weigh `1/N`.
 //!
 //! A detector is tied to the model whose states it was trained on: [`Detector::load_for`] refuses another
 //! model id or hidden size.
@@ -27,6 +36,7 @@
 //! distribution that *follows* the state, at decode time that of the distribution that *produced* the
 //! token (the following one is not known until the next token is decoded).
 
+pub mod ensemble;
 pub mod metrics;
 pub mod mlp;
 pub mod stream;
@@ -63,8 +73,22 @@ pub struct DetectorInfo {
     pub mlp: MlpConfig,
     /// Whether `norm.mean`/`norm.std` standardise the input.
     pub standardized: bool,
-    /// How it was trained (absent for hand-made detectors).
+    /// How it was trained (absent for hand-made detectors); of an ensemble, its first network.
     pub training: Option<train::TrainReport>,
+    /// Networks whose margins are averaged (absent in the file: 1).
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub members: usize,
+    /// How an ensemble was made (absent for a single network).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ensemble: Option<ensemble::EnsembleReport>,
+}
+
+fn one() -> usize {
+    1
+}
+
+fn is_one(n: &usize) -> bool {
+    *n == 1
 }
 
 /// Per-feature standardisation `x' = (x - mean) / std`.
@@ -85,13 +109,21 @@ impl Norm {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Detector {
     info: DetectorInfo,
-    weights: MlpWeights,
+    /// One network, or an ensemble's (`info.members` of them).
+    members: Vec<MlpWeights>,
     norm: Option<Norm>,
 }
 
 impl Detector {
-    /// Assembles a detector; checks that the shapes fit together.
+    /// Assembles a detector of one network; checks that the shapes fit together.
     pub fn new(info: DetectorInfo, weights: MlpWeights, norm: Option<Norm>) -> Result<Self> {
+        Self::with_members(info, vec![weights], norm)
+    }
+
+    /// Assembles a detector of `info.members` networks of the same shape (an ensemble when more than one).
+    pub fn with_members(info: DetectorInfo, members: Vec<MlpWeights>, norm: Option<Norm>) -> Result<Self> {
+        ensure!(!members.is_empty(), "a detector needs at least one network");
+        ensure!(members.len() == info.members, "{} networks, the config says {}", members.len(), info.members);
         let input = info
             .columns
             .iter()
@@ -99,26 +131,29 @@ impl Detector {
             .context("feature widths overflow when summed")?;
         ensure!(input == info.mlp.input, "feature widths sum to {input} but the network takes {}", info.mlp.input);
         let widths = info.mlp.widths();
-        ensure!(
-            weights.layers.len() + 1 == widths.len(),
-            "network has {} layers, config says {}",
-            weights.layers.len(),
-            widths.len() - 1
-        );
-        for (i, l) in weights.layers.iter().enumerate() {
+        for (k, weights) in members.iter().enumerate() {
+            let net = if members.len() > 1 { format!("network {k}: ") } else { String::new() };
             ensure!(
-                l.d_in == widths[i]
-                    && l.d_out == widths[i + 1]
-                    && l.weight.len() == l.d_in * l.d_out
-                    && l.bias.len() == l.d_out,
-                "layer {i} is {}x{} ({} weights, {} biases), config says {}x{}",
-                l.d_in,
-                l.d_out,
-                l.weight.len(),
-                l.bias.len(),
-                widths[i],
-                widths[i + 1]
+                weights.layers.len() + 1 == widths.len(),
+                "{net}network has {} layers, config says {}",
+                weights.layers.len(),
+                widths.len() - 1
             );
+            for (i, l) in weights.layers.iter().enumerate() {
+                ensure!(
+                    l.d_in == widths[i]
+                        && l.d_out == widths[i + 1]
+                        && l.weight.len() == l.d_in * l.d_out
+                        && l.bias.len() == l.d_out,
+                    "{net}layer {i} is {}x{} ({} weights, {} biases), config says {}x{}",
+                    l.d_in,
+                    l.d_out,
+                    l.weight.len(),
+                    l.bias.len(),
+                    widths[i],
+                    widths[i + 1]
+                );
+            }
         }
         ensure!(info.standardized == norm.is_some(), "standardized flag and normalisation disagree");
         if let Some(n) = &norm {
@@ -132,15 +167,21 @@ impl Detector {
             let expect = if name.starts_with("hidden_") { info.hidden } else { 1 };
             ensure!(*width == expect, "feature {name:?} has width {width}, expected {expect}");
         }
-        Ok(Detector { info, weights, norm })
+        Ok(Detector { info, members, norm })
     }
 
     pub fn info(&self) -> &DetectorInfo {
         &self.info
     }
 
+    /// The first network's weights (the only one's, unless an ensemble).
     pub fn weights(&self) -> &MlpWeights {
-        &self.weights
+        &self.members[0]
+    }
+
+    /// Every network's weights, the first first.
+    pub fn members(&self) -> &[MlpWeights] {
+        &self.members
     }
 
     pub fn norm(&self) -> Option<&Norm> {
@@ -158,12 +199,21 @@ impl Detector {
     }
 
     /// The log-odds that the example is hallucinated (`score = sigmoid(margin)`), which keeps its resolution where
-    /// the probability rounds to 1.0 in f32 (margins above about 17).
+    /// the probability rounds to 1.0 in f32 (margins above about 17). Of an ensemble, the mean of its networks'
+    /// margins (summed in f64; one network's margin is returned as it is).
     pub fn margin(&self, features: &[f32]) -> f32 {
         assert_eq!(features.len(), self.input_dim(), "detector takes {} features", self.input_dim());
-        match &self.norm {
-            Some(n) => self.weights.margin(&n.apply(features).collect::<Vec<f32>>()),
-            None => self.weights.margin(features),
+        let normed: Vec<f32>;
+        let x = match &self.norm {
+            Some(n) => {
+                normed = n.apply(features).collect();
+                &normed
+            }
+            None => features,
+        };
+        match self.members.as_slice() {
+            [one] => one.margin(x),
+            all => (all.iter().map(|w| w.margin(x) as f64).sum::<f64>() / all.len() as f64) as f32,
         }
     }
 
@@ -194,27 +244,38 @@ impl Detector {
     /// one over all rows (on a store of another label source every row is unseen). Refuses a store of another
     /// model or with other feature columns.
     pub fn evaluate(&self, t: &crate::synth::store::FeatureTable) -> Result<Vec<(&'static str, metrics::Metrics)>> {
-        self.check_model(&t.model_id, t.hidden)?;
-        let want: Vec<&str> = self.info.columns.iter().map(|(n, _)| n.as_str()).collect();
-        let have: Vec<&str> = t.columns.iter().map(|(n, _)| n.as_str()).collect();
-        ensure!(want == have, "the detector reads the columns {want:?}, the rows hold {have:?}");
-        // one pass: each row scored once and hashed to its split once
-        let mut scores = Vec::with_capacity(t.len());
-        let mut by_split: [(Vec<u8>, Vec<f32>); 3] = Default::default();
+        self.check_rows(&t.model_id, t.hidden, &t.columns)?;
+        let mut scored = Scored::default();
         for i in 0..t.len() {
-            let p = self.score(t.row(i));
-            let (labels, sc) = &mut by_split[train::split_of(&t.article_ids[i]) as usize]; // ALL's order
-            labels.push(t.labels[i]);
-            sc.push(p);
-            scores.push(p);
+            scored.add(&t.article_ids[i], t.labels[i], self.score(t.row(i)));
         }
-        let mut out: Vec<(&'static str, metrics::Metrics)> = train::Split::ALL
-            .iter()
-            .zip(&by_split)
-            .map(|(s, (labels, sc))| (s.name(), metrics::Metrics::compute(labels, sc)))
-            .collect();
-        out.push(("all", metrics::Metrics::compute(&t.labels, &scores)));
-        Ok(out)
+        Ok(scored.metrics())
+    }
+
+    /// [`Detector::evaluate`] on rows read shard by shard from disk: memory is one shard and a label and a score
+    /// per row.
+    pub fn evaluate_stream(
+        &self,
+        s: &crate::synth::store::FeatureStream,
+    ) -> Result<Vec<(&'static str, metrics::Metrics)>> {
+        self.check_rows(&s.model_id, s.hidden, &s.columns)?;
+        let mut scored = Scored::default();
+        s.for_each(&s.in_order(), |b| {
+            for ((row, &label), a) in b.x.chunks(s.dim).zip(&b.labels).zip(&b.article_ids) {
+                scored.add(a, label, self.score(row));
+            }
+            Ok(())
+        })?;
+        Ok(scored.metrics())
+    }
+
+    /// Errors unless rows of `model_id` / `hidden` with `columns` are what the detector reads.
+    fn check_rows(&self, model_id: &str, hidden: usize, columns: &[(String, usize)]) -> Result<()> {
+        self.check_model(model_id, hidden)?;
+        let want: Vec<&str> = self.info.columns.iter().map(|(n, _)| n.as_str()).collect();
+        let have: Vec<&str> = columns.iter().map(|(n, _)| n.as_str()).collect();
+        ensure!(want == have, "the detector reads the columns {want:?}, the rows hold {have:?}");
+        Ok(())
     }
 
     /// [`Detector::score`] of [`Detector::features_from_step`].
@@ -270,22 +331,28 @@ impl Detector {
             Ok(t.data().chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
         };
         let widths = info.mlp.widths();
-        let mut layers = Vec::new();
-        for i in 0..widths.len() - 1 {
-            let (d_in, d_out) = (widths[i], widths[i + 1]);
-            layers.push(LinearWeights {
-                d_in,
-                d_out,
-                weight: get(&format!("mlp.{i}.weight"), &[d_in, d_out])?,
-                bias: get(&format!("mlp.{i}.bias"), &[d_out])?,
-            });
+        ensure!(info.members >= 1, "{}: members is 0, a detector needs at least one network", info_path.display());
+        // no capacity from `members`: a damaged count fails at the first missing tensor, not in an allocation
+        let mut members = Vec::new();
+        for k in 0..info.members {
+            let mut layers = Vec::new();
+            for i in 0..widths.len() - 1 {
+                let (d_in, d_out) = (widths[i], widths[i + 1]);
+                layers.push(LinearWeights {
+                    d_in,
+                    d_out,
+                    weight: get(&format!("{}mlp.{i}.weight", member_prefix(k)), &[d_in, d_out])?,
+                    bias: get(&format!("{}mlp.{i}.bias", member_prefix(k)), &[d_out])?,
+                });
+            }
+            members.push(MlpWeights { layers });
         }
         let norm = if info.standardized {
             Some(Norm { mean: get("norm.mean", &[info.mlp.input])?, std: get("norm.std", &[info.mlp.input])? })
         } else {
             None
         };
-        Detector::new(info, MlpWeights { layers }, norm)
+        Detector::with_members(info, members, norm)
             .with_context(|| format!("{}: inconsistent checkpoint", dir.display()))
     }
 
@@ -295,9 +362,12 @@ impl Detector {
         let _lock = crate::io::claim_output_dir(dir, "detector directory", "detector", INFO_FILE)?;
         let bytes = |v: &[f32]| -> Vec<u8> { v.iter().flat_map(|x| x.to_le_bytes()).collect() };
         let mut blobs: Vec<(String, Vec<usize>, Vec<u8>)> = Vec::new();
-        for (i, l) in self.weights.layers.iter().enumerate() {
-            blobs.push((format!("mlp.{i}.weight"), vec![l.d_in, l.d_out], bytes(&l.weight)));
-            blobs.push((format!("mlp.{i}.bias"), vec![l.d_out], bytes(&l.bias)));
+        for (k, w) in self.members.iter().enumerate() {
+            for (i, l) in w.layers.iter().enumerate() {
+                let p = member_prefix(k);
+                blobs.push((format!("{p}mlp.{i}.weight"), vec![l.d_in, l.d_out], bytes(&l.weight)));
+                blobs.push((format!("{p}mlp.{i}.bias"), vec![l.d_out], bytes(&l.bias)));
+            }
         }
         if let Some(n) = &self.norm {
             blobs.push(("norm.mean".into(), vec![n.mean.len()], bytes(&n.mean)));
@@ -326,6 +396,44 @@ impl Detector {
     }
 }
 
+/// Where the `k`-th network's tensors are named in `model.safetensors`: `mlp.*` for the first, `member{k}.mlp.*`
+/// for the others.
+fn member_prefix(k: usize) -> String {
+    if k == 0 {
+        String::new()
+    } else {
+        format!("member{k}.")
+    }
+}
+
+/// Labels and scores of rows by split ([`train::split_of`], each row hashed once) and over all rows, in the
+/// order [`Detector::evaluate`] reports them.
+#[derive(Default)]
+struct Scored {
+    by_split: [(Vec<u8>, Vec<f32>); 3],
+    all: (Vec<u8>, Vec<f32>),
+}
+
+impl Scored {
+    fn add(&mut self, article_id: &str, label: u8, score: f32) {
+        let (labels, scores) = &mut self.by_split[train::split_of(article_id) as usize]; // Split::ALL's order
+        labels.push(label);
+        scores.push(score);
+        self.all.0.push(label);
+        self.all.1.push(score);
+    }
+
+    fn metrics(&self) -> Vec<(&'static str, metrics::Metrics)> {
+        let mut out: Vec<(&'static str, metrics::Metrics)> = train::Split::ALL
+            .iter()
+            .zip(&self.by_split)
+            .map(|(s, (labels, sc))| (s.name(), metrics::Metrics::compute(labels, sc)))
+            .collect();
+        out.push(("all", metrics::Metrics::compute(&self.all.0, &self.all.1)));
+        out
+    }
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
@@ -342,6 +450,8 @@ pub(crate) mod tests {
             mlp: MlpConfig { input: 1, hidden_layers: vec![1], dropout: 0.0 },
             standardized: false,
             training: None,
+            members: 1,
+            ensemble: None,
         };
         let weights = MlpWeights {
             layers: vec![

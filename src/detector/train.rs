@@ -477,6 +477,8 @@ impl<B: AutodiffBackend> Run<B> {
             mlp: self.mlp,
             standardized: norm.is_some(),
             training: Some(report),
+            members: 1,
+            ensemble: None,
         };
         let detector = Detector::new(info, model.weights(), norm)?;
         Ok(Trained { model, detector })
