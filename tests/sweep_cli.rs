@@ -190,6 +190,10 @@ fn sweep_refuses_bad_requests_before_any_work() {
     assert!(!success && err.contains("--grid rind=0.1: 'rind' is not among --triggers"), "{err}");
     let (success, _, err) = run(&["--triggers", "fixed-length", "--grid", "fixed-length", "--out", o]);
     assert!(!success && err.contains("expected CONTROLLER=V1,V2"), "{err}");
+    let (success, _, err) = run(&["--triggers", "fixed-length", "--refine", "51", "--out", o]);
+    assert!(!success && err.contains("--refine"), "{err}");
+    let (success, _, err) = run(&["--triggers", "fixed-length", "--refine", "2", "--tolerance=-1", "--out", o]);
+    assert!(!success && err.contains("--tolerance"), "{err}");
     let (success, _, err) = run(&["--triggers", "single", "--grid", "single=1,2", "--out", o]);
     assert!(!success && err.contains("--grid single=...") && err.contains("no [sweep] key"), "{err}");
     assert!(!out.exists(), "no output directory for a refused sweep");
@@ -200,4 +204,59 @@ fn sweep_refuses_bad_requests_before_any_work() {
         run(&["--triggers", "fixed-length", "--pick", "--calibrated", foreign.to_str().unwrap(), "--out", o]);
     assert!(!success && err.contains("mine.toml"), "{err}");
     assert_eq!(std::fs::read_to_string(&foreign).unwrap(), "# my notes\n");
+}
+
+/// `--refine`: after a grid of fixed-length intervals 4 and 128, each further setting is the one
+/// `eval::refine::next` names from the settings measured before it (the first the log midpoint of 4 and 128,
+/// sqrt(512) = 22.6 -> 23), strictly inside the grid, until a setting meets the budget, none lies between, or
+/// the N settings are spent; `--pick` reads them all; a rerun resumes without a doubled line.
+#[test]
+fn sweep_refines_toward_a_budget_between_its_grid_points() {
+    use ragtime::eval::refine::{next, Next};
+    let Some(s) = setup() else { return };
+    let out = s.root.join("refine");
+    let cal = s.root.join("refined.toml");
+    let sweep = |extra: &[&str]| {
+        let mut a = vec!["sweep".to_string()];
+        a.extend(model_args(&s));
+        a.extend(
+            ["--triggers", "fixed-length", "--grid", "fixed-length=4,128", "--batch", "2", "--out"]
+                .iter()
+                .map(|x| x.to_string()),
+        );
+        a.push(out.display().to_string());
+        a.extend(extra.iter().map(|x| x.to_string()));
+        let argv: Vec<&str> = a.iter().map(String::as_str).collect();
+        ok(&argv)
+    };
+    sweep(&[]);
+    let grid = read_records(&out.join("sweep.jsonl")).unwrap();
+    let (r4, r128) = (grid[0].retrievals_per_question, grid[1].retrievals_per_question);
+    assert!(r4 > r128 + 0.5, "the grid brackets a budget: {r4} {r128}");
+    let budget = format!("{}", (r4 + r128) / 2.0);
+    let args =
+        ["--refine", "4", "--tolerance", "0", "--budgets", &budget, "--pick", "--calibrated", cal.to_str().unwrap()];
+    sweep(&args);
+    let all = read_records(&out.join("sweep.jsonl")).unwrap();
+    assert_eq!(&all[..2], &grid[..], "the grid's runs resumed, not redone");
+    assert!(all.len() > 2, "at least one refined setting: {all:?}");
+    let b: f64 = budget.parse().unwrap();
+    for k in 2..all.len() {
+        assert_eq!(next(&all[..k], "fixed-length", b, 0.0), Next::Probe(all[k].value.clone().unwrap()), "setting {k}");
+        let n = all[k].value.as_ref().unwrap().as_integer().unwrap();
+        assert!(n > 4 && n < 128, "{n}");
+    }
+    assert_eq!(all[2].value, Some(toml::Value::Integer(23)));
+    assert_eq!(run_config(&out.join("runs/fixed-length@n=23"))["method_config"]["trigger"]["n"].as_integer(), Some(23));
+    // the search stopped for a reason: met, no room, or four settings spent
+    let ended = next(&all, "fixed-length", b, 0.0);
+    assert!(all.len() == 6 || matches!(ended, Next::Met(_) | Next::NoRoom { .. }), "{ended:?} after {all:?}");
+    // the pick is the nearest of every setting measured, refined ones included
+    let p = Calibrated::load(&cal).unwrap().unwrap();
+    let p = p.lookup("fixed-length", "tinyqa", b).unwrap();
+    let best = all.iter().map(|r| (r.retrievals_per_question - b).abs()).fold(f64::INFINITY, f64::min);
+    assert!(((p.retrievals_per_question - b).abs() - best).abs() < 1e-9, "{p:?}");
+    // a rerun measures nothing new and doubles no line
+    sweep(&args);
+    assert_eq!(read_records(&out.join("sweep.jsonl")).unwrap(), all);
 }

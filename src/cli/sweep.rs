@@ -16,6 +16,7 @@ use anyhow::{bail, Context, Result};
 use clap::Args as ClapArgs;
 
 use ragtime::eval::plot::{group, pareto_svg};
+use ragtime::eval::refine;
 use ragtime::eval::run::{Progress, RunWriter, CONFIG_FILE, OUTPUT_KIND};
 use ragtime::eval::sweep::{self, calibrated_path, Calibrated, Setting, SweepRecord, DEFAULT_BUDGETS};
 use ragtime::progress::{hms, Clock};
@@ -74,6 +75,14 @@ pub struct Args {
     /// CPU has AVX-512 VNNI), 64 on cuda.
     #[arg(long, value_parser = super::ranges::int::<1, 256>)]
     pub batch: Option<usize>,
+    /// After the grid, up to N more settings per controller and budget (`--budgets`), each halfway between the
+    /// two measured settings whose retrievals per question lie on either side of the budget (in log-odds for
+    /// values in (0, 1), in logs for other positive ones), until one comes within `--tolerance` of it.
+    #[arg(long, default_value_t = 0, value_parser = super::ranges::int::<0, 50>)]
+    pub refine: usize,
+    /// Retrievals per question within which `--refine` takes a budget as met.
+    #[arg(long, default_value_t = 0.1, value_parser = super::ranges::non_negative)]
+    pub tolerance: f64,
     /// Write each controller's operating points for `--budgets` to `--calibrated`.
     #[arg(long)]
     pub pick: bool,
@@ -143,10 +152,7 @@ pub fn run(args: Args) -> Result<()> {
     }
     let mut plan: Vec<(Setting, Method)> = Vec::new();
     for t in &triggers {
-        let load = |overrides: &[String]| {
-            Method::load(t, None, &spec, overrides, args.detector.as_deref(), args.top_k, args.max_new_tokens)
-        };
-        let base = load(&args.overrides).with_context(|| format!("--triggers {t}"))?;
+        let base = method_for(&args, &spec, t, &args.overrides).with_context(|| format!("--triggers {t}"))?;
         let mut grid = base.sweep().with_context(|| format!("--triggers {t}"))?;
         if let Some((_, values)) = grids.iter().find(|(c, _)| c == t) {
             grid = match grid.with_values(values.clone()) {
@@ -156,15 +162,12 @@ pub fn run(args: Args) -> Result<()> {
         }
         let settings = grid.settings(t).with_context(|| format!("{}", base.config_path.display()))?;
         for s in settings {
-            let mut overrides = Vec::new();
-            if let (Some(spec_), Some(key)) = (s.override_spec(), &s.key) {
+            if let Some(key) = &s.key {
                 if args.overrides.iter().any(|o| o.split_once('=').is_some_and(|(k, _)| k.trim() == key)) {
                     ragtime::usage_bail!("--set {key}=...: {key} is what the sweep of {t} varies");
                 }
-                overrides.push(spec_);
             }
-            overrides.extend(args.overrides.iter().cloned());
-            let m = load(&overrides).with_context(|| format!("--triggers {t}, {}", s.label()))?;
+            let m = setting_method(&args, &spec, &s)?;
             plan.push((s, m));
         }
     }
@@ -213,13 +216,14 @@ pub fn run(args: Args) -> Result<()> {
     let clock = Clock::new();
     // settings swept into this directory by earlier sweeps of other controllers stay in sweep.jsonl and the plot
     let ours: Vec<String> = plan.iter().map(|(s, _)| format!("runs/{}", s.dir_name())).collect();
-    let earlier: Vec<SweepRecord> = if ragtime::io::is_file(&out.join(RECORDS_FILE))? {
+    let mut earlier: Vec<SweepRecord> = if ragtime::io::is_file(&out.join(RECORDS_FILE))? {
         sweep::read_records(&out.join(RECORDS_FILE))?.into_iter().filter(|r| !ours.contains(&r.run)).collect()
     } else {
         Vec::new()
     };
     let mut records: Vec<SweepRecord> = Vec::new();
-    for (i, (setting, method)) in plan.iter().enumerate() {
+    // one setting's run: an ordinary eval run directory, resumed where an earlier sweep left it
+    let mut run_setting = |setting: &Setting, method: &Method, records: &mut Vec<SweepRecord>| -> Result<SweepRecord> {
         let name = setting.dir_name();
         let dir = out.join("runs").join(&name);
         let _run_lock = ragtime::io::claim_output_dir(&dir, "--out", OUTPUT_KIND, CONFIG_FILE)?;
@@ -268,7 +272,18 @@ pub fn run(args: Args) -> Result<()> {
             args.model.lanes(args.batch),
         )?;
         let summary = writer.finish()?;
-        let rec = SweepRecord::new(setting, &format!("runs/{name}"), &summary);
+        let run = format!("runs/{name}");
+        let rec = SweepRecord::new(setting, &run, &summary);
+        records.push(rec.clone());
+        // write after every setting, so an interrupted sweep leaves what it measured; a refined setting an
+        // earlier, interrupted sweep measured is this sweep's now
+        earlier.retain(|r| r.run != run);
+        let all: Vec<SweepRecord> = earlier.iter().chain(records.iter()).cloned().collect();
+        write_outputs(&out, &all, &spec.name, &args.split, &model_name)?;
+        Ok(rec)
+    };
+    for (i, (setting, method)) in plan.iter().enumerate() {
+        let rec = run_setting(setting, method, &mut records)?;
         let (_, left) = clock.rate(i + 1, plan.len() - i - 1);
         eprintln!(
             "sweep [{}/{}] {}: F1 {:.3}{}, {:.2} retrievals/question ({} elapsed, ETA {})",
@@ -281,10 +296,69 @@ pub fn run(args: Args) -> Result<()> {
             hms(clock.elapsed()),
             hms(left)
         );
-        records.push(rec);
-        // write after every setting, so an interrupted sweep leaves what it measured
-        let all: Vec<SweepRecord> = earlier.iter().chain(&records).cloned().collect();
-        write_outputs(&out, &all, &spec.name, &args.split, &model_name)?;
+    }
+    // refine: bisect toward each budget between the settings that bracket it
+    if args.refine > 0 {
+        let swept: Vec<(String, String)> = plan
+            .iter()
+            .filter_map(|(s, _)| Some((s.controller.clone(), s.key.clone()?)))
+            .fold(Vec::new(), |mut v, ck| {
+                if !v.contains(&ck) {
+                    v.push(ck);
+                }
+                v
+            });
+        for (controller, key) in &swept {
+            for &budget in &args.budgets {
+                for k in 0..=args.refine {
+                    let what = match refine::next(&records, controller, budget, args.tolerance) {
+                        refine::Next::Probe(v) if k < args.refine => v,
+                        refine::Next::Probe(_) => {
+                            eprintln!(
+                                "refine {controller} to {budget}: not within {} after {} more settings",
+                                args.tolerance, args.refine
+                            );
+                            break;
+                        }
+                        refine::Next::Met(i) => {
+                            eprintln!(
+                                "refine {controller} to {budget}: met by {} ({:.2} retrievals/question)",
+                                records[i].run, records[i].retrievals_per_question
+                            );
+                            break;
+                        }
+                        refine::Next::Outside { nearest } => {
+                            eprintln!(
+                                "refine {controller} to {budget}: every setting swept gives {} retrievals/question \
+                                 (nearest {nearest:.2}); widen --grid to bracket it",
+                                if nearest > budget { "more" } else { "fewer" }
+                            );
+                            break;
+                        }
+                        refine::Next::NoRoom { below, above } => {
+                            eprintln!(
+                                "refine {controller} to {budget}: nothing lies between {below} and {above}, which bracket it"
+                            );
+                            break;
+                        }
+                        refine::Next::NoGrid => break,
+                    };
+                    let setting = Setting { controller: controller.clone(), key: Some(key.clone()), value: Some(what) };
+                    let method = setting_method(&args, &spec, &setting)?;
+                    let rec = run_setting(&setting, &method, &mut records)?;
+                    eprintln!(
+                        "refine {controller} to {budget} [{}/{}] {}: F1 {:.3}{}, {:.2} retrievals/question ({} elapsed)",
+                        k + 1,
+                        args.refine,
+                        setting.label(),
+                        rec.f1,
+                        rec.accuracy.map(|a| format!(", accuracy {a:.3}")).unwrap_or_default(),
+                        rec.retrievals_per_question,
+                        hms(clock.elapsed()),
+                    );
+                }
+            }
+        }
     }
 
     // report
@@ -314,6 +388,24 @@ pub fn run(args: Args) -> Result<()> {
         eprintln!("wrote {}", calibrated_file.display());
     }
     Ok(())
+}
+
+/// A controller's method with `overrides` (`--set`, and the swept value where there is one).
+fn method_for(
+    args: &Args,
+    spec: &ragtime::eval::DatasetSpec,
+    controller: &str,
+    overrides: &[String],
+) -> Result<Method> {
+    Method::load(controller, None, spec, overrides, args.detector.as_deref(), args.top_k, args.max_new_tokens)
+}
+
+/// The method that runs one setting: its swept value, then every `--set`.
+fn setting_method(args: &Args, spec: &ragtime::eval::DatasetSpec, s: &Setting) -> Result<Method> {
+    let mut overrides: Vec<String> = s.override_spec().into_iter().collect();
+    overrides.extend(args.overrides.iter().cloned());
+    method_for(args, spec, &s.controller, &overrides)
+        .with_context(|| format!("--triggers {}, {}", s.controller, s.label()))
 }
 
 /// `sweep.jsonl` and `pareto.svg` of the records so far.

@@ -37,6 +37,7 @@ pub mod merge;
 pub mod metrics;
 pub mod pareto;
 pub mod plot;
+pub mod refine;
 pub mod report;
 pub mod run;
 pub mod sweep;
