@@ -116,7 +116,7 @@ pub fn next(records: &[SweepRecord], controller: &str, budget: f64, tolerance: f
 /// The midpoint of `lo < hi` in the scale their values call for, written with the fewest digits that keep it
 /// strictly between them; `None` when nothing of their kind lies between.
 pub fn midpoint(lo: f64, hi: f64, integer: bool) -> Option<String> {
-    if !(lo < hi) {
+    if lo.partial_cmp(&hi) != Some(std::cmp::Ordering::Less) {
         return None;
     }
     if integer {
