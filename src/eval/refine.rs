@@ -11,7 +11,7 @@
 //! The midpoint is taken where the threshold's effect is spread evenly: in log-odds for values in (0, 1) (a
 //! probability threshold near 1, where 0.9999 and 0.99999 are as far apart as 0.9 and 0.99), in logarithms for
 //! other positive values, linearly otherwise; rounded to the fewest significant digits (of `1 - p` near 1) that
-//! keep it strictly inside the bracket, so a run directory reads `mlp@rule=threshold:0.999968`, not seventeen
+//! keep it strictly inside the bracket, so a run directory reads `mlp@rule=threshold:0.99997`, not seventeen
 //! digits. Values are the swept key's own: a float, an integer, or a string whose part after the last `:` is a
 //! number (`threshold:0.999`); other strings (`radio`) are left out of the search.
 
@@ -159,19 +159,17 @@ fn round_sig(x: f64, digits: i32) -> f64 {
     (x * scale).round() / scale
 }
 
-/// The shortest decimal that reads back as `x`, without an exponent (`0.999968`, not `9.99968e-1`), cut to the
-/// 15 significant digits an f64 keeps so that `1 - 3.2e-5` prints as `0.999968`.
+/// `x` as decimal text, cut to 15 significant digits where the shortest text that reads back as `x` has more:
+/// `1 - 0.07` is 0.9299999999999999 in binary, and prints as `0.93`.
 fn shortest(x: f64) -> String {
-    let s = format!("{}", x);
-    if s.contains('e') || s.len() <= 17 {
+    let s = format!("{x}");
+    if s.len() <= 17 {
         return s;
     }
-    // more digits than the rounding meant: `1.0 - 3.2e-5` is 0.99996799999999995; 15 significant digits hold it
     let e = if x == 0.0 { 0 } else { x.abs().log10().floor() as i32 };
     let decimals = (14 - e).max(0) as usize;
     let t = format!("{x:.decimals$}");
-    let t = t.trim_end_matches('0').trim_end_matches('.');
-    t.to_string()
+    t.trim_end_matches('0').trim_end_matches('.').to_string()
 }
 
 #[cfg(test)]
@@ -229,6 +227,9 @@ mod tests {
         // a bracket one digit cannot split takes two: 0.97 and 0.98 have odds 32.3 and 49, their geometric mean
         // 39.8, so 1 - p = 0.0245: one digit (0.02) gives 0.98, the bracket's end; two (0.025) give 0.975
         assert_eq!(midpoint(0.97, 0.98, false).as_deref(), Some("0.975"));
+        // 1 - 0.07 is 0.9299999999999999 in binary: odds 9 and 19 have the geometric mean 13.08, 1 - p = 0.071,
+        // one digit 0.07, written 0.93
+        assert_eq!(midpoint(0.9, 0.95, false).as_deref(), Some("0.93"));
     }
 
     /// Rates measured at thresholds 0.99 (3.1/question), 0.999 (1.9), 0.9999 (0.3): budget 1 lies between 0.999
