@@ -112,6 +112,12 @@ pub fn sigmoid(m: f32) -> f32 {
     1.0 / (1.0 + (-m).exp())
 }
 
+/// `ln(p / (1 - p))`, the inverse of [`sigmoid`] in f64 (where thresholds such as `1 - 1e-9` keep their
+/// resolution): -inf at 0 and +inf at 1, so `threshold:0` fires on every finite margin and `threshold:1` never.
+pub fn log_odds(p: f64) -> f64 {
+    p.ln() - (1.0 - p).ln()
+}
+
 impl MlpWeights {
     pub fn input(&self) -> usize {
         self.layers.first().map_or(0, |l| l.d_in)

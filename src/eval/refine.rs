@@ -16,6 +16,7 @@
 //! number (`threshold:0.999`); other strings (`radio`) are left out of the search.
 
 use super::sweep::SweepRecord;
+use crate::detector::mlp::log_odds;
 
 /// A swept value read as a number, with what it takes to write another value of its kind.
 #[derive(Debug, Clone, PartialEq)]
@@ -129,8 +130,7 @@ pub fn midpoint(lo: f64, hi: f64, integer: bool) -> Option<String> {
     }
     let in_unit = lo > 0.0 && hi < 1.0;
     let m = if in_unit {
-        let logit = |p: f64| (p / (1.0 - p)).ln();
-        let z = (logit(lo) + logit(hi)) / 2.0;
+        let z = (log_odds(lo) + log_odds(hi)) / 2.0;
         1.0 / (1.0 + (-z).exp())
     } else if lo > 0.0 {
         (lo * hi).sqrt()

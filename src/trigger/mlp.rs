@@ -43,7 +43,7 @@
 
 use anyhow::Context;
 
-use crate::detector::mlp::sigmoid;
+use crate::detector::mlp::{log_odds, sigmoid};
 use crate::detector::Detector;
 use crate::text::words::{self, is_content_word};
 use crate::trigger::{Decision, GenView, Judgement, Lookahead, Trigger};
@@ -233,12 +233,6 @@ impl Trigger for MlpTrigger {
         }
         Ok(Judgement::new(decision, scores))
     }
-}
-
-/// `ln(p / (1 - p))`: -inf at 0 and +inf at 1, so `threshold:0` fires on every finite margin and `threshold:1`
-/// never.
-fn log_odds(p: f64) -> f64 {
-    p.ln() - (1.0 - p).ln()
 }
 
 #[cfg(test)]
