@@ -24,6 +24,7 @@ pub struct PairedDiff {
     pub hi: f64,
     /// Two-sided p-value: 2 min(P(mean* <= 0), P(mean* >= 0)), capped at 1.
     pub p: f64,
+    /// Resamples the interval is read from.
     pub resamples: usize,
 }
 
@@ -64,29 +65,47 @@ pub fn paired_bootstrap(a: &[f64], b: &[f64], resamples: usize, seed: u64) -> Pa
     let n = a.len();
     let d: Vec<f64> = a.iter().zip(b).map(|(x, y)| x - y).collect();
     let mean = if n == 0 { 0.0 } else { d.iter().sum::<f64>() / n as f64 };
-    if n == 0 || resamples == 0 {
-        return PairedDiff { n, mean, lo: mean, hi: mean, p: 1.0, resamples: 0 };
+    let means = resampled(n, resamples, seed, |idx| Some(idx.iter().fold(0.0, |s, &i| s + d[i]) / n as f64));
+    interval(n, mean, &means)
+}
+
+/// Draws `resamples` resamples of `n` questions with replacement (each `n` indices below `n`, from SplitMix64
+/// seeded with `seed`) and evaluates `stat` on each; the values it gives, sorted. `stat` returns `None` where
+/// the statistic is undefined on a resample, which is then left out. No resample is drawn when `n` is 0.
+pub fn resampled(n: usize, resamples: usize, seed: u64, mut stat: impl FnMut(&[usize]) -> Option<f64>) -> Vec<f64> {
+    if n == 0 {
+        return Vec::new();
     }
     let mut rng = SplitMix64::new(seed);
-    let mut means: Vec<f64> = (0..resamples)
-        .map(|_| {
-            let mut s = 0.0;
-            for _ in 0..n {
-                s += d[rng.below(n)];
+    let mut idx = vec![0usize; n];
+    let mut values: Vec<f64> = (0..resamples)
+        .filter_map(|_| {
+            for i in idx.iter_mut() {
+                *i = rng.below(n);
             }
-            s / n as f64
+            stat(&idx)
         })
         .collect();
-    means.sort_by(f64::total_cmp);
-    let le = means.iter().filter(|&&m| m <= 0.0).count() as f64 / resamples as f64;
-    let ge = means.iter().filter(|&&m| m >= 0.0).count() as f64 / resamples as f64;
+    values.sort_by(f64::total_cmp);
+    values
+}
+
+/// The percentile interval and two-sided p-value of a statistic observed as `observed` on `n` questions, from
+/// its resampled values (sorted, as [`resampled`] gives them); no values give a zero-width interval and p = 1.
+pub fn interval(n: usize, observed: f64, sorted: &[f64]) -> PairedDiff {
+    if sorted.is_empty() {
+        return PairedDiff { n, mean: observed, lo: observed, hi: observed, p: 1.0, resamples: 0 };
+    }
+    let k = sorted.len() as f64;
+    let le = sorted.iter().filter(|&&m| m <= 0.0).count() as f64 / k;
+    let ge = sorted.iter().filter(|&&m| m >= 0.0).count() as f64 / k;
     PairedDiff {
         n,
-        mean,
-        lo: quantile(&means, 0.025),
-        hi: quantile(&means, 0.975),
+        mean: observed,
+        lo: quantile(sorted, 0.025),
+        hi: quantile(sorted, 0.975),
         p: (2.0 * le.min(ge)).min(1.0),
-        resamples,
+        resamples: sorted.len(),
     }
 }
 
