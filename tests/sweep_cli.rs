@@ -1,6 +1,7 @@
 //! `ragtime sweep` end to end on a tiny random model, through the binary: one run per setting, sweep.jsonl and
 //! pareto.svg, `--pick` writing calibrated points, `eval` loading them (`--budget`, the default budget, `none`),
-//! `report --baseline` over the calibrated runs, and a resumed sweep doing no work twice.
+//! `report --baseline` over the calibrated runs, `report --at` reading the sweep as curves, and a resumed sweep doing
+//! no work twice.
 #![allow(clippy::disallowed_methods)] // a test looks at paths directly (clippy.toml)
 
 mod common;
@@ -127,6 +128,43 @@ fn sweep_picks_budgets_that_eval_and_report_use() {
         "{report}"
     );
     assert!(report.contains("| single (reference) |"), "{report}");
+
+    // report --at: the sweep's four intervals as one curve, read halfway between its two highest rates, linearly
+    // between the two measured settings on either side (worked out here from sweep.jsonl), and at rate 1
+    let mut pts: Vec<(f64, f64)> = records[2..].iter().map(|r| (r.retrievals_per_question, r.score())).collect();
+    pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let (a, b) = (pts[pts.len() - 2], pts[pts.len() - 1]);
+    assert!(b.0 > a.0, "{pts:?}");
+    let rate = (a.0 + b.0) / 2.0;
+    let expected = (a.1 + b.1) / 2.0;
+    let runs: Vec<String> = records.iter().map(|r| out.join(&r.run).display().to_string()).collect();
+    let at = format!("1,{rate}");
+    let mut argv = vec!["report", "--at", &at, "--baseline", "fixed-length", "--resamples", "200"];
+    argv.extend(runs.iter().map(String::as_str));
+    let report = ok(&argv);
+    assert!(!report.contains("### Budget"), "--at replaces the budget tables: {report}");
+    // each rate's table, its rows as cells: controller, settings, span, between, value, Δ, p, resamples kept
+    let table = |r: f64| -> Vec<Vec<String>> {
+        let head = format!("### F1 at {r} retrievals/question");
+        let t = report.split(&head).nth(1).unwrap_or_else(|| panic!("{head}: {report}"));
+        let t = t.split("\n### ").next().unwrap();
+        t.lines()
+            .filter(|l| l.starts_with("| ") && !l.starts_with("| controller |"))
+            .map(|l| l.trim_matches(|c| c == '|' || c == ' ').split(" | ").map(str::to_string).collect())
+            .collect()
+    };
+    let find = |t: &[Vec<String>], name: &str| t.iter().find(|r| r[0] == name).unwrap().clone();
+    let t = table(rate);
+    let fl_row = find(&t, "fixed-length");
+    assert_eq!((fl_row[1].as_str(), fl_row[5].as_str()), ("4", "baseline"), "{report}");
+    assert_eq!(fl_row[3], format!("{:.2}: {:.3} and {:.2}: {:.3}", a.0, a.1, b.0, b.1), "{report}");
+    assert_eq!(fl_row[4], format!("{expected:.3}"), "{report}");
+    assert_eq!(find(&t, "single")[3], "not reached", "{report}");
+    // at rate 1, single (exactly one retrieval per question) is read where it was measured, none not at all
+    let t = table(1.0);
+    assert_eq!(find(&t, "single")[3], "measured", "{report}");
+    assert_eq!(find(&t, "single")[7], "200", "every resample keeps single at rate 1: {report}");
+    assert_eq!(find(&t, "none")[3], "not reached", "{report}");
 
     // a sweep of another controller into the same directory keeps the earlier lines and adds its own
     let mut more = vec!["sweep".to_string()];

@@ -1,18 +1,19 @@
 //! `ragtime report RUN_DIR... [--baseline NAME] [--html out.html] [--questions N] [--ids a,b]`: the comparison
 //! table (Markdown, to stdout) of runs written by `ragtime eval` or `ragtime sweep`, and where their retrievals
 //! land (first retrieval's token, repeated passages, distinct passages); with `--baseline`, the
-//! matched-budget tables with paired-bootstrap intervals; optionally an HTML page with the tables, the
+//! matched-budget tables with paired-bootstrap intervals; with `--at`, every controller's settings read at those
+//! retrieval rates ([`ragtime::eval::curves`]); optionally an HTML page with the tables, the
 //! quality-against-retrievals plot and the generations.
 
 use std::path::PathBuf;
 
 use anyhow::Result;
-use ragtime::eval::compare;
 use ragtime::eval::pareto::Point;
 use ragtime::eval::plot::{group, pareto_svg, Series};
 use ragtime::eval::report::{
     claim_html, load_runs, markdown_table, retrieval_places_table, write_html, LoadedRun, Selection,
 };
+use ragtime::eval::{compare, curves};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -26,6 +27,12 @@ pub struct Args {
     /// the difference on the questions both answered.
     #[arg(long)]
     pub baseline: Option<String>,
+    /// Read each controller's settings (a sweep's runs, or eval runs under one label) as a curve of quality
+    /// against retrievals per question at these rates, e.g. `--at 1,2`: between the two settings on either side,
+    /// with `--baseline` naming the curve the others are compared with (paired bootstrap). Replaces the
+    /// matched-budget tables.
+    #[arg(long, value_delimiter = ',', value_parser = super::ranges::non_negative)]
+    pub at: Vec<f64>,
     /// Bootstrap resamples.
     #[arg(long, default_value_t = compare::RESAMPLES, value_parser = super::ranges::int::<1, 1_000_000>)]
     pub resamples: usize,
@@ -44,11 +51,13 @@ pub struct Args {
     pub ids: Vec<String>,
 }
 
-/// Each controller's runs as points of the quality-against-retrievals plot.
+/// Each controller's runs ([`curves::curves`]) as points of the quality-against-retrievals plot.
 pub fn plot_series(runs: &[LoadedRun]) -> Vec<Series> {
-    group(runs.iter().map(|r| {
-        let s = &r.summary;
-        (s.controller.clone(), Point { cost: s.retrievals_per_question, value: s.accuracy.unwrap_or(s.f1) })
+    group(curves::curves(runs).into_iter().flat_map(|c| {
+        c.runs.into_iter().map(move |r| {
+            let s = &r.summary;
+            (c.name.clone(), Point { cost: s.retrievals_per_question, value: s.accuracy.unwrap_or(s.f1) })
+        })
     }))
 }
 
@@ -63,7 +72,14 @@ pub fn run(args: Args) -> Result<()> {
     if !places.is_empty() {
         print!("\nWhere the retrievals land and what they bring (per question):\n\n{places}");
     }
+    let mut curve_html = String::new();
+    if !args.at.is_empty() {
+        let t = curves::tables(&runs, &args.at, args.baseline.as_deref(), args.resamples, args.seed)?;
+        print!("{}", curves::markdown(&t));
+        curve_html = curves::html(&t);
+    }
     let tables = match &args.baseline {
+        Some(_) if !args.at.is_empty() => None,
         Some(b) => {
             let t = compare::budget_tables(&runs, b, args.resamples, args.seed)?;
             print!("{}", compare::markdown(&t, args.resamples));
@@ -94,6 +110,7 @@ pub fn run(args: Args) -> Result<()> {
         if let Some(t) = &tables {
             extra.push_str(&compare::html(t, args.resamples));
         }
+        extra.push_str(&curve_html);
         write_html(path, &runs, &selection, &extra)?;
         eprintln!("wrote {}", path.display());
     }

@@ -236,51 +236,55 @@ fn title(t: &BudgetTable, resamples: usize) -> String {
 
 /// The tables in Markdown, one per budget with a heading.
 pub fn markdown(tables: &[BudgetTable], resamples: usize) -> String {
-    let mut s = String::new();
-    for t in tables {
-        let (header, rows) = cells(t);
-        let _ = writeln!(s, "\n### {}\n", title(t, resamples));
-        let _ = writeln!(s, "| {} |", header.join(" | "));
-        let _ = writeln!(s, "|---|{}|", vec!["---:"; header.len() - 1].join("|"));
-        for r in rows {
-            let _ = writeln!(s, "| {} |", r.join(" | "));
-        }
-    }
-    s
+    tables.iter().map(|t| markdown_table(&title(t, resamples), &cells(t))).collect()
 }
 
 /// The tables as HTML.
 pub fn html(tables: &[BudgetTable], resamples: usize) -> String {
-    use super::report::escape;
+    tables.iter().map(|t| html_table(&title(t, resamples), &cells(t))).collect()
+}
+
+/// A table of text cells in Markdown under a heading; the first column left-aligned, the others right.
+pub fn markdown_table(title: &str, (header, rows): &(Vec<String>, Vec<Vec<String>>)) -> String {
     let mut s = String::new();
-    for t in tables {
-        let (header, rows) = cells(t);
-        let _ = write!(s, "<h3>{}</h3><table><tr>", escape(&title(t, resamples)));
-        for h in &header {
-            let _ = write!(s, "<th>{}</th>", escape(h));
-        }
-        s.push_str("</tr>\n");
-        for r in rows {
-            s.push_str("<tr>");
-            for (i, c) in r.iter().enumerate() {
-                let class = if i > 0 { " class=\"n\"" } else { "" };
-                let _ = write!(s, "<td{class}>{}</td>", escape(c));
-            }
-            s.push_str("</tr>\n");
-        }
-        s.push_str("</table>\n");
+    let _ = writeln!(s, "\n### {title}\n");
+    let _ = writeln!(s, "| {} |", header.join(" | "));
+    let _ = writeln!(s, "|---|{}|", vec!["---:"; header.len() - 1].join("|"));
+    for r in rows {
+        let _ = writeln!(s, "| {} |", r.join(" | "));
     }
     s
 }
 
+/// The same table as HTML.
+pub fn html_table(title: &str, (header, rows): &(Vec<String>, Vec<Vec<String>>)) -> String {
+    use super::report::escape;
+    let mut s = String::new();
+    let _ = write!(s, "<h3>{}</h3><table><tr>", escape(title));
+    for h in header {
+        let _ = write!(s, "<th>{}</th>", escape(h));
+    }
+    s.push_str("</tr>\n");
+    for r in rows {
+        s.push_str("<tr>");
+        for (i, c) in r.iter().enumerate() {
+            let class = if i > 0 { " class=\"n\"" } else { "" };
+            let _ = write!(s, "<td{class}>{}</td>", escape(c));
+        }
+        s.push_str("</tr>\n");
+    }
+    s.push_str("</table>\n");
+    s
+}
+
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::eval::metrics::Scores;
     use crate::eval::run::{PredictionRecord, Summary};
     use std::path::PathBuf;
 
-    fn run(method: &str, budget: Option<f64>, f1: &[f64], retr: f64) -> LoadedRun {
+    pub(crate) fn run(method: &str, budget: Option<f64>, f1: &[f64], retr: f64) -> LoadedRun {
         let predictions = f1
             .iter()
             .enumerate()

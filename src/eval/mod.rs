@@ -33,6 +33,7 @@
 
 pub mod bootstrap;
 pub mod compare;
+pub mod curves;
 pub mod merge;
 pub mod metrics;
 pub mod pareto;
