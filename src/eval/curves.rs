@@ -200,6 +200,9 @@ pub fn tables(
         .map(|p| p.id.as_str())
         .filter(|id| answered.iter().all(|a| a.contains(id)))
         .collect();
+    if ids.is_empty() {
+        crate::usage_bail!("--at: no question was answered by every run given (the runs are of different questions)");
+    }
     let flat: Vec<&LoadedRun> = curves.iter().flat_map(|c| c.runs.iter().copied()).collect();
     let matrix = Matrix::of(&flat, &ids);
     // curve c's runs are flat[offsets[c]..offsets[c + 1]]
@@ -452,5 +455,10 @@ mod tests {
         other.summary.dataset = "2wiki".into();
         let e = tables(&[runs.into_iter().next().unwrap(), other], &[1.0], None, 10, 1).err().unwrap().to_string();
         assert!(e.contains("--at: the runs are of 2 datasets (2wiki, hotpotqa)"), "{e}");
+        let mut other = setting("s/runs/none", "none", "none", &[0.0], &[0]);
+        other.predictions[0].id = "elsewhere".into();
+        let first = setting("s/runs/rind@theta=0.2", "rind theta=0.2", "rind", &[0.0], &[0]);
+        let e = tables(&[first, other], &[1.0], None, 10, 1).err().unwrap().to_string();
+        assert!(e.contains("--at: no question was answered by every run given"), "{e}");
     }
 }
