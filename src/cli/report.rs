@@ -1,6 +1,6 @@
-//! `ragtime report RUN_DIR... [--baseline NAME] [--html out.html] [--questions N] [--ids a,b]`: the comparison
-//! table (Markdown, to stdout) of runs written by `ragtime eval` or `ragtime sweep`, and where their retrievals
-//! land (first retrieval's token, repeated passages, distinct passages); with `--baseline`, the
+//! `ragtime report RUN_DIR... [--baseline NAME] [--at R1,R2] [--html out.html] [--questions N] [--ids a,b]`: the
+//! comparison table (Markdown, to stdout) of runs written by `ragtime eval` or `ragtime sweep`, and where their
+//! retrievals land (first retrieval's token, repeated passages, distinct passages); with `--baseline`, the
 //! matched-budget tables with paired-bootstrap intervals; with `--at`, every controller's settings read at those
 //! retrieval rates ([`ragtime::eval::curves`]); optionally an HTML page with the tables, the
 //! quality-against-retrievals plot and the generations.
