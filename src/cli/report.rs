@@ -9,7 +9,7 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 use ragtime::eval::pareto::Point;
-use ragtime::eval::plot::{group, pareto_svg, Series};
+use ragtime::eval::plot::{pareto_svg, Series};
 use ragtime::eval::report::{
     claim_html, load_runs, markdown_table, retrieval_places_table, write_html, LoadedRun, Selection,
 };
@@ -51,14 +51,23 @@ pub struct Args {
     pub ids: Vec<String>,
 }
 
-/// Each controller's runs ([`curves::curves`]) as points of the quality-against-retrievals plot.
+/// Each controller's runs ([`curves::curves`]) as a series of points of the quality-against-retrievals plot.
 pub fn plot_series(runs: &[LoadedRun]) -> Vec<Series> {
-    group(curves::curves(runs).into_iter().flat_map(|c| {
-        c.runs.into_iter().map(move |r| {
-            let s = &r.summary;
-            (c.name.clone(), Point { cost: s.retrievals_per_question, value: s.accuracy.unwrap_or(s.f1) })
+    curves::curves(runs)
+        .into_iter()
+        .map(|c| {
+            let mut series = Series::new(&c.name);
+            series.points = c
+                .runs
+                .iter()
+                .map(|r| Point {
+                    cost: r.summary.retrievals_per_question,
+                    value: r.summary.accuracy.unwrap_or(r.summary.f1),
+                })
+                .collect();
+            series
         })
-    }))
+        .collect()
 }
 
 pub fn run(args: Args) -> Result<()> {

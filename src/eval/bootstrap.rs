@@ -70,22 +70,26 @@ pub fn paired_bootstrap(a: &[f64], b: &[f64], resamples: usize, seed: u64) -> Pa
 }
 
 /// Draws `resamples` resamples of `n` questions with replacement (each `n` indices below `n`, from SplitMix64
-/// seeded with `seed`) and evaluates `stat` on each; the values it gives, sorted. `stat` returns `None` where
-/// the statistic is undefined on a resample, which is then left out. No resample is drawn when `n` is 0.
-pub fn resampled(n: usize, resamples: usize, seed: u64, mut stat: impl FnMut(&[usize]) -> Option<f64>) -> Vec<f64> {
+/// seeded with `seed`) and hands each one's indices to `each`, in order. No resample is drawn when `n` is 0.
+pub fn for_each_resample(n: usize, resamples: usize, seed: u64, mut each: impl FnMut(&[usize])) {
     if n == 0 {
-        return Vec::new();
+        return;
     }
     let mut rng = SplitMix64::new(seed);
     let mut idx = vec![0usize; n];
-    let mut values: Vec<f64> = (0..resamples)
-        .filter_map(|_| {
-            for i in idx.iter_mut() {
-                *i = rng.below(n);
-            }
-            stat(&idx)
-        })
-        .collect();
+    for _ in 0..resamples {
+        for i in idx.iter_mut() {
+            *i = rng.below(n);
+        }
+        each(&idx);
+    }
+}
+
+/// [`for_each_resample`]'s resamples evaluated by `stat`: the values it gives, sorted. `stat` returns `None`
+/// where the statistic is undefined on a resample, which is then left out.
+pub fn resampled(n: usize, resamples: usize, seed: u64, mut stat: impl FnMut(&[usize]) -> Option<f64>) -> Vec<f64> {
+    let mut values = Vec::new();
+    for_each_resample(n, resamples, seed, |idx| values.extend(stat(idx)));
     values.sort_by(f64::total_cmp);
     values
 }

@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 
-use super::bootstrap::{interval, resampled, PairedDiff};
+use super::bootstrap::{for_each_resample, interval, PairedDiff};
 use super::report::LoadedRun;
 
 /// Rates closer than this are one rate (as [`super::pareto::nearest`] compares them).
@@ -213,9 +213,18 @@ pub fn tables(
     let read = |points: &[(f64, f64)], c: usize, rate: f64| at(&points[offsets[c]..offsets[c + 1]], rate);
     let all: Vec<usize> = (0..ids.len()).collect();
     let observed = matrix.points(&all);
+    // with a baseline: every run's point on each resample of the questions, drawn once for all rates and curves
+    let mut boot: Vec<Vec<(f64, f64)>> = Vec::new();
+    if base.is_some() {
+        for_each_resample(ids.len(), resamples, seed, |idx| boot.push(matrix.points(idx)));
+    }
     let metric = if runs.iter().any(|r| r.summary.accuracy.is_some()) { "accuracy" } else { "F1" };
     let mut out = Vec::new();
     for &rate in rates {
+        let base_at: Vec<Option<f64>> = match base {
+            Some(b) => boot.iter().map(|p| read(p, b, rate).map(|x| x.0)).collect(),
+            None => Vec::new(),
+        };
         let rows = (0..curves.len())
             .map(|c| {
                 let mine = &observed[offsets[c]..offsets[c + 1]];
@@ -224,10 +233,9 @@ pub fn tables(
                 let here = read(&observed, c, rate);
                 let diff = match (base, here) {
                     (Some(b), Some((v, _))) if b != c => read(&observed, b, rate).map(|(w, _)| {
-                        let values = resampled(ids.len(), resamples, seed, |idx| {
-                            let p = matrix.points(idx);
-                            Some(read(&p, c, rate)?.0 - read(&p, b, rate)?.0)
-                        });
+                        let mut values: Vec<f64> =
+                            boot.iter().zip(&base_at).filter_map(|(p, w)| Some(read(p, c, rate)?.0 - (*w)?)).collect();
+                        values.sort_by(f64::total_cmp);
                         interval(ids.len(), v - w, &values)
                     }),
                     _ => None,
