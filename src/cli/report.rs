@@ -11,7 +11,7 @@ use anyhow::Result;
 use ragtime::eval::pareto::Point;
 use ragtime::eval::plot::{pareto_svg, Series};
 use ragtime::eval::report::{
-    claim_html, load_runs, markdown_table, retrieval_places_table, write_html, LoadedRun, Selection,
+    claim_html, load_runs, retrieval_places_table, runs_table, write_html, LoadedRun, Selection,
 };
 use ragtime::eval::{compare, curves};
 
@@ -75,8 +75,7 @@ pub fn run(args: Args) -> Result<()> {
         claim_html(path)?;
     }
     let runs = load_runs(&args.runs)?;
-    let summaries: Vec<_> = runs.iter().map(|r| r.summary.clone()).collect();
-    print!("{}", markdown_table(&summaries));
+    print!("{}", runs_table(&runs));
     let places = retrieval_places_table(&runs);
     if !places.is_empty() {
         print!("\nWhere the retrievals land and what they bring (per question):\n\n{places}");

@@ -41,8 +41,8 @@ fn opt(v: Option<f64>, digits: usize) -> String {
 }
 
 /// The row label: the method, with the run directory's name added when two runs share method and dataset.
-fn labels(summaries: &[&Summary]) -> Vec<String> {
-    summaries
+fn labels(summaries: &[&Summary], dirs: Option<&[&Path]>) -> Vec<String> {
+    let mut out: Vec<String> = summaries
         .iter()
         .map(|s| {
             let dup = summaries.iter().filter(|o| o.method == s.method && o.dataset == s.dataset).count() > 1;
@@ -52,7 +52,27 @@ fn labels(summaries: &[&Summary]) -> Vec<String> {
                 s.method.clone()
             }
         })
-        .collect()
+        .collect();
+    // runs still named alike (one setting folder name in two sweeps) are told apart by the folder they lie in
+    let Some(dirs) = dirs else { return out };
+    let alike: Vec<bool> = (0..out.len())
+        .map(|i| (0..out.len()).any(|j| j != i && out[j] == out[i] && summaries[j].dataset == summaries[i].dataset))
+        .collect();
+    for (i, label) in out.iter_mut().enumerate() {
+        if alike[i] {
+            *label = format!("{} ({})", summaries[i].method, folder(dirs[i]));
+        }
+    }
+    out
+}
+
+/// The folder a run lies in: the sweep's for a sweep's setting (`SWEEP/runs/SETTING`), else its parent's path.
+fn folder(dir: &Path) -> String {
+    let parent = dir.parent().unwrap_or(Path::new(""));
+    match (parent.file_name(), parent.parent()) {
+        (Some(runs), Some(sweep)) if runs == "runs" && sweep.file_name().is_some() => sweep.display().to_string(),
+        _ => parent.display().to_string(),
+    }
 }
 
 /// The question count, with the skipped ones (too long for the context window, scored 0) when there are any.
@@ -67,7 +87,17 @@ fn questions(s: &Summary) -> String {
 /// The comparison table in Markdown. The accuracy column appears when some run has yes/no questions.
 pub fn markdown_table(summaries: &[Summary]) -> String {
     let refs: Vec<&Summary> = summaries.iter().collect();
-    let (header, rows) = table_cells(&refs);
+    cells_markdown(table_cells(&refs, None))
+}
+
+/// [`markdown_table`] of loaded runs: runs whose labels would coincide are named by the folder they lie in.
+pub fn runs_table(runs: &[LoadedRun]) -> String {
+    let refs: Vec<&Summary> = runs.iter().map(|r| &r.summary).collect();
+    let dirs: Vec<&Path> = runs.iter().map(|r| r.dir.as_path()).collect();
+    cells_markdown(table_cells(&refs, Some(&dirs)))
+}
+
+fn cells_markdown((header, rows): (Vec<String>, Vec<Vec<String>>)) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "| {} |", header.join(" | "));
     let _ = writeln!(
@@ -145,8 +175,9 @@ fn percent(v: Option<f64>) -> String {
 /// [`RetrievalPlaces`] of each run that retrieved, as a Markdown table (empty when none did).
 pub fn retrieval_places_table(runs: &[LoadedRun]) -> String {
     let summaries: Vec<&Summary> = runs.iter().map(|r| &r.summary).collect();
+    let dirs: Vec<&Path> = runs.iter().map(|r| r.dir.as_path()).collect();
     let mut s = String::new();
-    for (r, label) in runs.iter().zip(labels(&summaries)) {
+    for (r, label) in runs.iter().zip(labels(&summaries, Some(&dirs))) {
         let p = RetrievalPlaces::of(&r.predictions);
         if p.repeat_share.is_none() {
             continue;
@@ -171,14 +202,14 @@ pub fn retrieval_places_table(runs: &[LoadedRun]) -> String {
     s
 }
 
-fn table_cells(summaries: &[&Summary]) -> (Vec<String>, Vec<Vec<String>>) {
+fn table_cells(summaries: &[&Summary], dirs: Option<&[&Path]>) -> (Vec<String>, Vec<Vec<String>>) {
     let with_acc = summaries.iter().any(|s| s.accuracy.is_some());
     let mut header: Vec<&str> = vec!["method", "dataset", "n", "EM", "F1"];
     if with_acc {
         header.push("accuracy");
     }
     header.extend(["retrievals/q", "supporting hit", "gen tokens/q", "fwd tokens/q", "s/q"]);
-    let labels = labels(summaries);
+    let labels = labels(summaries, dirs);
     let rows = summaries
         .iter()
         .zip(labels)
@@ -305,7 +336,8 @@ pub fn html_page(runs: &[LoadedRun], selection: &Selection, extra: &str) -> Stri
     s.push_str(CSS);
     s.push_str("</style></head><body>\n<h1>ragtime report</h1>\n");
     let refs: Vec<&Summary> = runs.iter().map(|r| &r.summary).collect();
-    let (header, rows) = table_cells(&refs);
+    let dirs: Vec<&Path> = runs.iter().map(|r| r.dir.as_path()).collect();
+    let (header, rows) = table_cells(&refs, Some(&dirs));
     s.push_str("<table><tr>");
     for h in &header {
         let _ = write!(s, "<th>{}</th>", escape(h));
@@ -341,7 +373,7 @@ pub fn html_page(runs: &[LoadedRun], selection: &Selection, extra: &str) -> Stri
     };
     let maps: Vec<HashMap<&str, &PredictionRecord>> =
         runs.iter().map(|r| r.predictions.iter().map(|p| (p.id.as_str(), p)).collect()).collect();
-    let labels = labels(&refs);
+    let labels = labels(&refs, Some(&dirs));
     for id in &ids {
         let Some(first) = maps.iter().find_map(|m| m.get(id.as_str())) else {
             let _ = writeln!(s, "<div class=\"q\"><h3>{}</h3><p>not in any run</p></div>", escape(id));
@@ -418,6 +450,44 @@ mod tests {
             "| dragin (dragin-hotpot) | hotpotqa | 3 | 0.667 | 0.952 | 1.000 | 1.00 | 0.333 | 20.0 | 300.0 | 1.000 |"
         );
         assert_eq!(lines.len(), 4);
+    }
+
+    /// One setting's folder name in two sweeps (`SWEEP/runs/SETTING`), and one run name in two plain folders: the
+    /// run names alone would label each pair alike, so the folder they lie in names them.
+    #[test]
+    fn runs_named_alike_in_two_folders_are_named_by_folder() {
+        let dir = tempfile::tempdir().unwrap();
+        let paths = [
+            dir.path().join("ens/runs/mlp@t=1"),
+            dir.path().join("seed/runs/mlp@t=1"),
+            dir.path().join("x/rind"),
+            dir.path().join("y/rind"),
+            dir.path().join("z/etc"),
+        ];
+        for (p, m) in paths.iter().zip(["mlp t=1", "mlp t=1", "rind", "rind", "etc"]) {
+            fake_run(p, m).unwrap();
+        }
+        let runs = load_runs(&paths).unwrap();
+        let label = |line: &str| line.split(" | ").next().unwrap().trim_start_matches("| ").to_string();
+        let got: Vec<String> = runs_table(&runs).lines().skip(2).map(label).collect();
+        let d = dir.path().display();
+        assert_eq!(
+            got,
+            vec![
+                format!("mlp t=1 ({d}/ens)"),
+                format!("mlp t=1 ({d}/seed)"),
+                format!("rind ({d}/x)"),
+                format!("rind ({d}/y)"),
+                "etc".to_string(),
+            ]
+        );
+        // the same runs in the retrieval table, and without their folders (`markdown_table`) as before
+        let places: Vec<String> = retrieval_places_table(&runs).lines().skip(2).map(label).collect();
+        assert_eq!(places, got);
+        let summaries: Vec<Summary> = runs.iter().map(|r| r.summary.clone()).collect();
+        let plain: Vec<String> = markdown_table(&summaries).lines().skip(2).map(label).collect();
+        assert_eq!(plain[0], "mlp t=1 (mlp@t=1)");
+        assert_eq!(plain[2], "rind");
     }
 
     /// Three questions: retrievals at tokens 4, 4 and 9 with passages [a, b] twice (one repeat, made at the same

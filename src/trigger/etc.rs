@@ -58,6 +58,8 @@ pub struct Etc {
     alpha: f32,
     variant: Variant,
     pacing: Pacing,
+    /// Retrieve with the question before generating (not ETC's: off by default).
+    initial: bool,
 }
 
 /// Smoothed second differences of `h` (`None` for the first two entries).
@@ -96,12 +98,18 @@ pub fn a_pay(tokens: &[TokenStep], w: &Word) -> f32 {
 
 impl Etc {
     pub fn new(alpha: f32, variant: Variant) -> Self {
-        Etc { alpha, variant, pacing: Pacing::new(Truncate::Token, Lookahead::Sentence { max_tokens: 64 }, false) }
+        Etc {
+            alpha,
+            variant,
+            pacing: Pacing::new(Truncate::Token, Lookahead::Sentence { max_tokens: 64 }, false),
+            initial: false,
+        }
     }
 
     /// Config keys: `alpha` (required), `variant` (`"paper"` | `"code"`), `truncate` (`"token"` default |
     /// `"sentence"`), `lookahead` (`"sentence"` default, or a token count), `max_sentence_tokens` (64),
-    /// `accept_after_retrieval` (false).
+    /// `accept_after_retrieval` (false), `initial_retrieval` (retrieve with the question first; default false, as
+    /// ETC).
     pub fn from_config(config: &toml::Value) -> Result<Self> {
         let p = Params::new("etc", config)?;
         let alpha = p.f32("alpha", None)?;
@@ -111,6 +119,7 @@ impl Etc {
         };
         let mut e = Etc::new(alpha, variant);
         e.pacing = e.pacing.read(&p)?;
+        e.initial = p.bool("initial_retrieval", false)?;
         p.finish()?;
         Ok(e)
     }
@@ -133,6 +142,9 @@ impl Trigger for Etc {
     }
     fn reset(&mut self) {
         self.pacing.reset();
+    }
+    fn before_generation(&mut self, _question: &str) -> bool {
+        self.initial
     }
     fn on_retrieval(&mut self) {
         self.pacing.on_retrieval();

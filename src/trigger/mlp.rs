@@ -99,6 +99,8 @@ pub struct MlpTrigger {
     rule: MlpRule,
     gate: MlpGate,
     block: usize,
+    /// Retrieve with the question before generating (not RaDIO's: off by default).
+    initial: bool,
     /// Score of every kept answer token, by index in `view.tokens`.
     history: Vec<f32>,
     /// Whether the rule flagged each kept token when it was judged (false for tokens scored on first sight).
@@ -108,7 +110,15 @@ pub struct MlpTrigger {
 impl MlpTrigger {
     /// Judges every token (`Lookahead::Tokens(1)`); every token may trigger.
     pub fn new(detector: Detector, rule: MlpRule) -> Self {
-        MlpTrigger { detector, rule, gate: MlpGate::All, block: 1, history: Vec::new(), flagged: Vec::new() }
+        MlpTrigger {
+            detector,
+            rule,
+            gate: MlpGate::All,
+            block: 1,
+            initial: false,
+            history: Vec::new(),
+            flagged: Vec::new(),
+        }
     }
 
     /// Lets only the tokens `gate` admits trigger.
@@ -123,13 +133,19 @@ impl MlpTrigger {
         self
     }
 
+    /// Retrieves with the question before generating anything (as FLARE and FL-RAG do).
+    pub fn with_initial_retrieval(mut self, initial: bool) -> Self {
+        self.initial = initial;
+        self
+    }
+
     pub fn detector(&self) -> &Detector {
         &self.detector
     }
 
     /// From a `[trigger]` table: `detector` (checkpoint directory from `ragtime train detector`, required),
-    /// `rule` (`radio` | `threshold` | `threshold:<p>`, default `radio`), `block` (tokens judged at once,
-    /// default 1).
+    /// `rule` (`radio` | `threshold` | `threshold:<p>`, default `radio`), `gate` (`all` | `content`), `block`
+    /// (tokens judged at once, default 1), `initial_retrieval` (retrieve with the question first; default false).
     pub fn from_config(config: &toml::Value) -> anyhow::Result<Self> {
         let p = crate::trigger::params::Params::new("mlp", config)?;
         let dir = match p.raw("detector") {
@@ -144,6 +160,7 @@ impl MlpTrigger {
         };
         let gate = MlpGate::parse(&p.choice("gate", &["all", "content"])?)?;
         let block = p.usize("block", Some(1))?;
+        let initial = p.bool("initial_retrieval", false)?;
         p.finish()?;
         let detector = Detector::load(&dir).with_context(|| {
             format!(
@@ -151,7 +168,7 @@ impl MlpTrigger {
                  --detector DIR names another)"
             )
         })?;
-        Ok(MlpTrigger::new(detector, rule).with_gate(gate).with_block(block))
+        Ok(MlpTrigger::new(detector, rule).with_gate(gate).with_block(block).with_initial_retrieval(initial))
     }
 
     /// The detector's probability and log-odds for token `j`.
@@ -188,6 +205,10 @@ impl Trigger for MlpTrigger {
     fn reset(&mut self) {
         self.history.clear();
         self.flagged.clear();
+    }
+
+    fn before_generation(&mut self, _question: &str) -> bool {
+        self.initial
     }
 
     fn check_model(&self, model_id: &str, hidden: usize) -> anyhow::Result<()> {
@@ -385,6 +406,10 @@ mod tests {
         };
         assert_eq!(read("").unwrap().gate, MlpGate::All);
         assert_eq!(read("gate = \"content\"").unwrap().gate, MlpGate::Content);
+        // RaDIO's trigger starts without retrieving; `initial_retrieval` retrieves with the question first
+        assert!(!read("").unwrap().before_generation("Q"));
+        assert!(read("initial_retrieval = true").unwrap().before_generation("Q"));
+        assert!(read("initial_retrieval = 1").is_err(), "not a boolean");
         let msg = format!("{:#}", read("gate = \"words\"").err().expect("not a gate"));
         assert!(msg.contains("gate") && msg.contains("content"), "{msg}");
         assert!(MlpGate::parse("none").is_err());

@@ -39,8 +39,17 @@ fn step(i: usize, informed: bool) -> TokenStep {
 
 /// Runs one question; returns (initial retrieval?, [(keep, at, query)], final text).
 fn run(config: &str) -> (bool, Vec<(usize, usize, String)>, String) {
+    run_with(config, &[])
+}
+
+/// [`run`] with `[trigger]` keys set over the config's.
+fn run_with(config: &str, trigger_keys: &[(&str, toml::Value)]) -> (bool, Vec<(usize, usize, String)>, String) {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("configs").join(config);
-    let root: toml::Value = toml::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let mut root: toml::Value = toml::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let table = root.get_mut("trigger").and_then(|t| t.as_table_mut()).unwrap();
+    for (k, v) in trigger_keys {
+        table.insert(k.to_string(), v.clone());
+    }
     let root = resolve_dataset(&root, None).unwrap();
     let mut trigger = build_section(&root).unwrap();
     let former = crate::query::build_section(&root).unwrap();
@@ -129,4 +138,23 @@ fn shipped_configs_drive_the_loop_as_worked_out_by_hand() {
         run("etc.toml"),
         (false, vec![(13, 13, format!("{QUESTION} Eiffel Tower Paris built 1889"))], full.clone())
     );
+}
+
+#[test]
+fn rind_and_etc_retrieve_with_the_question_first_when_asked() {
+    // `initial_retrieval = true` adds the question's retrieval before generating (as FLARE and FL-RAG do); the
+    // scripted model stays unsure of the year after it (the question alone does not find it), so the in-loop
+    // retrievals are the ones worked out above
+    let on = [("initial_retrieval", toml::Value::Boolean(true))];
+    let full: String = SCRIPT.concat();
+    assert_eq!(
+        run_with("rind.toml", &on),
+        (true, vec![(YEAR, YEAR, format!("{QUESTION} Eiffel Tower Paris built"))], full.clone())
+    );
+    assert_eq!(
+        run_with("etc.toml", &on),
+        (true, vec![(13, 13, format!("{QUESTION} Eiffel Tower Paris built 1889"))], full)
+    );
+    let off = [("initial_retrieval", toml::Value::Boolean(false))];
+    assert!(!run_with("rind.toml", &off).0);
 }

@@ -64,6 +64,8 @@ pub struct Rind {
     variant: Variant,
     /// Cut, block size, and (DRAGIN's code) the first sentence after a retrieval accepted without judging.
     pacing: Pacing,
+    /// Retrieve with the question before generating (not DRAGIN's: off by default).
+    initial: bool,
 }
 
 /// `a_max(i)`: the largest head-averaged attention token `i` receives from a later token of the view.
@@ -102,12 +104,13 @@ impl Rind {
             Variant::Paper => (Truncate::Token, Lookahead::Sentence { max_tokens: 64 }),
             Variant::Code => (Truncate::Sentence, Lookahead::Tokens(64)),
         };
-        Rind { theta, variant, pacing: Pacing::new(truncate, lookahead, variant == Variant::Code) }
+        Rind { theta, variant, pacing: Pacing::new(truncate, lookahead, variant == Variant::Code), initial: false }
     }
 
     /// Config keys: `theta` (DRAGIN's `hallucination_threshold`, required), `variant` (`"paper"` | `"code"`),
     /// `truncate` (`"token"` | `"sentence"`, default by variant), `lookahead` (`"sentence"` or a token count,
-    /// default by variant) and `max_sentence_tokens` (64), `accept_after_retrieval` (default by variant).
+    /// default by variant) and `max_sentence_tokens` (64), `accept_after_retrieval` (default by variant),
+    /// `initial_retrieval` (retrieve with the question first, as FLARE and FL-RAG do; default false, as DRAGIN).
     pub fn from_config(config: &toml::Value) -> Result<Self> {
         let p = Params::new("rind", config)?;
         let theta = p.f32("theta", None)?;
@@ -117,6 +120,7 @@ impl Rind {
         };
         let mut r = Rind::new(theta, variant);
         r.pacing = r.pacing.read(&p)?;
+        r.initial = p.bool("initial_retrieval", false)?;
         p.finish()?;
         Ok(r)
     }
@@ -166,6 +170,9 @@ impl Trigger for Rind {
     }
     fn reset(&mut self) {
         self.pacing.reset();
+    }
+    fn before_generation(&mut self, _question: &str) -> bool {
+        self.initial
     }
     fn on_retrieval(&mut self) {
         self.pacing.on_retrieval();
