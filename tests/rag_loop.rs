@@ -271,3 +271,101 @@ fn loop_guard_stops_in_place_retrieval_loops() {
     assert_eq!(numbered.loops_guarded, 0);
     assert_eq!(numbered.generated_tokens, 10 * 4 + 16);
 }
+
+/// A decoder that writes a fixed answer after whatever prompt it was fed: answer step `k` is `answer[k]`
+/// (entropy 0.1, no attention), then an end-of-text token.
+struct Scripted {
+    ids: Vec<u32>,
+    prompt: usize,
+    answer: Vec<&'static str>,
+    stop: u32,
+}
+
+impl ragtime::rag::Decoder for Scripted {
+    fn ids(&self) -> Vec<u32> {
+        self.ids.clone()
+    }
+    fn len(&self) -> usize {
+        self.ids.len()
+    }
+    fn forward_tokens(&self) -> usize {
+        self.ids.len()
+    }
+    fn truncate(&mut self, len: usize) {
+        self.ids.truncate(len);
+    }
+    async fn feed(&mut self, ids: &[u32], _steps_from: usize) -> anyhow::Result<Vec<ragtime::step::TokenStep>> {
+        self.ids.extend_from_slice(ids);
+        self.prompt = self.ids.len(); // no retrieval here: every feed is the prompt
+        Ok(Vec::new())
+    }
+    async fn step(&mut self, _: &mut ragtime::model::Sampler) -> anyhow::Result<ragtime::step::TokenStep> {
+        let k = self.ids.len() - self.prompt;
+        let (id, text) = match self.answer.get(k) {
+            Some(t) => (1000 + k as u32, t.to_string()),
+            None => (self.stop, String::new()),
+        };
+        self.ids.push(id);
+        Ok(ragtime::step::TokenStep {
+            pos: self.ids.len() - 1,
+            id,
+            text,
+            entropy: 0.1,
+            prob: 0.9,
+            ..Default::default()
+        })
+    }
+}
+
+/// Judges blocks of the given size and never retrieves.
+struct Silent(Lookahead);
+
+impl Trigger for Silent {
+    fn name(&self) -> &str {
+        "silent"
+    }
+    fn lookahead(&self) -> Lookahead {
+        self.0
+    }
+    fn judge(&mut self, view: &GenView) -> anyhow::Result<Judgement> {
+        Ok(Judgement::new(Decision::Continue, vec![f32::NAN; view.tokens.len() - view.new_from]))
+    }
+}
+
+/// The loop stops once the answer sentence ends, but a period right after a digit may be a decimal point: the
+/// next token decides. A digit continues the number (`$10.` -> `$10.5 million.`), anything else ends the answer
+/// there and is dropped (`1998.` then a newline: the answer as before, one token more decoded). For token-by-token
+/// judging (the learned trigger's) and sentence blocks (RIND's) alike.
+#[test]
+fn an_answer_is_not_cut_at_a_decimal_point() {
+    let tok = Tokenizer::from_file(&ragtime::require_data!("models/smollm2-135m-instruct/tokenizer.json")).unwrap();
+    let stop = (0..49152).find(|&id| tok.is_stop(id)).expect("a stop token");
+    let (lm, _) = tiny_and_corpus(tok);
+    let prompt = italy_prompt();
+    let rag = RagLoop {
+        lm: &lm,
+        prompt: &prompt,
+        retriever: None,
+        cfg: LoopConfig { max_new_tokens: 32, suffix_tokens: 0, ..LoopConfig::default() },
+    };
+    let qf = ragtime::query::build("question", &toml::Table::new().into()).unwrap();
+    let decimal =
+        vec![" Costs", " rose", ".", " So", " the", " answer", " is", " $", "10", ".", "5", " million", ".", "\n"];
+    let year = vec![" So", " the", " answer", " is", " 1998", ".", "\n", "Question", ":", " Who", "?"];
+    for lookahead in [Lookahead::Tokens(1), Lookahead::Sentence { max_tokens: 64 }] {
+        let run = |answer: &Vec<&'static str>| {
+            let mut s = Scripted { ids: Vec::new(), prompt: 0, answer: answer.clone(), stop };
+            let mut trigger = Silent(lookahead);
+            ragtime::rag::batch::block_on(rag.answer_with(&mut s, "How much?", &mut trigger, qf.as_ref())).unwrap()
+        };
+        let out = run(&decimal);
+        assert_eq!(out.text, " Costs rose. So the answer is $10.5 million.", "{lookahead:?}");
+        assert_eq!(out.tokens.len(), 13);
+        assert_eq!(out.generated_tokens, 13, "{lookahead:?}: the digit after `$10.` decoded to see, and kept");
+        assert_eq!(out.scores.len(), out.tokens.len());
+        let out = run(&year);
+        assert_eq!(out.text, " So the answer is 1998.", "{lookahead:?}");
+        assert_eq!(out.generated_tokens, 7, "{lookahead:?}: the newline decoded to see the period was no decimal one");
+        assert_eq!(out.scores.len(), 6);
+    }
+}

@@ -17,7 +17,7 @@ use crate::prompt::PromptBuilder;
 use crate::query::QueryFormer;
 use crate::retrieval::{Passage, Retriever};
 use crate::step::TokenStep;
-use crate::text::words::ends_sentence;
+use crate::text::words::{ends_sentence, may_be_decimal_point};
 use crate::trigger::{Decision, GenView, Lookahead, Trigger};
 pub use batch::{Batch, Decoder, Lane};
 
@@ -213,9 +213,11 @@ impl<'a> RagLoop<'a> {
         let mut tokens = fed.steps;
         let mut scores: Vec<Option<f32>> = Vec::new();
         let mut stopped = false;
+        // a token decoded past the answer's last period to see whether it was a decimal point: the next block's first
+        let mut peeked = 0;
         while !stopped && tokens.len() < self.cfg.max_new_tokens {
             // generate one block
-            let new_from = tokens.len();
+            let new_from = tokens.len() - std::mem::take(&mut peeked);
             let (max_block, sentence) = match trigger.lookahead() {
                 Lookahead::Sentence { max_tokens } => (max_tokens, true),
                 Lookahead::Tokens(n) => (n, false),
@@ -274,8 +276,21 @@ impl<'a> RagLoop<'a> {
                 }
             }
             let text: String = tokens.iter().map(|t| t.text.as_str()).collect();
-            if text.contains(&self.cfg.answer_pattern) && ends_sentence(&texts, texts.len() - 1) {
-                break;
+            let last = texts.len() - 1;
+            if text.contains(&self.cfg.answer_pattern) && ends_sentence(&texts, last) {
+                // the answer sentence is done, unless its period may be a decimal point (`$10.` of `$10.5
+                // million`): then the next token decides, a digit continuing the number (kept, and judged with
+                // the next block), anything else ending the answer (dropped, as a stop token)
+                if !may_be_decimal_point(&texts, last) || tokens.len() >= self.cfg.max_new_tokens {
+                    break;
+                }
+                let step = s.step(&mut sampler).await?;
+                out.generated_tokens += 1;
+                if self.lm.tokenizer.is_stop(step.id) || !step.text.starts_with(|c: char| c.is_ascii_digit()) {
+                    break;
+                }
+                tokens.push(step);
+                peeked = 1;
             }
         }
         let mut text: String = tokens.iter().map(|t| t.text.as_str()).collect();

@@ -245,6 +245,20 @@ pub fn ends_sentence<S: AsRef<str>>(texts: &[S], i: usize) -> bool {
     boundaries(&texts[..upto])[i]
 }
 
+/// Could the sentence end [`ends_sentence`] finds after the last token, `texts[i]`, still be a decimal point?
+/// True when the text ends in a digit and a period (`$15.`, `3.`) and no token after it is known yet: the `3.5`
+/// rule decides only once the next token is there (`00.` continues a number, ` The` starts a sentence).
+pub fn may_be_decimal_point<S: AsRef<str>>(texts: &[S], i: usize) -> bool {
+    if i + 1 < texts.len() {
+        return false;
+    }
+    let Some(before) = texts[i].as_ref().strip_suffix('.') else { return false };
+    match before.chars().last() {
+        Some(c) => c.is_ascii_digit(),
+        None => i > 0 && texts[i - 1].as_ref().ends_with(|c: char| c.is_ascii_digit()),
+    }
+}
+
 /// Splits `texts` into sentences (token index ranges covering all tokens, in order).
 pub fn sentence_spans<S: AsRef<str>>(texts: &[S]) -> Vec<Range<usize>> {
     let mut spans = Vec::new();
@@ -275,6 +289,20 @@ pub fn sentence_of(tokens: &[TokenStep], i: usize) -> Range<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_period_after_a_digit_may_be_a_decimal_point_until_the_next_token() {
+        // the decode loop's view: the tokens so far, the last one just decoded
+        assert!(ends_sentence(&[" is", " $", "15", "."], 3) && may_be_decimal_point(&[" is", " $", "15", "."], 3));
+        assert!(may_be_decimal_point(&[" is", " $15."], 1), "digit and period in one token");
+        assert!(!ends_sentence(&[" is", " $", "15", ".", "00"], 3), "3.5 rule once the next token is known");
+        assert!(!may_be_decimal_point(&[" is", " $", "15", ".", " The"], 3), "the next token is known");
+        assert!(ends_sentence(&[" is", " $", "15", ".", " The"], 3));
+        assert!(!may_be_decimal_point(&[" in", " Paris", "."], 2), "no digit before it");
+        assert!(!may_be_decimal_point(&[" in", " 1889", ".\""], 2), "a closing quote after it");
+        assert!(!may_be_decimal_point(&[" is", " 5", "!"], 2));
+        assert!(!may_be_decimal_point(&["."], 0));
+    }
 
     #[test]
     fn merges_sub_tokens_at_word_starts() {
