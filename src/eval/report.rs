@@ -40,7 +40,8 @@ fn opt(v: Option<f64>, digits: usize) -> String {
     v.map_or_else(|| "–".to_string(), |x| format!("{x:.digits$}"))
 }
 
-/// The row label: the method, with the run directory's name added when two runs share method and dataset.
+/// The row label: the method, with the run directory's name added when two runs share method and dataset, or
+/// (with `dirs`) the folder the run lies in when that name is shared too.
 fn labels(summaries: &[&Summary], dirs: Option<&[&Path]>) -> Vec<String> {
     let mut out: Vec<String> = summaries
         .iter()
