@@ -279,14 +279,16 @@ impl<'a> RagLoop<'a> {
             let last = texts.len() - 1;
             if text.contains(&self.cfg.answer_pattern) && ends_sentence(&texts, last) {
                 // the answer sentence is done, unless its period may be a decimal point (`$10.` of `$10.5
-                // million`): then the next token decides, a digit continuing the number (kept, and judged with
-                // the next block), anything else ending the answer (dropped, as a stop token)
+                // million`): then the next token decides, by the same sentence rule; one that continues the
+                // number is kept (and judged with the next block), any other ends the answer (dropped, as a stop
+                // token)
                 if !may_be_decimal_point(&texts, last) || tokens.len() >= self.cfg.max_new_tokens {
                     break;
                 }
                 let step = s.step(&mut sampler).await?;
                 out.generated_tokens += 1;
-                if self.lm.tokenizer.is_stop(step.id) || !step.text.starts_with(|c: char| c.is_ascii_digit()) {
+                texts.push(step.text.clone());
+                if self.lm.tokenizer.is_stop(step.id) || ends_sentence(&texts, last) {
                     break;
                 }
                 tokens.push(step);

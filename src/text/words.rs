@@ -246,17 +246,15 @@ pub fn ends_sentence<S: AsRef<str>>(texts: &[S], i: usize) -> bool {
 }
 
 /// Could the sentence end [`ends_sentence`] finds after the last token, `texts[i]`, still be a decimal point?
-/// True when the text ends in a digit and a period (`$15.`, `3.`) and no token after it is known yet: the `3.5`
-/// rule decides only once the next token is there (`00.` continues a number, ` The` starts a sentence).
+/// True when a digit as the next token would undo it (the `3.5` rule: `$15.` then `00.`) and no token after it is
+/// known yet: the next token decides.
 pub fn may_be_decimal_point<S: AsRef<str>>(texts: &[S], i: usize) -> bool {
     if i + 1 < texts.len() {
         return false;
     }
-    let Some(before) = texts[i].as_ref().strip_suffix('.') else { return false };
-    match before.chars().last() {
-        Some(c) => c.is_ascii_digit(),
-        None => i > 0 && texts[i - 1].as_ref().ends_with(|c: char| c.is_ascii_digit()),
-    }
+    let mut with_digit: Vec<&str> = texts.iter().map(AsRef::as_ref).collect();
+    with_digit.push("0");
+    ends_sentence(texts, i) && !ends_sentence(&with_digit, i)
 }
 
 /// Splits `texts` into sentences (token index ranges covering all tokens, in order).
