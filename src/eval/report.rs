@@ -67,6 +67,13 @@ fn labels(summaries: &[&Summary], dirs: Option<&[&Path]>) -> Vec<String> {
     out
 }
 
+/// [`labels`] of loaded runs, their folders known.
+fn run_labels(runs: &[LoadedRun]) -> Vec<String> {
+    let summaries: Vec<&Summary> = runs.iter().map(|r| &r.summary).collect();
+    let dirs: Vec<&Path> = runs.iter().map(|r| r.dir.as_path()).collect();
+    labels(&summaries, Some(&dirs))
+}
+
 /// The folder a run lies in: the sweep's for a sweep's setting (`SWEEP/runs/SETTING`), else its parent's path.
 fn folder(dir: &Path) -> String {
     let parent = dir.parent().unwrap_or(Path::new(""));
@@ -88,14 +95,13 @@ fn questions(s: &Summary) -> String {
 /// The comparison table in Markdown. The accuracy column appears when some run has yes/no questions.
 pub fn markdown_table(summaries: &[Summary]) -> String {
     let refs: Vec<&Summary> = summaries.iter().collect();
-    cells_markdown(table_cells(&refs, None))
+    cells_markdown(table_cells(&refs, labels(&refs, None)))
 }
 
 /// [`markdown_table`] of loaded runs: runs whose labels would coincide are named by the folder they lie in.
 pub fn runs_table(runs: &[LoadedRun]) -> String {
     let refs: Vec<&Summary> = runs.iter().map(|r| &r.summary).collect();
-    let dirs: Vec<&Path> = runs.iter().map(|r| r.dir.as_path()).collect();
-    cells_markdown(table_cells(&refs, Some(&dirs)))
+    cells_markdown(table_cells(&refs, run_labels(runs)))
 }
 
 fn cells_markdown((header, rows): (Vec<String>, Vec<Vec<String>>)) -> String {
@@ -175,10 +181,8 @@ fn percent(v: Option<f64>) -> String {
 
 /// [`RetrievalPlaces`] of each run that retrieved, as a Markdown table (empty when none did).
 pub fn retrieval_places_table(runs: &[LoadedRun]) -> String {
-    let summaries: Vec<&Summary> = runs.iter().map(|r| &r.summary).collect();
-    let dirs: Vec<&Path> = runs.iter().map(|r| r.dir.as_path()).collect();
     let mut s = String::new();
-    for (r, label) in runs.iter().zip(labels(&summaries, Some(&dirs))) {
+    for (r, label) in runs.iter().zip(run_labels(runs)) {
         let p = RetrievalPlaces::of(&r.predictions);
         if p.repeat_share.is_none() {
             continue;
@@ -203,14 +207,14 @@ pub fn retrieval_places_table(runs: &[LoadedRun]) -> String {
     s
 }
 
-fn table_cells(summaries: &[&Summary], dirs: Option<&[&Path]>) -> (Vec<String>, Vec<Vec<String>>) {
+/// The comparison table's header and rows, each row under its label ([`labels`]).
+fn table_cells(summaries: &[&Summary], labels: Vec<String>) -> (Vec<String>, Vec<Vec<String>>) {
     let with_acc = summaries.iter().any(|s| s.accuracy.is_some());
     let mut header: Vec<&str> = vec!["method", "dataset", "n", "EM", "F1"];
     if with_acc {
         header.push("accuracy");
     }
     header.extend(["retrievals/q", "supporting hit", "gen tokens/q", "fwd tokens/q", "s/q"]);
-    let labels = labels(summaries, dirs);
     let rows = summaries
         .iter()
         .zip(labels)
@@ -337,8 +341,8 @@ pub fn html_page(runs: &[LoadedRun], selection: &Selection, extra: &str) -> Stri
     s.push_str(CSS);
     s.push_str("</style></head><body>\n<h1>ragtime report</h1>\n");
     let refs: Vec<&Summary> = runs.iter().map(|r| &r.summary).collect();
-    let dirs: Vec<&Path> = runs.iter().map(|r| r.dir.as_path()).collect();
-    let (header, rows) = table_cells(&refs, Some(&dirs));
+    let labels = run_labels(runs);
+    let (header, rows) = table_cells(&refs, labels.clone());
     s.push_str("<table><tr>");
     for h in &header {
         let _ = write!(s, "<th>{}</th>", escape(h));
@@ -374,7 +378,6 @@ pub fn html_page(runs: &[LoadedRun], selection: &Selection, extra: &str) -> Stri
     };
     let maps: Vec<HashMap<&str, &PredictionRecord>> =
         runs.iter().map(|r| r.predictions.iter().map(|p| (p.id.as_str(), p)).collect()).collect();
-    let labels = labels(&refs, Some(&dirs));
     for id in &ids {
         let Some(first) = maps.iter().find_map(|m| m.get(id.as_str())) else {
             let _ = writeln!(s, "<div class=\"q\"><h3>{}</h3><p>not in any run</p></div>", escape(id));
