@@ -5,8 +5,6 @@
 
 mod common;
 
-use std::cell::Cell;
-
 use common::{tiny_q4, Tiny};
 use ragtime::detector::mlp::{LinearWeights, MlpConfig, MlpWeights};
 use ragtime::detector::{Detector, DetectorInfo};
@@ -211,28 +209,13 @@ fn sequential_and_batched(
         questions.iter().map(|q| rag.answer_in(&mut session, q, t.as_mut(), qf).unwrap()).collect();
 
     let batch = Batch::new(rag.lm, lanes);
-    let triggers: Vec<_> = (0..lanes).map(|_| Cell::new(Some(trigger()))).collect();
-    let triggers = &triggers;
-    let mut queue = questions.iter().enumerate();
+    let triggers = (0..lanes).map(|_| trigger()).collect();
     let mut batched = vec![None; questions.len()];
-    batch
-        .run(
-            |lane| {
-                let (i, q) = queue.next()?;
-                let mut d = batch.lane(lane);
-                Some(Box::pin(async move {
-                    let mut t = triggers[lane].take().expect("one question per lane at a time");
-                    let o = rag.answer_with(&mut d, q, t.as_mut(), qf).await;
-                    triggers[lane].set(Some(t));
-                    (i, o)
-                }))
-            },
-            |(i, o)| {
-                batched[i] = Some(o?);
-                Ok(())
-            },
-        )
-        .unwrap();
+    rag.answer_on_lanes(&batch, triggers, qf, questions.iter().copied(), |i, o| {
+        batched[i] = Some(o?);
+        Ok(())
+    })
+    .unwrap();
     let batched = batched.into_iter().map(|o| o.expect("every question answered")).collect();
     let counts = Counts {
         fed: batch.fed.get(),

@@ -10,15 +10,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::{run_ok, strings as s};
 use ragtime::model::Arch;
 
 fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_ragtime"))
-}
-
-fn run_ok(args: &[String]) {
-    let out = bin().args(args).output().unwrap();
-    assert!(out.status.success(), "ragtime {}\n{}", args.join(" "), String::from_utf8_lossy(&out.stderr));
 }
 
 /// Starts `args`, waits until `ready` holds (polling), then kills the process with SIGKILL. Returns whether it
@@ -41,10 +37,6 @@ fn kill_when(args: &[String], ready: impl Fn() -> bool) -> bool {
     }
 }
 
-fn s(v: &[&str]) -> Vec<String> {
-    v.iter().map(|x| x.to_string()).collect()
-}
-
 fn lines(p: &Path) -> usize {
     std::fs::read_to_string(p).map(|t| t.lines().count()).unwrap_or(0)
 }
@@ -61,14 +53,12 @@ fn eval_killed_and_resumed_equals_an_uninterrupted_run() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
     let model = common::write_tiny_gguf(Arch::Llama, root);
-    let qa: String = (0..30)
-        .map(|i| format!("{}\n", serde_json::json!({"question": format!("What is item {i} of the list?"), "answer": [format!("item {i}")]})))
-        .collect();
-    std::fs::write(root.join("qa.jsonl"), qa).unwrap();
+    let qa: Vec<_> = (0..30).map(|i| (format!("What is item {i} of the list?"), format!("item {i}"))).collect();
+    let qa = common::write_qa(root, "qa", &qa);
     let corpus: String = (0..30).map(|i| format!("{i}\tThe list has item {i} in place {i}.\tList {i}\n")).collect();
     std::fs::write(root.join("c.tsv"), format!("id\ttext\ttitle\n{corpus}")).unwrap();
     let index = root.join("idx");
-    run_ok(&s(&["index", "--corpus", root.join("c.tsv").to_str().unwrap(), "--out", index.to_str().unwrap(), "-q"]));
+    common::index_corpus(&root.join("c.tsv"), &index);
     let args = |out: &Path| {
         s(&[
             "eval",
@@ -77,7 +67,7 @@ fn eval_killed_and_resumed_equals_an_uninterrupted_run() {
             "--tokenizer",
             tok.to_str().unwrap(),
             "--dataset",
-            root.join("qa.jsonl").to_str().unwrap(),
+            qa.to_str().unwrap(),
             "--trigger",
             "fixed-length",
             "--index",
@@ -242,14 +232,12 @@ fn synth_autorag_killed_and_resumed_equals_an_uninterrupted_run() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
     let model = common::write_tiny_gguf(Arch::Llama, root);
-    let qa: String = (0..16)
-        .map(|i| format!("{}\n", serde_json::json!({"id": format!("q{i}"), "question": format!("Where is place {i}?"), "answer": ["river"]})))
-        .collect();
-    std::fs::write(root.join("qa.jsonl"), qa).unwrap();
+    let qa: Vec<_> = (0..16).map(|i| (format!("Where is place {i}?"), "river".to_string())).collect();
+    let qa = common::write_qa(root, "qa", &qa);
     let corpus: String = (0..30).map(|i| format!("{i}\tPlace {i} lies by the river.\tPlace {i}\n")).collect();
     std::fs::write(root.join("c.tsv"), format!("id\ttext\ttitle\n{corpus}")).unwrap();
     let index = root.join("idx");
-    run_ok(&s(&["index", "--corpus", root.join("c.tsv").to_str().unwrap(), "--out", index.to_str().unwrap(), "-q"]));
+    common::index_corpus(&root.join("c.tsv"), &index);
     let args = |out: &Path| {
         s(&[
             "synth",
@@ -259,7 +247,7 @@ fn synth_autorag_killed_and_resumed_equals_an_uninterrupted_run() {
             "--tokenizer",
             tok.to_str().unwrap(),
             "--dataset",
-            root.join("qa.jsonl").to_str().unwrap(),
+            qa.to_str().unwrap(),
             "--index",
             index.to_str().unwrap(),
             "--max-iter",

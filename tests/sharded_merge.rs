@@ -7,26 +7,17 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 
+use common::{run_ok, strings as s};
 use ragtime::model::Arch;
 
 fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_ragtime"))
 }
 
-fn s(v: &[&str]) -> Vec<String> {
-    v.iter().map(|x| x.to_string()).collect()
-}
-
 fn p(x: &Path) -> &str {
     x.to_str().unwrap()
-}
-
-fn run_ok(args: &[String]) -> Output {
-    let out = bin().args(args).output().unwrap();
-    assert!(out.status.success(), "ragtime {}\n{}", args.join(" "), String::from_utf8_lossy(&out.stderr));
-    out
 }
 
 /// Runs `args + --shard i/n` for every i at once (separate processes), and waits for all.
@@ -193,13 +184,10 @@ fn sharded_eval_merges_into_the_run_of_one_process() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
     let model = common::write_tiny_gguf(Arch::Llama, root);
-    let qa: String = (0..20)
-        .map(|i| format!("{}\n", serde_json::json!({"id": format!("q{i}"), "question": format!("What is item {i} of the list?"), "answer": [format!("item {i}")]})))
-        .collect();
-    std::fs::write(root.join("qa.jsonl"), qa).unwrap();
-    let c = corpus(root, 50);
+    let qa: Vec<_> = (0..20).map(|i| (format!("What is item {i} of the list?"), format!("item {i}"))).collect();
+    let qa = common::write_qa(root, "qa", &qa);
     let index = root.join("idx");
-    run_ok(&s(&["index", "--corpus", p(&c), "--out", p(&index), "-q"]));
+    common::index_corpus(&corpus(root, 50), &index);
     let args = |out: &Path| {
         s(&[
             "eval",
@@ -208,7 +196,7 @@ fn sharded_eval_merges_into_the_run_of_one_process() {
             "--tokenizer",
             p(&tok),
             "--dataset",
-            p(&root.join("qa.jsonl")),
+            p(&qa),
             "--trigger",
             "fixed-length",
             "--index",
@@ -297,13 +285,10 @@ fn sharded_synth_autorag_merges_into_the_dialogues_of_one_process() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
     let model = common::write_tiny_gguf(Arch::Llama, root);
-    let qa: String = (0..8)
-        .map(|i| format!("{}\n", serde_json::json!({"id": format!("q{i}"), "question": format!("Where is passage {i}?"), "answer": ["river"]})))
-        .collect();
-    std::fs::write(root.join("qa.jsonl"), qa).unwrap();
-    let c = corpus(root, 50);
+    let qa: Vec<_> = (0..8).map(|i| (format!("Where is passage {i}?"), "river".to_string())).collect();
+    let qa = common::write_qa(root, "qa", &qa);
     let index = root.join("idx");
-    run_ok(&s(&["index", "--corpus", p(&c), "--out", p(&index), "-q"]));
+    common::index_corpus(&corpus(root, 50), &index);
     let args = |out: &Path| {
         s(&[
             "synth",
@@ -313,7 +298,7 @@ fn sharded_synth_autorag_merges_into_the_dialogues_of_one_process() {
             "--tokenizer",
             p(&tok),
             "--dataset",
-            p(&root.join("qa.jsonl")),
+            p(&qa),
             "--index",
             p(&index),
             "--max-iter",

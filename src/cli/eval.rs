@@ -1,7 +1,6 @@
 //! `ragtime eval`: run one controller over a QA dataset in the shared decode loop and write a run directory
 //! (config.toml, predictions.jsonl with per-question traces, metrics.json). Resumes an interrupted run.
 
-use std::cell::Cell;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
@@ -509,41 +508,26 @@ pub(crate) fn answer_all(
             eprintln!("{}", progress.update(&rec));
         }
     } else {
-        // one trigger per lane: triggers keep per-question state
-        let mut triggers = vec![Cell::new(Some(trigger))];
-        for _ in 1..batch_size {
-            triggers.push(Cell::new(Some(method.trigger()?)));
-        }
         let batch = Batch::new(lm, batch_size);
-        let mut queue = todo.into_iter().enumerate();
+        let mut triggers = vec![trigger];
+        for _ in 1..batch_size {
+            triggers.push(method.trigger()?);
+        }
         let (mut last, mut order) = (std::time::Instant::now(), InOrder::default());
-        let (rag, qf, triggers) = (&rag, qf.as_ref(), &triggers);
-        batch.run(
-            |lane| {
-                let (i, ex) = queue.next()?;
-                let mut decoder = batch.lane(lane);
-                Some(Box::pin(async move {
-                    // the lane holds its trigger while it answers, and hands it back for the lane's next question
-                    let mut t = triggers[lane].take().expect("a lane answers one question at a time");
-                    let o = rag.answer_with(&mut decoder, &ex.question, t.as_mut(), qf).await;
-                    triggers[lane].set(Some(t));
-                    (i, ex, o)
-                }))
-            },
-            |(i, ex, o)| {
-                // `seconds`: the wall time since the previous question finished
-                let rec = match o {
-                    Ok(o) => record(ex, &o, last.elapsed().as_secs_f64()),
-                    Err(e) => PredictionRecord::unanswered(ex, e)?,
-                };
-                last = std::time::Instant::now();
-                order.push(i, rec, |rec| {
-                    writer.write(&rec)?;
-                    eprintln!("{}", progress.update(&rec));
-                    Ok(())
-                })
-            },
-        )?;
+        rag.answer_on_lanes(&batch, triggers, qf.as_ref(), todo.iter().map(|ex| ex.question.as_str()), |i, o| {
+            // `seconds`: the wall time since the previous question finished
+            let ex = todo[i];
+            let rec = match o {
+                Ok(o) => record(ex, &o, last.elapsed().as_secs_f64()),
+                Err(e) => PredictionRecord::unanswered(ex, e)?,
+            };
+            last = std::time::Instant::now();
+            order.push(i, rec, |rec| {
+                writer.write(&rec)?;
+                eprintln!("{}", progress.update(&rec));
+                Ok(())
+            })
+        })?;
         eprintln!("{}", batch.summary("questions"));
     }
     Ok(())

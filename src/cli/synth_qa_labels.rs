@@ -3,7 +3,6 @@
 //! was wrong (see `ragtime::synth::qa_labels`), in the same resumable Parquet store `synth hallucination` writes,
 //! so `train detector` reads either source.
 
-use std::cell::Cell;
 use std::path::PathBuf;
 
 use anyhow::{bail, Result};
@@ -111,42 +110,25 @@ pub fn run(a: Args) -> Result<()> {
     let rag = RagLoop { lm: &lm, prompt: &prompt, retriever: None, cfg: method.loop_config(&spec, 0, false) };
     let qf = method.query()?;
     let batch = Batch::new(&lm, a.model.lanes(a.batch).min(todo.len()).max(1));
-    let mut triggers = Vec::new();
-    for _ in 0..batch.lanes() {
-        triggers.push(Cell::new(Some(method.trigger()?)));
-    }
+    let triggers = (0..batch.lanes()).map(|_| method.trigger()).collect::<Result<Vec<_>>>()?;
     let mut progress = Progress::new(examples_all.len(), examples_all.len() - todo.len());
-    let mut queue = todo.into_iter().enumerate();
     let mut order = InOrder::default();
-    let (rag, qf, triggers) = (&rag, qf.as_ref(), &triggers);
-    batch.run(
-        |lane| {
-            let (i, ex) = queue.next()?;
-            let mut decoder = batch.lane(lane);
-            Some(Box::pin(async move {
-                let mut t = triggers[lane].take().expect("a lane answers one question at a time");
-                let o = rag.answer_with(&mut decoder, &ex.question, t.as_mut(), qf).await;
-                triggers[lane].set(Some(t));
-                (i, ex, o)
-            }))
-        },
-        |(i, ex, o)| {
-            order.push(i, (ex, o), |(ex, o): (&Example, Result<Outcome>)| {
-                let rows: Vec<HalluExample> = match o {
-                    Ok(o) => examples(ex, &o, hidden),
-                    Err(e) if e.downcast_ref::<ragtime::model::ContextOverflow>().is_some() => {
-                        eprintln!("warning: question '{}' skipped: {e}", ex.id);
-                        Vec::new()
-                    }
-                    Err(e) => return Err(e.context(format!("question '{}'", ex.id))),
-                };
-                let line = progress.update(&rows);
-                store.add_article(&ex.id, rows)?;
-                eprintln!("{line}");
-                Ok(())
-            })
-        },
-    )?;
+    rag.answer_on_lanes(&batch, triggers, qf.as_ref(), todo.iter().map(|ex| ex.question.as_str()), |i, o| {
+        order.push(i, (todo[i], o), |(ex, o): (&Example, Result<Outcome>)| {
+            let rows: Vec<HalluExample> = match o {
+                Ok(o) => examples(ex, &o, hidden),
+                Err(e) if e.downcast_ref::<ragtime::model::ContextOverflow>().is_some() => {
+                    eprintln!("warning: question '{}' skipped: {e}", ex.id);
+                    Vec::new()
+                }
+                Err(e) => return Err(e.context(format!("question '{}'", ex.id))),
+            };
+            let line = progress.update(&rows);
+            store.add_article(&ex.id, rows)?;
+            eprintln!("{line}");
+            Ok(())
+        })
+    })?;
     store.flush()?;
     let m = store.manifest().clone();
     if let Some((run, order)) = part {

@@ -186,6 +186,34 @@ impl<'a> RagLoop<'a> {
         batch::block_on(self.answer_with(s, question, trigger, qf))
     }
 
+    /// Answers `questions` on the lanes of `batch`, one question per lane at a time: lane k judges with
+    /// `triggers[k]` (a trigger keeps per-question state, so lanes never share one) and keeps it for the next
+    /// question it takes. `done(i, outcome)` takes the outcome of `questions`' i-th (from 0) as each one finishes,
+    /// in the order they finish ([`batch::InOrder`] puts them back in input order). Each outcome equals
+    /// [`answer_in`](Self::answer_in)'s.
+    pub fn answer_on_lanes<'q>(
+        &self,
+        batch: &Batch<'_>,
+        triggers: Vec<Box<dyn Trigger>>,
+        qf: &dyn QueryFormer,
+        questions: impl IntoIterator<Item = &'q str>,
+        mut done: impl FnMut(usize, Result<Outcome>) -> Result<()>,
+    ) -> Result<()> {
+        let slots = triggers.into_iter().enumerate().map(|(k, t)| (batch.lane(k), t)).collect();
+        batch.run_slots(
+            1,
+            slots,
+            questions.into_iter().enumerate(),
+            |(mut lane, mut trigger), (i, question)| {
+                Box::pin(async move {
+                    let o = self.answer_with(&mut lane, question, trigger.as_mut(), qf).await;
+                    ((lane, trigger), (i, o))
+                })
+            },
+            |(i, o)| done(i, o),
+        )
+    }
+
     /// [`answer_in`](Self::answer_in) on any [`Decoder`]: a [`Session`], or a [`Lane`] of a [`Batch`] that
     /// answers several questions at once (each lane's outcome equals the one-session outcome).
     pub async fn answer_with<D: Decoder>(

@@ -233,13 +233,36 @@ pub fn ok(args: &[&str]) -> String {
     stdout
 }
 
-/// A dataset spec `ROOT/NAME.toml` over `ROOT/NAME.jsonl`: the NQ-open layout, one `(question, answer)` a line,
-/// `max_new_tokens`, and the `[splits]` table's lines.
-pub fn write_qa_spec(root: &Path, name: &str, qa: &[(String, String)], max_new_tokens: usize, splits: &str) -> PathBuf {
+/// `v` as owned strings: an argument list a test builds up or extends.
+pub fn strings(v: &[&str]) -> Vec<String> {
+    v.iter().map(|x| x.to_string()).collect()
+}
+
+/// Runs the binary with `args`, which must succeed; its output.
+pub fn run_ok(args: &[String]) -> std::process::Output {
+    let out = Command::new(env!("CARGO_BIN_EXE_ragtime")).args(args).output().expect("runs the binary");
+    assert!(out.status.success(), "ragtime {}\n{}", args.join(" "), String::from_utf8_lossy(&out.stderr));
+    out
+}
+
+/// `ROOT/NAME.jsonl` in the NQ-open layout, one `(question, answer)` a line.
+pub fn write_qa(root: &Path, name: &str, qa: &[(String, String)]) -> PathBuf {
     let data = root.join(format!("{name}.jsonl"));
     let lines: String =
         qa.iter().map(|(q, a)| format!("{}\n", serde_json::json!({"question": q, "answer": [a]}))).collect();
     std::fs::write(&data, lines).unwrap();
+    data
+}
+
+/// A BM25 index of the corpus file `corpus` at `index`, built by `ragtime index`.
+pub fn index_corpus(corpus: &Path, index: &Path) {
+    run_ok(&strings(&["index", "--corpus", corpus.to_str().unwrap(), "--out", index.to_str().unwrap(), "-q"]));
+}
+
+/// A dataset spec `ROOT/NAME.toml` over `ROOT/NAME.jsonl`: the NQ-open layout, one `(question, answer)` a line,
+/// `max_new_tokens`, and the `[splits]` table's lines.
+pub fn write_qa_spec(root: &Path, name: &str, qa: &[(String, String)], max_new_tokens: usize, splits: &str) -> PathBuf {
+    let data = write_qa(root, name, qa);
     let spec = root.join(format!("{name}.toml"));
     let text = format!(
         "name = \"{name}\"\nfile = \"{}\"\nlayout = \"nq-open\"\nmax_new_tokens = {max_new_tokens}\n\n[splits]\n{splits}\n",
@@ -290,7 +313,7 @@ pub fn tiny_eval() -> Option<Setup> {
     .collect();
     std::fs::write(root.join("corpus.tsv"), format!("id\ttext\ttitle\n{corpus}")).unwrap();
     let index = root.join("index");
-    ok(&["index", "--corpus", root.join("corpus.tsv").to_str().unwrap(), "--out", index.to_str().unwrap()]);
+    index_corpus(&root.join("corpus.tsv"), &index);
     Some(Setup {
         model: model.display().to_string(),
         tokenizer: tokenizer.display().to_string(),
