@@ -228,9 +228,7 @@ pub fn ragtime(args: &[&str]) -> (bool, String, String) {
 
 /// Runs the binary, which must succeed; its stdout.
 pub fn ok(args: &[&str]) -> String {
-    let (success, stdout, stderr) = ragtime(args);
-    assert!(success, "ragtime {}\n{stderr}", args.join(" "));
-    stdout
+    String::from_utf8_lossy(&run_ok(&strings(args)).stdout).into_owned()
 }
 
 /// `v` as owned strings: an argument list a test builds up or extends.
