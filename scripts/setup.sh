@@ -21,7 +21,9 @@ GLOVE=0
 MINILM=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
-    --model) MODELS="$MODELS,$2"; shift 2 ;;  # the default model always, and each one named
+    --model)  # the default model always, and each one named
+      [[ $# -ge 2 ]] || { echo "setup.sh: --model needs a name (smollm2, qwen, qwen1.5b, all)" >&2; exit 2; }
+      MODELS="$MODELS,$2"; shift 2 ;;
     --glove) GLOVE=1; shift ;;
     --minilm) MINILM=1; shift ;;
     -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
