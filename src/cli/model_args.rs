@@ -56,8 +56,9 @@ pub struct ModelArgs {
 /// `--int8-dot` where the integer products read row tiles (AVX-512 VNNI, and AMX: a row costs less in a pass of 32
 /// than of 8; Qwen's `eval`, `synth hallucination` and `synth autorag` 1.04-1.34x faster than at 8 lanes with AMX,
 /// docs/results/bench-lanes-cpu-int8-amx-qwen.md, 1.08-1.10x with VNNI alone,
-/// docs/results/bench-lanes-cpu-int8-vnni-qwen.md), 64 on a GPU (the batched engine decodes every lane in one pass
-/// of one shape).
+/// docs/results/bench-lanes-cpu-int8-vnni-qwen.md; on AVX2 without the tiles 32 lanes gain 1.05x for 1.5x the
+/// memory, so 8 there: docs/results/bench-lanes-cpu-int8-avx2-qwen.md), 64 on a GPU (the batched engine decodes
+/// every lane in one pass of one shape).
 pub const DEFAULT_LANES_CPU: usize = 8;
 pub const DEFAULT_LANES_CPU_TILES: usize = 32;
 pub const DEFAULT_LANES_GPU: usize = 64;
