@@ -26,6 +26,8 @@ pub struct Args {
     /// Trigger / method name: reads configs/NAME.toml unless --config is given.
     #[arg(long)]
     pub trigger: String,
+    /// Method config to read instead of configs/NAME.toml (the same tables: [trigger], [query], [retrieval],
+    /// [generation]), e.g. one trigger with another method's query former.
     #[arg(long)]
     pub config: Option<PathBuf>,
     /// Index from `ragtime index` (default: the dataset's).
