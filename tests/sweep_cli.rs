@@ -139,13 +139,15 @@ fn sweep_picks_budgets_that_eval_and_report_use() {
     let expected = (a.1 + b.1) / 2.0;
     let runs: Vec<String> = records.iter().map(|r| out.join(&r.run).display().to_string()).collect();
     let at = format!("1,{rate}");
-    let mut argv = vec!["report", "--at", &at, "--baseline", "fixed-length", "--resamples", "200"];
+    // and --mean-over the same two settings' span: one straight line, whose mean is the reading halfway
+    let over = format!("{}..{}", a.0, b.0);
+    let mut argv =
+        vec!["report", "--at", &at, "--mean-over", &over, "--baseline", "fixed-length", "--resamples", "200"];
     argv.extend(runs.iter().map(String::as_str));
     let report = ok(&argv);
     assert!(!report.contains("### Budget"), "--at replaces the budget tables: {report}");
     // each rate's table, its rows as cells: controller, settings, span, between, value, Δ, p, resamples kept
-    let table = |r: f64| -> Vec<Vec<String>> {
-        let head = format!("### F1 at {r} retrievals/question");
+    let table_titled = |head: String| -> Vec<Vec<String>> {
         let t = report.split(&head).nth(1).unwrap_or_else(|| panic!("{head}: {report}"));
         let t = t.split("\n### ").next().unwrap();
         t.lines()
@@ -153,6 +155,7 @@ fn sweep_picks_budgets_that_eval_and_report_use() {
             .map(|l| l.trim_matches(|c| c == '|' || c == ' ').split(" | ").map(str::to_string).collect())
             .collect()
     };
+    let table = |r: f64| table_titled(format!("### F1 at {r} retrievals/question"));
     let find = |t: &[Vec<String>], name: &str| t.iter().find(|r| r[0] == name).unwrap().clone();
     let t = table(rate);
     let fl_row = find(&t, "fixed-length");
@@ -165,6 +168,11 @@ fn sweep_picks_budgets_that_eval_and_report_use() {
     assert_eq!(find(&t, "single")[3], "measured", "{report}");
     assert_eq!(find(&t, "single")[7], "200", "every resample keeps single at rate 1: {report}");
     assert_eq!(find(&t, "none")[3], "not reached", "{report}");
+    let t = table_titled(format!("### F1 averaged over {}–{} retrievals/question", a.0, b.0));
+    let fl_row = find(&t, "fixed-length");
+    assert_eq!(fl_row[3], format!("{:.2}: {:.3} to {:.2}: {:.3}", a.0, a.1, b.0, b.1), "{report}");
+    assert_eq!(fl_row[4], format!("{expected:.3}"), "{report}");
+    assert_eq!(find(&t, "single")[4], "–", "single is measured at 1 only: {report}");
 
     // a sweep of another controller into the same directory keeps the earlier lines and adds its own
     let mut more = vec!["sweep".to_string()];

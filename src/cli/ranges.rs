@@ -46,6 +46,17 @@ pub fn non_negative(s: &str) -> Result<f64, String> {
     }
 }
 
+/// A range of rates `LO..HI`: two finite numbers at or above 0, LO not above HI (`report --mean-over`).
+pub fn rate_range(s: &str) -> Result<(f64, f64), String> {
+    let (lo, hi) = s.split_once("..").ok_or_else(|| format!("'{s}' is not a range LO..HI (e.g. 1.2..1.9)"))?;
+    let (lo, hi) = (non_negative(lo)?, non_negative(hi)?);
+    if lo <= hi {
+        Ok((lo, hi))
+    } else {
+        Err(format!("{s}: {lo} is above {hi} (expected LO..HI, LO not above HI)"))
+    }
+}
+
 /// A finite number in `[0, 1)` (dropout, fractions of a set).
 pub fn fraction(s: &str) -> Result<f64, String> {
     let v = finite(s)?;
@@ -102,5 +113,11 @@ mod tests {
         assert!(fraction("1").is_err() && fraction("0.2").is_ok());
         assert!(probability("0").is_err() && probability("1").is_ok());
         assert!(cosine_f32("1.5").is_err() && cosine_f32("-0.3").is_ok());
+        assert_eq!(rate_range("1.2..1.9"), Ok((1.2, 1.9)));
+        assert_eq!(rate_range("1..1"), Ok((1.0, 1.0)));
+        assert!(rate_range("1.9..1.2").unwrap_err().contains("1.9 is above 1.2"));
+        assert!(rate_range("1.2-1.9").unwrap_err().contains("not a range LO..HI"));
+        assert!(rate_range("-1..2").unwrap_err().contains("must be 0 or more"));
+        assert!(rate_range("1..nan").unwrap_err().contains("not a finite number"));
     }
 }

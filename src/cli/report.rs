@@ -1,13 +1,15 @@
-//! `ragtime report RUN_DIR... [--baseline NAME] [--at R1,R2] [--html out.html] [--questions N] [--ids a,b]`: the
+//! `ragtime report RUN_DIR... [--baseline NAME] [--at R1,R2] [--mean-over LO..HI] [--html out.html] [--questions N]
+//! [--ids a,b]`: the
 //! comparison table (Markdown, to stdout) of runs written by `ragtime eval` or `ragtime sweep`, and where their
 //! retrievals land (first retrieval's token, repeated passages, distinct passages); with `--baseline`, the
 //! matched-budget tables with paired-bootstrap intervals; with `--at`, every controller's settings read at those
-//! retrieval rates ([`ragtime::eval::curves`]); optionally an HTML page with the tables, the
+//! retrieval rates ([`ragtime::eval::curves`]), with `--mean-over`, their mean over a range of rates; optionally an HTML page with the tables, the
 //! quality-against-retrievals plot and the generations.
 
 use std::path::PathBuf;
 
 use anyhow::Result;
+use ragtime::eval::curves::Reading;
 use ragtime::eval::pareto::Point;
 use ragtime::eval::plot::{pareto_svg, Series};
 use ragtime::eval::report::{
@@ -33,6 +35,11 @@ pub struct Args {
     /// matched-budget tables.
     #[arg(long, value_delimiter = ',', value_parser = super::ranges::non_negative)]
     pub at: Vec<f64>,
+    /// Read the same curves over ranges of rates, e.g. `--mean-over 1.2..1.9`: each curve's mean over the range
+    /// (the area under its straight lines between settings, divided by the range's width), compared with the
+    /// `--baseline` curve by paired bootstrap; with `--at` or alone. Replaces the matched-budget tables.
+    #[arg(long, value_delimiter = ',', value_parser = super::ranges::rate_range)]
+    pub mean_over: Vec<(f64, f64)>,
     /// Bootstrap resamples.
     #[arg(long, default_value_t = compare::RESAMPLES, value_parser = super::ranges::int::<1, 1_000_000>)]
     pub resamples: usize,
@@ -81,13 +88,16 @@ pub fn run(args: Args) -> Result<()> {
         print!("\nWhere the retrievals land and what they bring (per question):\n\n{places}");
     }
     let mut curve_html = String::new();
-    if !args.at.is_empty() {
-        let t = curves::tables(&runs, &args.at, args.baseline.as_deref(), args.resamples, args.seed)?;
+    let readings: Vec<Reading> = (args.at.iter().map(|&r| Reading::At(r)))
+        .chain(args.mean_over.iter().map(|&(lo, hi)| Reading::Over(lo, hi)))
+        .collect();
+    if !readings.is_empty() {
+        let t = curves::tables(&runs, &readings, args.baseline.as_deref(), args.resamples, args.seed)?;
         print!("{}", curves::markdown(&t));
         curve_html = curves::html(&t);
     }
     let tables = match &args.baseline {
-        Some(_) if !args.at.is_empty() => None,
+        Some(_) if !readings.is_empty() => None,
         Some(b) => {
             let t = compare::budget_tables(&runs, b, args.resamples, args.seed)?;
             print!("{}", compare::markdown(&t, args.resamples));
