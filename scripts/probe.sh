@@ -83,6 +83,7 @@ row "sweep --budgets 5000" "$BIN" sweep --dataset hotpotqa --triggers rind --ind
 row "sweep --pick --calibrated (a file of the user's)" "$BIN" sweep --dataset hotpotqa --triggers rind --index "$WORK/idx" --pick --calibrated "$WORK/theirs/notes.txt" --out "$WORK/sw5"
 row "sweep --out (a folder of other files)" "$BIN" sweep --dataset hotpotqa --triggers none --limit 1 --out "$WORK/theirs"
 row "report --baseline nope (no run directory given)" "$BIN" report --baseline nope "$WORK/idx"
+row "report --mean-over 1.9..1.2" "$BIN" report --mean-over 1.9..1.2 "$WORK/idx"
 row "train autorag --lr nan" "$BIN" train autorag --lr nan
 row "generate --top-p 0" "$BIN" generate --prompt hi --top-p 0
 row "generate --temperature -1" "$BIN" generate --prompt hi --temperature=-1
