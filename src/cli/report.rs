@@ -1,10 +1,9 @@
 //! `ragtime report RUN_DIR... [--baseline NAME] [--at R1,R2] [--mean-over LO..HI] [--html out.html] [--questions N]
-//! [--ids a,b]`: the
-//! comparison table (Markdown, to stdout) of runs written by `ragtime eval` or `ragtime sweep`, and where their
-//! retrievals land (first retrieval's token, repeated passages, distinct passages); with `--baseline`, the
-//! matched-budget tables with paired-bootstrap intervals; with `--at`, every controller's settings read at those
-//! retrieval rates ([`ragtime::eval::curves`]), with `--mean-over`, their mean over a range of rates; optionally an HTML page with the tables, the
-//! quality-against-retrievals plot and the generations.
+//! [--ids a,b]`: the comparison table (Markdown, to stdout) of runs written by `ragtime eval` or `ragtime sweep`, and
+//! where their retrievals land (first retrieval's token, repeated passages, distinct passages); with `--baseline`,
+//! the matched-budget tables with paired-bootstrap intervals; with `--at`, every controller's settings read at those
+//! retrieval rates ([`ragtime::eval::curves`]), with `--mean-over`, their mean over a range of rates; optionally an
+//! HTML page with the tables, the quality-against-retrievals plot and the generations.
 
 use std::path::PathBuf;
 

@@ -18,8 +18,8 @@
 //! The interval is a paired bootstrap over questions ([`super::bootstrap`]): each resample of the questions (the
 //! same indices for every run) recomputes every run's mean quality and mean retrievals, reads each curve at the
 //! rate (or over the range) again and takes its difference to the baseline curve. A resample on which either curve
-//! no longer reaches the rate (or either end of the range) is left out, and the table says how many were kept. The comparison is over the questions every run
-//! answered.
+//! no longer reaches the rate (or either end of the range) is left out, and the table says how many were kept. The
+//! comparison is over the questions every run answered.
 //!
 //! This is ragtime's own reading of the sweeps, not a published protocol. Linear interpolation assumes a curve
 //! is straight between the settings measured: settings close in rate keep that assumption small, and the
