@@ -104,7 +104,11 @@ fn merged(points: &[(f64, f64)]) -> Vec<(f64, f64)> {
 /// rate, or the linear interpolation between the nearest measured rates below and above it, with those two
 /// points. Points at one rate are merged into their mean quality. `None` outside the measured rates.
 pub fn at(points: &[(f64, f64)], rate: f64) -> Option<(f64, Option<Bracket>)> {
-    let merged = merged(points);
+    at_merged(&merged(points), rate)
+}
+
+/// [`at`] on points already [`merged`].
+fn at_merged(merged: &[(f64, f64)], rate: f64) -> Option<(f64, Option<Bracket>)> {
     if let Some(q) = merged.iter().find(|q| (q.0 - rate).abs() <= SAME_RATE) {
         return Some((q.1, None));
     }
@@ -121,13 +125,14 @@ pub fn at(points: &[(f64, f64)], rate: f64) -> Option<(f64, Option<Bracket>)> {
 /// the curve's readings at the two ends. `None` unless the measured rates reach both ends; at `lo == hi`, the
 /// reading there.
 pub fn mean_over(points: &[(f64, f64)], lo: f64, hi: f64) -> Option<(f64, Bracket)> {
-    let (at_lo, at_hi) = (at(points, lo)?.0, at(points, hi)?.0);
+    let merged = merged(points);
+    let (at_lo, at_hi) = (at_merged(&merged, lo)?.0, at_merged(&merged, hi)?.0);
     let ends = [(lo, at_lo), (hi, at_hi)];
     if hi - lo <= SAME_RATE {
         return Some((at_lo, ends));
     }
     let mut knots = vec![(lo, at_lo)];
-    knots.extend(merged(points).into_iter().filter(|q| q.0 > lo + SAME_RATE && q.0 < hi - SAME_RATE));
+    knots.extend(merged.into_iter().filter(|q| q.0 > lo + SAME_RATE && q.0 < hi - SAME_RATE));
     knots.push((hi, at_hi));
     let area: f64 = knots.windows(2).map(|w| (w[1].0 - w[0].0) * (w[0].1 + w[1].1) / 2.0).sum();
     Some((area / (hi - lo), ends))
