@@ -13,7 +13,8 @@ pub struct DatasetArgs {
     #[arg(long)]
     pub dataset: String,
     /// Layout of a data file given as --dataset PATH (default: detected from its first record): hotpotqa-ircot,
-    /// hotpotqa-simple, 2wiki, strategyqa-bigbench, strategyqa, iirc, nq-open, triviaqa, popqa, pubmedqa, bioasq.
+    /// hotpotqa-simple, 2wiki, strategyqa-bigbench, strategyqa, iirc, musique, nq-open, triviaqa, popqa, pubmedqa,
+    /// bioasq.
     #[arg(long)]
     pub layout: Option<Layout>,
 }

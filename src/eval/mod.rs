@@ -74,7 +74,7 @@ fn default_max_new_tokens() -> usize {
 
 /// Datasets whose questions are reserved for validating and testing controllers: nothing that makes training
 /// data (`synth autorag`, `synth qa-labels`) takes them.
-pub const RESERVED_FOR_TESTING: &[&str] = &["hotpotqa", "2wikimultihopqa"];
+pub const RESERVED_FOR_TESTING: &[&str] = &["hotpotqa", "2wikimultihopqa", "musique"];
 
 /// A dataset description: `datasets/<name>.toml`.
 ///
@@ -395,6 +395,7 @@ mod tests {
         let Some(other) = crate::testing::require("qa/hotpotqa/hotpot_dev_simplified.json") else { return };
         assert!(DatasetSpec::load("hotpotqa").unwrap().reserved_for_testing());
         assert!(DatasetSpec::load("2wikimultihopqa").unwrap().reserved_for_testing());
+        assert!(DatasetSpec::load("musique").unwrap().reserved_for_testing());
         let by_path = DatasetSpec::from_data_file(&other, None).unwrap();
         assert_eq!(by_path.name, "hotpot_dev_simplified");
         assert!(by_path.reserved_for_testing());
@@ -418,8 +419,8 @@ mod tests {
     fn every_shipped_spec_parses_and_resolves() {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("datasets");
         let names = DatasetSpec::known_names();
-        for n in ["hotpotqa", "2wikimultihopqa", "strategyqa", "nq", "triviaqa", "pubmedqa", "bioasq", "iirc", "popqa"]
-        {
+        let shipped = "hotpotqa 2wikimultihopqa strategyqa nq triviaqa pubmedqa bioasq iirc popqa musique";
+        for n in shipped.split(' ') {
             assert!(names.contains(&n.to_string()), "datasets/{n}.toml missing");
             let spec = DatasetSpec::from_toml_file(&dir.join(format!("{n}.toml"))).unwrap();
             assert_eq!(spec.name, n);
@@ -441,7 +442,7 @@ mod tests {
             let Ok(spec) = DatasetSpec::parse_toml_file(&dir.join(format!("{n}.toml"))) else { continue };
             let Some(source) = &spec.source else { continue };
             for (_, rel, sha) in source.items(&spec.file) {
-                // IIRC and PopQA record no checksum: users bring their files.
+                // IIRC, PopQA and MuSiQue record no checksum: users bring their files.
                 let Some(sha) = sha else { continue };
                 let p = crate::require_data!(rel.to_str().unwrap());
                 assert_eq!(crate::data::sha256_file(&p).unwrap(), sha, "{n}: {}", p.display());

@@ -16,6 +16,7 @@ pub mod bioasq;
 pub mod hotpotqa_ircot;
 pub mod hotpotqa_simple;
 pub mod iirc;
+pub mod musique;
 pub mod nq_open;
 pub mod popqa;
 pub mod pubmedqa;
@@ -100,6 +101,9 @@ pub enum Layout {
     /// IIRC's official layout (JSON array of passages, each with questions[]).
     #[serde(rename = "iirc")]
     Iirc,
+    /// MuSiQue's official layout (JSON lines {id, question, answer, answer_aliases, answerable, paragraphs}).
+    #[serde(rename = "musique")]
+    Musique,
     /// NQ-open (JSON lines {question, answer: [...]}).
     #[serde(rename = "nq-open")]
     NqOpen,
@@ -118,13 +122,14 @@ pub enum Layout {
 }
 
 impl Layout {
-    pub const ALL: [Layout; 11] = [
+    pub const ALL: [Layout; 12] = [
         Layout::HotpotqaIrcot,
         Layout::HotpotqaSimple,
         Layout::TwoWiki,
         Layout::StrategyqaBigbench,
         Layout::StrategyqaOriginal,
         Layout::Iirc,
+        Layout::Musique,
         Layout::NqOpen,
         Layout::Triviaqa,
         Layout::Popqa,
@@ -141,6 +146,7 @@ impl Layout {
             Layout::StrategyqaBigbench => "strategyqa-bigbench",
             Layout::StrategyqaOriginal => "strategyqa",
             Layout::Iirc => "iirc",
+            Layout::Musique => "musique",
             Layout::NqOpen => "nq-open",
             Layout::Triviaqa => "triviaqa",
             Layout::Popqa => "popqa",
@@ -180,6 +186,7 @@ pub fn load(path: &Path, layout: Option<Layout>) -> Result<Vec<Example>> {
         Layout::StrategyqaBigbench => strategyqa::load_bigbench(path)?,
         Layout::StrategyqaOriginal => strategyqa::load_original(path)?,
         Layout::Iirc => iirc::load(path)?,
+        Layout::Musique => musique::load(path)?,
         Layout::NqOpen => nq_open::load(path)?,
         Layout::Triviaqa => triviaqa::load(path)?,
         Layout::Popqa => popqa::load(path)?,
@@ -257,6 +264,8 @@ fn detect_jsonl(v: &Value) -> Option<Layout> {
     let has = |k: &str| v.get(k).is_some();
     if has("question_text") && has("answers_objects") {
         Some(Layout::HotpotqaIrcot)
+    } else if has("paragraphs") && has("question") && has("answer") {
+        Some(Layout::Musique)
     } else if has("possible_answers") || has("s_wiki_title") {
         Some(Layout::Popqa)
     } else if has("question") && has("answers") {
@@ -369,6 +378,17 @@ mod tests {
         for (rel, want) in cases {
             assert_eq!(detect_layout(&crate::require_data!(rel)).unwrap(), want, "{rel}");
         }
+    }
+
+    /// A MuSiQue line has `question` and `answer` too: its `paragraphs` tell it from NQ-open.
+    #[test]
+    fn detects_musique_lines() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("musique_ans_v1.0_dev.jsonl");
+        std::fs::write(&p, "{\"id\":\"2hop__1_2\",\"paragraphs\":[],\"question\":\"q?\",\"answer\":\"a\"}\n").unwrap();
+        assert_eq!(detect_layout(&p).unwrap(), Layout::Musique);
+        std::fs::write(&p, "{\"question\":\"q?\",\"answer\":[\"a\"]}\n").unwrap();
+        assert_eq!(detect_layout(&p).unwrap(), Layout::NqOpen);
     }
 
     #[test]
