@@ -255,6 +255,27 @@ impl CalibratedPoint {
 /// The first line of every calibrated file; a file without it was not written by ragtime and is never replaced.
 pub const CALIBRATED_HEADER: &str = "# Calibrated operating points, written by `ragtime sweep --pick`.";
 
+/// The comment block every calibrated file opens with: [`CALIBRATED_HEADER`] and what the points are.
+fn calibrated_header() -> String {
+    format!(
+        "{CALIBRATED_HEADER}\n# For each controller and budget (retrievals per question), the swept setting whose \
+         measured\n# retrievals per question on the validation split came nearest; `ragtime eval` applies the\n# \
+         point of --budget (default: default_budget) for this model, `--budget none` the config's own value.\n"
+    )
+}
+
+/// The comment lines of `text`'s opening block (up to its first line that is neither a comment nor blank) that
+/// are not [`calibrated_header`]'s: what someone wrote there about the points.
+fn added_notes(text: &str) -> String {
+    let header = calibrated_header();
+    let ours: Vec<&str> = header.lines().collect();
+    text.lines()
+        .take_while(|l| l.trim().is_empty() || l.trim_start().starts_with('#'))
+        .filter(|l| l.trim_start().starts_with('#') && !ours.contains(l))
+        .map(|l| format!("{l}\n"))
+        .collect()
+}
+
 /// `configs/calibrated/<model>.toml`: each controller's operating points for one model.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -331,8 +352,10 @@ impl Calibrated {
     }
 
     /// Writes the file (temp file + rename). An existing file that does not start with [`CALIBRATED_HEADER`] is
-    /// someone else's and is left alone.
+    /// someone else's and is left alone. The notes someone wrote in an existing file's opening comment block (the
+    /// comment lines after the header's, before the first setting) are kept, below the header.
     pub fn save(&self, path: &Path) -> Result<()> {
+        let mut notes = String::new();
         if crate::io::exists(path)? {
             let text = std::fs::read_to_string(path).with_context(|| format!("{}: cannot read", path.display()))?;
             if !text.starts_with(CALIBRATED_HEADER) {
@@ -342,17 +365,13 @@ impl Calibrated {
                     path.display()
                 );
             }
+            notes = added_notes(&text);
         }
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).with_context(|| format!("{}: cannot create the directory", dir.display()))?;
         }
         let body = toml::to_string(self)?;
-        let text = format!(
-            "{CALIBRATED_HEADER}\n# For each controller and budget (retrievals per question), the swept setting \
-             whose measured\n# retrievals per question on the validation split came nearest; `ragtime eval` applies \
-             the\n# point of --budget (default: default_budget) for this model, `--budget none` the config's own \
-             value.\n\n{body}"
-        );
+        let text = format!("{}{notes}\n{body}", calibrated_header());
         crate::io::write_atomic(path, text.as_bytes())
     }
 }
@@ -484,6 +503,17 @@ mod tests {
         assert_eq!(c2.lookup("rind", "hotpotqa", 1.0).unwrap().value, toml::Value::Float(0.7));
         assert!(c2.lookup("etc", "hotpotqa", 1.0).is_some());
         assert_eq!(c2.commands.len(), 2);
+        // notes written under the header are kept by the next save, once, below it
+        let written = std::fs::read_to_string(&path).unwrap();
+        let notes = "# rind swept on the first 20 questions.\n# mlp reads checkpoints/detector.\n";
+        let (header, rest) = written.split_at(written.find("\n\n").unwrap() + 1);
+        std::fs::write(&path, format!("{header}{notes}{rest}")).unwrap();
+        c2.save(&path).unwrap();
+        c2.save(&path).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(text.starts_with(&format!("{header}{notes}\nmodel = ")), "{text}");
+        assert_eq!(text.matches("# mlp reads").count(), 1);
+        assert_eq!(Calibrated::load(&path).unwrap().unwrap(), c2);
         // a file ragtime did not write is never replaced
         let foreign = dir.path().join("mine.toml");
         std::fs::write(&foreign, "model = \"m\"\n").unwrap();
