@@ -165,7 +165,7 @@ fn report_html_replaces_only_its_own_page() {
 fn synth_autorag_refuses_the_reserved_test_datasets() {
     let Some(s) = tiny_eval() else { return };
     let out = s.root.join("dialogues");
-    for name in ["hotpotqa", "2wikimultihopqa"] {
+    for name in ["hotpotqa", "2wikimultihopqa", "musique"] {
         let args = ["synth", "autorag", "--model", &s.model, "--tokenizer", &s.tokenizer, "--dataset", name];
         let mut a: Vec<&str> = args.to_vec();
         a.extend(["--index", &s.index, "--out", out.to_str().unwrap()]);

@@ -500,6 +500,14 @@ fn qa_seeds() -> &'static Vec<(String, Vec<u8>, Layout)> {
                 Layout::Popqa,
             ),
             (
+                "musique_full_v1.0_dev.jsonl".into(),
+                br#"{"id":"2hop__1_2","paragraphs":[{"idx":0,"title":"A","paragraph_text":"a.","is_supporting":false},{"idx":1,"title":"B","paragraph_text":"b.","is_supporting":true}],"question":"q?","question_decomposition":[],"answer":"x","answer_aliases":["X"],"answerable":true}
+{"id":"2hop__1_2","paragraphs":[],"question":"q?","answer":"x","answer_aliases":[],"answerable":false}
+"#
+                .to_vec(),
+                Layout::Musique,
+            ),
+            (
                 "pubmedqa.json".into(),
                 br#"{"2": {"QUESTION": "q", "CONTEXTS": ["c"], "final_decision": "yes"}, "1": {"QUESTION": "q", "final_decision": "maybe"}}"#
                     .to_vec(),
