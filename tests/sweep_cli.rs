@@ -96,6 +96,22 @@ fn sweep_picks_budgets_that_eval_and_report_use() {
     let c = run_config(&s.root.join("fl-2"));
     assert_eq!(c["budget"].as_float(), Some(2.0));
     assert_eq!(c["method_config"]["trigger"]["n"], picked);
+    // another model's file is applied with a note saying so
+    let renamed = s.root.join("renamed.toml");
+    let mut other = file.clone();
+    other.model = "tiny-llama-copy".into();
+    other.save(&renamed).unwrap();
+    let mut a = vec!["eval".to_string()];
+    a.extend(model_args(&s));
+    let rest = ["--trigger", "fixed-length", "--split", "test", "--budget", "2", "--calibrated"];
+    a.extend(rest.iter().map(|x| x.to_string()));
+    a.extend([renamed.display().to_string(), "--out".into(), s.root.join("fl-renamed").display().to_string()]);
+    let (success, _, err) = ragtime(&a.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(success, "{err}");
+    let note = "renamed.toml: points calibrated for model 'tiny-llama-copy', applied to 'tiny-llama' (--model)";
+    assert!(err.contains(note), "{err}");
+    assert_eq!(run_config(&s.root.join("fl-renamed"))["method_config"]["trigger"]["n"], picked);
+    assert!(!eval(&["--budget", "1"], "fl-1").2.contains("points calibrated for model"), "no note for its own file");
     // no --budget: the file's default budget (1)
     assert!(eval(&[], "fl-default").0);
     let c = run_config(&s.root.join("fl-default"));
@@ -250,6 +266,21 @@ fn sweep_refuses_bad_requests_before_any_work() {
         run(&["--triggers", "fixed-length", "--pick", "--calibrated", foreign.to_str().unwrap(), "--out", o]);
     assert!(!success && err.contains("mine.toml"), "{err}");
     assert_eq!(std::fs::read_to_string(&foreign).unwrap(), "# my notes\n");
+    // so is another model's file: its points would be merged with this model's
+    let other = s.root.join("other-model.toml");
+    Calibrated::new("qwen2.5-coder-1.5b-instruct-q4_k_m", 1.0).save(&other).unwrap();
+    let before = std::fs::read_to_string(&other).unwrap();
+    let (success, _, err) =
+        run(&["--triggers", "fixed-length", "--pick", "--calibrated", other.to_str().unwrap(), "--out", o]);
+    assert!(!success, "{err}");
+    assert!(
+        err.contains(
+            "other-model.toml: holds the points of model 'qwen2.5-coder-1.5b-instruct-q4_k_m', not of \
+             'tiny-llama' (--model)"
+        ),
+        "{err}"
+    );
+    assert_eq!(std::fs::read_to_string(&other).unwrap(), before);
 }
 
 /// `--refine`: after a grid of fixed-length intervals 4 and 128, each further setting is the one

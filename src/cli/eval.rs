@@ -373,7 +373,15 @@ fn calibrated_point(
     };
     let point = file.as_ref().and_then(|f| f.lookup(&args.trigger, dataset, want));
     match point {
-        Some(p) => Ok(Some((p.clone(), path))),
+        Some(p) => {
+            if let Some(other) = file.as_ref().map(|f| &f.model).filter(|m| **m != model) {
+                eprintln!(
+                    "note: --calibrated {}: points calibrated for model '{other}', applied to '{model}' (--model)",
+                    path.display()
+                );
+            }
+            Ok(Some((p.clone(), path)))
+        }
         None if args.budget.is_some() => {
             let have = file.as_ref().map(|f| f.budgets(&args.trigger, dataset)).unwrap_or_default();
             ragtime::usage_bail!(

@@ -186,8 +186,18 @@ pub fn run(args: Args) -> Result<()> {
     let _lock = ragtime::io::claim_output_dir(&out, "--out", SWEEP_KIND, RECORDS_FILE)?;
     let calibrated_file = args.calibrated.clone().unwrap_or_else(|| calibrated_path(&model_name));
     if args.pick {
-        // refuse a foreign file now, not after hours of sweeping
-        Calibrated::load(&calibrated_file).with_context(|| format!("--calibrated {}", calibrated_file.display()))?;
+        // refuse a foreign file, or another model's, now, not after hours of sweeping
+        let existing = Calibrated::load(&calibrated_file)
+            .with_context(|| format!("--calibrated {}", calibrated_file.display()))?;
+        if let Some(other) = existing.filter(|f| f.model != model_name) {
+            ragtime::usage_bail!(
+                "--calibrated {}: holds the points of model '{}', not of '{model_name}' (--model); give this model's \
+                 file (by default {}) or a new path",
+                calibrated_file.display(),
+                other.model,
+                calibrated_path(&model_name).display()
+            );
+        }
         if ragtime::io::exists(&calibrated_file)? {
             let text = std::fs::read_to_string(&calibrated_file)?;
             if !text.starts_with(sweep::CALIBRATED_HEADER) {
