@@ -17,12 +17,12 @@ pub enum SynthCommand {
     /// compare the entity it writes with the real one, store labels and hidden states (Parquet).
     Hallucination(synth_hallucination::Args),
     /// Auto-RAG's iterative-retrieval dialogues (the paper's Algorithm 1), as JSON lines and Parquet: training data,
-    /// so HotpotQA and 2WikiMultihopQA are refused (their questions are reserved for testing controllers).
+    /// so HotpotQA, 2WikiMultihopQA and MuSiQue are refused (their questions are reserved for testing controllers).
     Autorag(Box<synth_autorag::Args>),
     /// Labels from QA itself (Probing-RAG/UAR): closed-book answers to training questions, each generated
     /// sentence labelled by whether the final answer was wrong, with the same hidden-state features (Parquet).
-    /// --dataset names a pool of training questions (NQ-open, TriviaQA, ...); HotpotQA and 2WikiMultihopQA are
-    /// refused (their questions are reserved for testing controllers).
+    /// --dataset names a pool of training questions (NQ-open, TriviaQA, ...); HotpotQA, 2WikiMultihopQA and
+    /// MuSiQue are refused (their questions are reserved for testing controllers).
     QaLabels(synth_qa_labels::Args),
 }
 

@@ -17,7 +17,7 @@
 //! gold alias occurs in the answer (closed-book answers are often a phrase around the entity), else `wrong`
 //! (label 1). Questions whose answer is empty are labelled wrong, as unanswered.
 //!
-//! HotpotQA and 2WikiMultihopQA questions are reserved for testing controllers and are refused
+//! HotpotQA, 2WikiMultihopQA and MuSiQue questions are reserved for testing controllers and are refused
 //! ([`crate::eval::RESERVED_FOR_TESTING`]); the training pools are NQ-open, TriviaQA and similar (`--split train` of
 //! their specs).
 
