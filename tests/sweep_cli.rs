@@ -281,6 +281,7 @@ fn sweep_refuses_bad_requests_before_any_work() {
         "{err}"
     );
     assert_eq!(std::fs::read_to_string(&other).unwrap(), before);
+    assert!(!out.exists(), "no output directory for a refused calibrated file either");
 }
 
 /// `--refine`: after a grid of fixed-length intervals 4 and 128, each further setting is the one

@@ -183,10 +183,18 @@ pub fn run(args: Args) -> Result<()> {
         ),
     };
     let gold = ragtime::retrieval::gold::GoldRetriever::new(&examples);
-    let _lock = ragtime::io::claim_output_dir(&out, "--out", SWEEP_KIND, RECORDS_FILE)?;
     let calibrated_file = args.calibrated.clone().unwrap_or_else(|| calibrated_path(&model_name));
     if args.pick {
-        // refuse a foreign file, or another model's, now, not after hours of sweeping
+        // refuse a foreign file, or another model's, now, before --out is made and not after hours of sweeping
+        if ragtime::io::exists(&calibrated_file)? {
+            let text = std::fs::read_to_string(&calibrated_file)?;
+            if !text.starts_with(sweep::CALIBRATED_HEADER) {
+                bail!(
+                    "--calibrated {}: exists and was not written by `ragtime sweep --pick`",
+                    calibrated_file.display()
+                );
+            }
+        }
         let existing = Calibrated::load(&calibrated_file)
             .with_context(|| format!("--calibrated {}", calibrated_file.display()))?;
         if let Some(other) = existing.filter(|f| f.model != model_name) {
@@ -198,16 +206,8 @@ pub fn run(args: Args) -> Result<()> {
                 calibrated_path(&model_name).display()
             );
         }
-        if ragtime::io::exists(&calibrated_file)? {
-            let text = std::fs::read_to_string(&calibrated_file)?;
-            if !text.starts_with(sweep::CALIBRATED_HEADER) {
-                bail!(
-                    "--calibrated {}: exists and was not written by `ragtime sweep --pick`",
-                    calibrated_file.display()
-                );
-            }
-        }
     }
+    let _lock = ragtime::io::claim_output_dir(&out, "--out", SWEEP_KIND, RECORDS_FILE)?;
     let lm = args.model.load()?;
     for (s, m) in &plan {
         m.trigger()?
