@@ -12,7 +12,8 @@ use ragtime::eval::curves::Reading;
 use ragtime::eval::pareto::Point;
 use ragtime::eval::plot::{pareto_svg, Series};
 use ragtime::eval::report::{
-    claim_html, load_runs, retrieval_places_table, runs_table, write_html, LoadedRun, Selection,
+    claim_html, escape, load_runs, retrieval_places_table, runs_table, unequal_settings, write_html, LoadedRun,
+    Selection,
 };
 use ragtime::eval::{compare, curves};
 
@@ -82,6 +83,13 @@ pub fn run(args: Args) -> Result<()> {
     }
     let runs = load_runs(&args.runs)?;
     print!("{}", runs_table(&runs));
+    let unequal = unequal_settings(&runs)?;
+    if !unequal.is_empty() {
+        print!("\nNot held equal across these runs (compare with care):\n\n");
+        for line in &unequal {
+            println!("- {line}");
+        }
+    }
     let places = retrieval_places_table(&runs);
     if !places.is_empty() {
         print!("\nWhere the retrievals land and what they bring (per question):\n\n{places}");
@@ -111,6 +119,13 @@ pub fn run(args: Args) -> Result<()> {
         let selection =
             if args.ids.is_empty() { Selection::First(args.questions) } else { Selection::Ids(args.ids.clone()) };
         let mut extra = String::new();
+        if !unequal.is_empty() {
+            extra.push_str("<p>Not held equal across these runs (compare with care):</p><ul>");
+            for line in &unequal {
+                extra.push_str(&format!("<li>{}</li>", escape(line)));
+            }
+            extra.push_str("</ul>\n");
+        }
         if runs.len() > 1 {
             let mut datasets: Vec<&str> = runs.iter().map(|r| r.summary.dataset.as_str()).collect();
             datasets.dedup();

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 
 #[cfg(test)]
 use super::run::RetrievalRecord;
@@ -32,6 +32,65 @@ pub fn load_runs(dirs: &[PathBuf]) -> Result<Vec<LoadedRun>> {
     }
     if out.is_empty() {
         bail!("no run directories among the {} paths given", dirs.len());
+    }
+    Ok(out)
+}
+
+/// The settings of a run's config.toml (dotted keys) that a comparison of controllers on one dataset holds equal:
+/// the model, the split, the answer length, the passages per retrieval and the loop's other limits.
+pub const HELD_EQUAL: &[&str] = &[
+    "model",
+    "split",
+    "int8_dot",
+    "loop.max_new_tokens",
+    "loop.top_k",
+    "loop.max_retrievals",
+    "loop.suffix_tokens",
+    "loop.answer_pattern",
+    "loop.loop_guard",
+];
+
+/// The [`HELD_EQUAL`] settings that differ between runs on one dataset, one line per setting and dataset: each
+/// value with the runs that used it (`unset` where a run's config.toml lacks the key). Runs without a
+/// config.toml are left out.
+pub fn unequal_settings(runs: &[LoadedRun]) -> Result<Vec<String>> {
+    let labels = run_labels(runs);
+    let mut configs: Vec<(usize, toml::Value)> = Vec::new();
+    for (i, r) in runs.iter().enumerate() {
+        let path = r.dir.join(super::run::CONFIG_FILE);
+        if !crate::io::exists(&path)? {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).with_context(|| format!("{}: cannot read", path.display()))?;
+        configs.push((i, toml::from_str(&text).with_context(|| format!("{}: malformed TOML", path.display()))?));
+    }
+    let mut datasets: Vec<&str> = configs.iter().map(|(i, _)| runs[*i].summary.dataset.as_str()).collect();
+    datasets.sort();
+    datasets.dedup();
+    let mut out = Vec::new();
+    for dataset in datasets {
+        let on: Vec<&(usize, toml::Value)> =
+            configs.iter().filter(|(i, _)| runs[*i].summary.dataset == dataset).collect();
+        for key in HELD_EQUAL {
+            // (value, the runs that used it), in the order the values are first met
+            let mut values: Vec<(String, Vec<&str>)> = Vec::new();
+            for (i, cfg) in &on {
+                let v = key
+                    .split('.')
+                    .try_fold(cfg, |v, k| v.get(k))
+                    .map_or_else(|| "unset".to_string(), |v| v.to_string());
+                match values.iter_mut().find(|(x, _)| *x == v) {
+                    Some((_, names)) => names.push(&labels[*i]),
+                    None => values.push((v, vec![&labels[*i]])),
+                }
+            }
+            if values.len() > 1 {
+                let parts: Vec<String> =
+                    values.iter().map(|(v, names)| format!("{v} ({})", names.join(", "))).collect();
+                let on = if dataset.is_empty() { String::new() } else { format!(" on {dataset}") };
+                out.push(format!("{key}{on}: {}", parts.join("; ")));
+            }
+        }
     }
     Ok(out)
 }
@@ -454,6 +513,52 @@ mod tests {
             "| dragin (dragin-hotpot) | hotpotqa | 3 | 0.667 | 0.952 | 1.000 | 1.00 | 0.333 | 20.0 | 300.0 | 1.000 |"
         );
         assert_eq!(lines.len(), 4);
+    }
+
+    /// Three runs on one dataset: rind and etc answered within 64 tokens, mlp within 100, all on one model; a
+    /// fourth run on another dataset is not compared with them, and one without config.toml is left out.
+    #[test]
+    fn unequal_settings_name_the_runs_by_value() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = |dataset: &str, n: usize| {
+            format!("dataset = \"{dataset}\"\nmodel = \"m.gguf\"\n\n[loop]\nmax_new_tokens = {n}\ntop_k = 3\n")
+        };
+        let runs: Vec<(&str, String)> = vec![
+            ("rind", cfg("pubmedqa", 64)),
+            ("mlp", cfg("pubmedqa", 100)),
+            ("etc", cfg("pubmedqa", 64)),
+            ("none", cfg("hotpotqa", 32)),
+            ("bare", String::new()),
+        ];
+        let mut paths = Vec::new();
+        for (name, text) in &runs {
+            let p = dir.path().join(name);
+            fake_run(&p, name).unwrap();
+            if text.is_empty() {
+                std::fs::remove_file(p.join("config.toml")).unwrap();
+            } else {
+                std::fs::write(p.join("config.toml"), text).unwrap();
+            }
+            paths.push(p);
+        }
+        let loaded = load_runs(&paths).unwrap();
+        assert_eq!(
+            unequal_settings(&loaded).unwrap(),
+            vec!["loop.max_new_tokens on pubmedqa: 64 (rind, etc); 100 (mlp)".to_string()]
+        );
+        // a key one run lacks is `unset` there
+        std::fs::write(paths[2].join("config.toml"), "dataset = \"pubmedqa\"\nmodel = \"m.gguf\"\n").unwrap();
+        let loaded = load_runs(&paths[..3]).unwrap();
+        assert_eq!(
+            unequal_settings(&loaded).unwrap(),
+            vec![
+                "loop.max_new_tokens on pubmedqa: 64 (rind); 100 (mlp); unset (etc)".to_string(),
+                "loop.top_k on pubmedqa: 3 (rind, mlp); unset (etc)".to_string(),
+            ]
+        );
+        // equal settings: nothing to say
+        let loaded = load_runs(&paths[..1]).unwrap();
+        assert!(unequal_settings(&loaded).unwrap().is_empty());
     }
 
     /// One setting's folder name in two sweeps (`SWEEP/runs/SETTING`), and one run name in two plain folders: the
