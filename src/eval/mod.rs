@@ -388,6 +388,27 @@ impl DatasetSpec {
 mod tests {
     use super::*;
 
+    /// A fair comparison on one dataset gives every controller the same answer length: each shipped token-level
+    /// config, on each shipped dataset, resolves to the dataset's `max_new_tokens` (its own `[generation]` or
+    /// `[datasets.<name>] generation`, when it sets one, agreeing with the dataset's spec).
+    #[test]
+    fn every_shipped_controller_answers_within_the_datasets_length() {
+        use crate::config::{shipped, shipped_methods, GenerationTable, MethodConfig, TOKEN_LEVEL_TABLES};
+        let datasets: Vec<DatasetSpec> =
+            DatasetSpec::known_names().iter().map(|n| DatasetSpec::load(n).unwrap()).collect();
+        assert!(datasets.iter().any(|d| d.name == "pubmedqa" && d.max_new_tokens == 100));
+        let controllers: Vec<String> = shipped_methods().into_iter().filter(|m| m != "autorag").collect();
+        assert!(controllers.len() >= crate::trigger::NAMES.len(), "{controllers:?}");
+        for m in &controllers {
+            for d in &datasets {
+                let path = shipped(&format!("{m}.toml"));
+                let mc = MethodConfig::load(&path, Some(&d.name), &[], TOKEN_LEVEL_TABLES).unwrap();
+                let got = mc.section::<GenerationTable>("generation").unwrap().max_new_tokens;
+                assert_eq!(got.unwrap_or(d.max_new_tokens), d.max_new_tokens, "{m} on {}", d.name);
+            }
+        }
+    }
+
     /// The reserved datasets by name, and their data under another name: another file of the same folder given by
     /// path, or a spec of one's own pointing there. Other data (the training pools, a file of one's own) is not.
     #[test]

@@ -6,11 +6,11 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 
 #[cfg(test)]
 use super::run::RetrievalRecord;
-use super::run::{read_predictions, summarise, PredictionRecord, Summary, PREDICTIONS_FILE};
+use super::run::{read_config, read_predictions, summarise, PredictionRecord, Summary, PREDICTIONS_FILE};
 
 /// A run loaded for reporting.
 pub struct LoadedRun {
@@ -57,12 +57,9 @@ pub fn unequal_settings(runs: &[LoadedRun]) -> Result<Vec<String>> {
     let labels = run_labels(runs);
     let mut configs: Vec<(usize, toml::Value)> = Vec::new();
     for (i, r) in runs.iter().enumerate() {
-        let path = r.dir.join(super::run::CONFIG_FILE);
-        if !crate::io::exists(&path)? {
-            continue;
+        if let Some(cfg) = read_config(&r.dir)? {
+            configs.push((i, cfg));
         }
-        let text = std::fs::read_to_string(&path).with_context(|| format!("{}: cannot read", path.display()))?;
-        configs.push((i, toml::from_str(&text).with_context(|| format!("{}: malformed TOML", path.display()))?));
     }
     let mut datasets: Vec<&str> = configs.iter().map(|(i, _)| runs[*i].summary.dataset.as_str()).collect();
     datasets.sort();

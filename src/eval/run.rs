@@ -379,6 +379,16 @@ fn config_name(cfg: &toml::Value, key: &str) -> Option<String> {
     }
 }
 
+/// A run directory's config.toml, parsed; `None` when the run has none.
+pub fn read_config(run_dir: &Path) -> Result<Option<toml::Value>> {
+    let path = run_dir.join(CONFIG_FILE);
+    if !crate::io::exists(&path)? {
+        return Ok(None);
+    }
+    let t = std::fs::read_to_string(&path).with_context(|| format!("{}: cannot read", path.display()))?;
+    Ok(Some(toml::from_str(&t).with_context(|| format!("{}: malformed TOML", path.display()))?))
+}
+
 /// Averages a run directory's predictions (see [`Summary`]).
 pub fn summarise(run_dir: &Path) -> Result<Summary> {
     let pred_path = run_dir.join(PREDICTIONS_FILE);
@@ -388,13 +398,7 @@ pub fn summarise(run_dir: &Path) -> Result<Summary> {
     let (records, truncated) = read_predictions_inner(&pred_path)?;
     let run =
         run_dir.file_name().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| run_dir.display().to_string());
-    let cfg_path = run_dir.join(CONFIG_FILE);
-    let cfg: Option<toml::Value> = if crate::io::exists(&cfg_path)? {
-        let t = std::fs::read_to_string(&cfg_path).with_context(|| format!("{}: cannot read", cfg_path.display()))?;
-        Some(toml::from_str(&t).with_context(|| format!("{}: malformed TOML", cfg_path.display()))?)
-    } else {
-        None
-    };
+    let cfg = read_config(run_dir)?;
     let method = cfg
         .as_ref()
         .and_then(|c| c.get("label").and_then(|v| v.as_str()).map(str::to_string).or_else(|| config_name(c, "method")))
