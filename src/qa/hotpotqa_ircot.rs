@@ -6,7 +6,7 @@ use std::path::Path;
 use anyhow::{bail, Result};
 use serde_json::Value;
 
-use super::{field, non_empty_answers, read_jsonl, str_field, AnswerKind, At, Doc, Example};
+use super::{field, non_empty_answers, read_jsonl, str_field, titled_paragraphs, AnswerKind, At, Example};
 
 pub fn load(path: &Path) -> Result<Vec<Example>> {
     let mut out = Vec::new();
@@ -23,18 +23,7 @@ pub fn load(path: &Path) -> Result<Vec<Example>> {
                 answers.push(n.clone());
             }
         }
-        let mut contexts = Vec::new();
-        let mut supporting = Vec::new();
-        if let Some(ctx) = v.get("contexts") {
-            let Value::Array(ctx) = ctx else { bail!("{at}: 'contexts' should be a list") };
-            for c in ctx {
-                let doc = Doc { title: str_field(c, "title", &at)?, text: str_field(c, "paragraph_text", &at)? };
-                if c.get("is_supporting").and_then(Value::as_bool).unwrap_or(false) {
-                    supporting.push(doc.clone());
-                }
-                contexts.push(doc);
-            }
-        }
+        let (contexts, supporting) = titled_paragraphs(&v, "contexts", &at)?;
         out.push(Example {
             id: str_field(&v, "question_id", &at)?,
             question: str_field(&v, "question_text", &at)?,
@@ -103,5 +92,8 @@ mod tests {
         std::fs::write(&p, "{\"question_id\":\"a\",\"answers_objects\":[]}\n").unwrap();
         let err = format!("{:#}", load(&p).unwrap_err());
         assert!(err.contains("h.jsonl:1") && err.contains("question_text"), "{err}");
+        std::fs::write(&p, "{\"question_id\":\"a\",\"question_text\":\"q\",\"answers_objects\":[{\"spans\":[\"x\"]}],\"contexts\":[{\"title\":\"T\",\"paragraph_text\":\"t\",\"is_supporting\":\"yes\"}]}\n").unwrap();
+        let err = format!("{:#}", load(&p).unwrap_err());
+        assert!(err.contains("h.jsonl:1") && err.contains("'is_supporting' should be true or false"), "{err}");
     }
 }

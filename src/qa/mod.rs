@@ -350,6 +350,25 @@ pub(crate) fn kind_of(v: &Value) -> &'static str {
     }
 }
 
+/// A record's list of paragraphs `{title, paragraph_text, is_supporting}` under `key` (IRCoT's `contexts`,
+/// MuSiQue's `paragraphs`), as (every paragraph, the supporting ones). A record without the list has none; a
+/// paragraph without `is_supporting` is not supporting.
+pub(crate) fn titled_paragraphs(v: &Value, key: &str, at: &At) -> Result<(Vec<Doc>, Vec<Doc>)> {
+    let (mut contexts, mut supporting) = (Vec::new(), Vec::new());
+    let Some(list) = v.get(key) else { return Ok((contexts, supporting)) };
+    let Value::Array(list) = list else { bail!("{at}: '{key}' should be a list, found {}", kind_of(list)) };
+    for p in list {
+        let doc = Doc { title: str_field(p, "title", at)?, text: str_field(p, "paragraph_text", at)? };
+        match p.get("is_supporting") {
+            Some(Value::Bool(true)) => supporting.push(doc.clone()),
+            None | Some(Value::Bool(false)) => {}
+            Some(other) => bail!("{at}: 'is_supporting' should be true or false, found {}", kind_of(other)),
+        }
+        contexts.push(doc);
+    }
+    Ok((contexts, supporting))
+}
+
 pub(crate) fn non_empty_answers(answers: Vec<String>, at: &At) -> Result<Vec<String>> {
     let answers: Vec<String> = answers.into_iter().map(|a| a.trim().to_string()).filter(|a| !a.is_empty()).collect();
     if answers.is_empty() {

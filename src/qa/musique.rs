@@ -13,7 +13,7 @@ use std::path::Path;
 use anyhow::{bail, Result};
 use serde_json::Value;
 
-use super::{kind_of, non_empty_answers, read_jsonl, str_field, str_list, AnswerKind, At, Doc, Example};
+use super::{kind_of, non_empty_answers, read_jsonl, str_field, str_list, titled_paragraphs, AnswerKind, At, Example};
 
 pub fn load(path: &Path) -> Result<Vec<Example>> {
     let mut out = Vec::new();
@@ -32,20 +32,7 @@ pub fn load(path: &Path) -> Result<Vec<Example>> {
                 }
             }
         }
-        let mut contexts = Vec::new();
-        let mut supporting = Vec::new();
-        if let Some(paragraphs) = v.get("paragraphs") {
-            let Value::Array(paragraphs) = paragraphs else { bail!("{at}: 'paragraphs' should be a list") };
-            for p in paragraphs {
-                let doc = Doc { title: str_field(p, "title", &at)?, text: str_field(p, "paragraph_text", &at)? };
-                match p.get("is_supporting") {
-                    Some(Value::Bool(true)) => supporting.push(doc.clone()),
-                    None | Some(Value::Bool(false)) => {}
-                    Some(other) => bail!("{at}: 'is_supporting' should be true or false, found {}", kind_of(other)),
-                }
-                contexts.push(doc);
-            }
-        }
+        let (contexts, supporting) = titled_paragraphs(&v, "paragraphs", &at)?;
         out.push(Example {
             id: str_field(&v, "id", &at)?,
             question: str_field(&v, "question", &at)?,
