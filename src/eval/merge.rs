@@ -5,15 +5,15 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use anyhow::{bail, ensure, Context, Result};
+use anyhow::{bail, ensure, Result};
 
-use super::run::{read_predictions, PredictionRecord, RunWriter, Summary, CONFIG_FILE};
+use super::run::{read_config, read_predictions, PredictionRecord, RunWriter, Summary, CONFIG_FILE};
 
 /// A part's config.toml without the `shard` key.
 fn shared_config(part: &Path) -> Result<toml::Value> {
-    let path = part.join(CONFIG_FILE);
-    let text = std::fs::read_to_string(&path).with_context(|| format!("{}: cannot read", path.display()))?;
-    let mut v: toml::Value = toml::from_str(&text).with_context(|| format!("{}: malformed TOML", path.display()))?;
+    let Some(mut v) = read_config(part)? else {
+        bail!("{}: missing; a part's directory holds the config its run wrote", part.join(CONFIG_FILE).display())
+    };
     if let Some(t) = v.as_table_mut() {
         t.remove("shard");
     }
