@@ -190,6 +190,40 @@ fn flags_a_trigger_ignores_are_noted() {
     assert!(out.join("metrics.json").exists(), "{err}");
 }
 
+/// The instruction a dataset spec puts before each question (`question_prefix`) is part of the prompt: a run
+/// records it in config.toml, and resuming the run with another instruction is refused, not mixed into it.
+#[test]
+fn a_run_with_another_question_prefix_is_not_resumed() {
+    let Some(s) = tiny_eval() else { return };
+    let spec = std::fs::read_to_string(&s.spec).unwrap();
+    let prefixed = s.root.join("tinyqa-prefixed.toml");
+    std::fs::write(&prefixed, format!("question_prefix = \"Answer with a name.\\n\"\n{spec}")).unwrap();
+    let with_spec = |spec: &Path, out: &Path| {
+        let mut a: Vec<String> =
+            ["eval", "--trigger", "none", "--limit", "1", "--max-new-tokens", "4"].map(String::from).to_vec();
+        a.extend(model_args(&s).into_iter().map(|x| if x == s.spec { spec.display().to_string() } else { x }));
+        a.extend(["--out".to_string(), out.display().to_string()]);
+        run(&a.iter().map(String::as_str).collect::<Vec<_>>())
+    };
+    let config = |out: &Path| -> toml::Value {
+        toml::from_str(&std::fs::read_to_string(out.join("config.toml")).unwrap()).unwrap()
+    };
+    let plain = s.root.join("plain");
+    let (code, err) = with_spec(Path::new(&s.spec), &plain);
+    assert_eq!(code, 0, "{err}");
+    assert!(config(&plain).get("question_prefix").is_none(), "recorded only when there is one");
+    let predictions = std::fs::read(plain.join("predictions.jsonl")).unwrap();
+    let (code, err) = with_spec(&prefixed, &plain);
+    assert_eq!(code, 1, "{err}");
+    assert!(first_error(&err).contains("holds a run with a different config"), "{err}");
+    assert_eq!(std::fs::read(plain.join("predictions.jsonl")).unwrap(), predictions, "the run is left as it was");
+
+    let with = s.root.join("prefixed");
+    let (code, err) = with_spec(&prefixed, &with);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(config(&with)["question_prefix"].as_str(), Some("Answer with a name.\n"));
+}
+
 /// A path the OS refuses is reported with the OS's reason; before, `Path::exists` said "no" and the command said
 /// "not found". Root reads every file, so the refusals here are a path through a file and a symbolic-link loop.
 #[test]

@@ -454,6 +454,7 @@ pub fn run(args: Args) -> Result<()> {
     let (retriever, index) = method.retriever(args.index.as_deref(), &args.retr, &spec, &examples)?;
     let cfg = method.loop_config(&spec, args.max_retrievals, args.recompute_internals);
     let (out_dir, mut run_config) = run_header(&args, &spec.name, index);
+    spec.record_prompt(&mut run_config);
     if let Some((p, path)) = &calibrated {
         run_config.insert("budget".into(), toml::Value::Float(p.budget));
         let mut c = toml::map::Map::new();

@@ -248,6 +248,7 @@ pub fn run(args: Args) -> Result<()> {
         c.insert("method".into(), toml::Value::String(setting.controller.clone()));
         c.insert("dataset".into(), toml::Value::String(spec.name.clone()));
         c.insert("split".into(), toml::Value::String(args.split.clone()));
+        spec.record_prompt(&mut c);
         c.insert("model".into(), toml::Value::String(args.model.model.display().to_string()));
         let source = if retriever.is_none() {
             String::new()

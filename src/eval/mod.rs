@@ -382,6 +382,15 @@ impl DatasetSpec {
         };
         Ok(b.exemplar_contexts(self.exemplar_contexts).question_prefix(self.question_prefix.clone()))
     }
+
+    /// Adds to a run's config.toml what of the prompt its dataset name does not pin: the instruction before each
+    /// question, when there is one (left out otherwise, so runs made before it was recorded still resume). A run
+    /// resumed with another instruction is then refused, and `report` lists runs that differ in it.
+    pub fn record_prompt(&self, config: &mut toml::map::Map<String, toml::Value>) {
+        if !self.question_prefix.is_empty() {
+            config.insert("question_prefix".into(), toml::Value::String(self.question_prefix.clone()));
+        }
+    }
 }
 
 #[cfg(test)]

@@ -37,10 +37,12 @@ pub fn load_runs(dirs: &[PathBuf]) -> Result<Vec<LoadedRun>> {
 }
 
 /// The settings of a run's config.toml (dotted keys) that a comparison of controllers on one dataset holds equal:
-/// the model, the split, the answer length, the passages per retrieval and the loop's other limits.
+/// the model, the split, the instruction before the question, the answer length, the passages per retrieval and
+/// the loop's other limits.
 pub const HELD_EQUAL: &[&str] = &[
     "model",
     "split",
+    "question_prefix",
     "int8_dot",
     "loop.max_new_tokens",
     "loop.top_k",
@@ -72,10 +74,14 @@ pub fn unequal_settings(runs: &[LoadedRun]) -> Result<Vec<String>> {
             // (value, the runs that used it), in the order the values are first met
             let mut values: Vec<(String, Vec<&str>)> = Vec::new();
             for (i, cfg) in &on {
-                let v = key
-                    .split('.')
-                    .try_fold(cfg, |v, k| v.get(k))
-                    .map_or_else(|| "unset".to_string(), |v| v.to_string());
+                let v = key.split('.').try_fold(cfg, |v, k| v.get(k)).map_or_else(
+                    || "unset".to_string(),
+                    |v| match v {
+                        // one line whatever the text holds (TOML writes a string with a newline over lines)
+                        toml::Value::String(s) => format!("{s:?}"),
+                        v => v.to_string(),
+                    },
+                );
                 match values.iter_mut().find(|(x, _)| *x == v) {
                     Some((_, names)) => names.push(&labels[*i]),
                     None => values.push((v, vec![&labels[*i]])),
@@ -556,6 +562,14 @@ mod tests {
         // equal settings: nothing to say
         let loaded = load_runs(&paths[..1]).unwrap();
         assert!(unequal_settings(&loaded).unwrap().is_empty());
+        // the instruction before the question is part of the prompt; a run without one reads `unset`
+        let prefixed = format!("question_prefix = \"Answer yes or no.\\n\"\n{}", cfg("pubmedqa", 64));
+        std::fs::write(paths[1].join("config.toml"), prefixed).unwrap();
+        let loaded = load_runs(&paths[..2]).unwrap();
+        assert_eq!(
+            unequal_settings(&loaded).unwrap(),
+            vec![r#"question_prefix on pubmedqa: unset (rind); "Answer yes or no.\n" (mlp)"#.to_string()]
+        );
     }
 
     /// One setting's folder name in two sweeps (`SWEEP/runs/SETTING`), and one run name in two plain folders: the
