@@ -112,17 +112,43 @@ pub fn contains_answer(prediction: &str, golds: &[String]) -> f64 {
 }
 
 /// Maps an answer text to "yes", "no" or (with `allow_maybe`) "maybe": the first normalised word that is one of
-/// them. `None` when there is none.
+/// them and picks it. A list of the choices is no pick, and is passed over: a choice followed by "or" and another
+/// choice ("yes or no"), or by another choice and "or" ("yes, no, or maybe"), up to the last choice or "or" of
+/// the run; a model told the choices may echo them before, or instead of, answering, and read as a pick the echo
+/// would score on every question whose gold is its first word. `None` when no pick is left.
 ///
 /// Deviation: DRAGIN's StrategyQA evaluation maps every answer not starting with "yes" to "no", which scores an
 /// empty or off-topic answer as correct whenever the gold is "no"; here such answers are wrong.
 pub fn yes_no_label(answer: &str, allow_maybe: bool) -> Option<&'static str> {
-    normalize_answer(answer).split_whitespace().find_map(|w| match w {
-        "yes" => Some("yes"),
-        "no" => Some("no"),
-        "maybe" if allow_maybe => Some("maybe"),
+    let norm = normalize_answer(answer);
+    let words: Vec<&str> = norm.split_whitespace().collect();
+    let choice = |i: usize| match words.get(i).copied() {
+        Some("yes") => Some("yes"),
+        Some("no") => Some("no"),
+        Some("maybe") => Some("maybe"),
         _ => None,
-    })
+    };
+    let or = |i: usize| words.get(i) == Some(&"or");
+    let mut i = 0;
+    while i < words.len() {
+        let Some(c) = choice(i) else {
+            i += 1;
+            continue;
+        };
+        let other = |j: usize| choice(j).is_some_and(|d| d != c);
+        if (or(i + 1) && other(i + 2)) || (other(i + 1) && or(i + 2)) {
+            // a list of the choices: skip to its end
+            while choice(i).is_some() || or(i) {
+                i += 1;
+            }
+            continue;
+        }
+        if allow_maybe || c != "maybe" {
+            return Some(c);
+        }
+        i += 1;
+    }
+    None
 }
 
 /// Everything scored for one question.
@@ -242,6 +268,17 @@ mod tests {
         assert_eq!(yes_no_label("probably no", false), Some("no"));
         assert_eq!(yes_no_label("maybe", false), None);
         assert_eq!(yes_no_label("Maybe.", true), Some("maybe"));
+        // the choices listed back are no pick, whether or not an answer follows them
+        assert_eq!(yes_no_label("yes, no, or maybe, let's analyze the question step by step:", true), None);
+        assert_eq!(yes_no_label("\"Yes or no?\" The study says no.", false), Some("no"), "the pick after the list");
+        assert_eq!(yes_no_label("yes or maybe", false), None, "maybe lists a choice though it is none here");
+        // a pick with a later yes/no/maybe in it is still a pick
+        assert_eq!(yes_no_label("Yes, there is no need for it", false), Some("yes"));
+        assert_eq!(yes_no_label("No, maybe not", true), Some("no"));
+        assert_eq!(yes_no_label("yes or yes", false), Some("yes"), "one choice repeated");
+        assert_eq!(yes_no_label("Maybe. No, it does not", false), Some("no"), "maybe is no pick on a yes/no question");
+        let s = score(AnswerKind::YesNoMaybe, "yes, no, or maybe", &g(&["yes"]));
+        assert_eq!(s.accuracy, Some(0.0), "listing the choices scores on no gold");
         let s = score(AnswerKind::YesNo, "No.", &g(&["no"]));
         assert_eq!((s.accuracy, s.em, s.f1), (Some(1.0), 1.0, 1.0));
         let s = score(AnswerKind::YesNo, "", &g(&["no"]));
