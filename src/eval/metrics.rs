@@ -113,9 +113,9 @@ pub fn contains_answer(prediction: &str, golds: &[String]) -> f64 {
 
 /// Maps an answer text to "yes", "no" or (with `allow_maybe`) "maybe": the first normalised word that is one of
 /// them and picks it. A list of the choices is no pick, and is passed over: a choice followed by "or" and another
-/// choice ("yes or no"), or by another choice and "or" ("yes, no, or maybe"), up to the last choice or "or" of
-/// the run; a model told the choices may echo them before, or instead of, answering, and read as a pick the echo
-/// would score on every question whose gold is its first word. `None` when no pick is left.
+/// choice ("yes or no"), or by another choice and "or" ("yes, no, or maybe"), up to its last choice not named
+/// before in it; a model told the choices may echo them before, or instead of, answering, and read as a pick the
+/// echo would score on every question whose gold is its first word. `None` when no pick is left.
 ///
 /// Deviation: DRAGIN's StrategyQA evaluation maps every answer not starting with "yes" to "no", which scores an
 /// empty or off-topic answer as correct whenever the gold is "no"; here such answers are wrong.
@@ -137,9 +137,18 @@ pub fn yes_no_label(answer: &str, allow_maybe: bool) -> Option<&'static str> {
         };
         let other = |j: usize| choice(j).is_some_and(|d| d != c);
         if (or(i + 1) && other(i + 2)) || (other(i + 1) && or(i + 2)) {
-            // a list of the choices: skip to its end
-            while choice(i).is_some() || or(i) {
-                i += 1;
+            // a list of the choices: skip to its end, the last choice not named before in it
+            let mut named = vec![c];
+            i += 1;
+            loop {
+                let j = if or(i) { i + 1 } else { i };
+                match choice(j) {
+                    Some(d) if !named.contains(&d) => {
+                        named.push(d);
+                        i = j + 1;
+                    }
+                    _ => break,
+                }
             }
             continue;
         }
@@ -272,6 +281,11 @@ mod tests {
         assert_eq!(yes_no_label("yes, no, or maybe, let's analyze the question step by step:", true), None);
         assert_eq!(yes_no_label("\"Yes or no?\" The study says no.", false), Some("no"), "the pick after the list");
         assert_eq!(yes_no_label("yes or maybe", false), None, "maybe lists a choice though it is none here");
+        assert_eq!(
+            yes_no_label("Yes or no? No, it is not.", false),
+            Some("no"),
+            "the list ends where a choice repeats"
+        );
         // a pick with a later yes/no/maybe in it is still a pick
         assert_eq!(yes_no_label("Yes, there is no need for it", false), Some("yes"));
         assert_eq!(yes_no_label("No, maybe not", true), Some("no"));
