@@ -12,8 +12,8 @@ use ragtime::eval::curves::Reading;
 use ragtime::eval::pareto::Point;
 use ragtime::eval::plot::{pareto_svg, Series};
 use ragtime::eval::report::{
-    claim_html, escape, load_runs, retrieval_places_table, runs_table, unequal_settings, write_html, LoadedRun,
-    Selection,
+    answer_picks_table, claim_html, escape, load_runs, retrieval_places_table, runs_table, unequal_settings,
+    write_html, LoadedRun, Selection,
 };
 use ragtime::eval::{compare, curves};
 
@@ -89,6 +89,10 @@ pub fn run(args: Args) -> Result<()> {
         for line in &unequal {
             println!("- {line}");
         }
+    }
+    let picks = answer_picks_table(&runs);
+    if !picks.is_empty() {
+        print!("\nWhat the answers pick on the yes/no(/maybe) questions:\n\n{picks}");
     }
     let places = retrieval_places_table(&runs);
     if !places.is_empty() {

@@ -269,6 +269,90 @@ pub fn retrieval_places_table(runs: &[LoadedRun]) -> String {
     s
 }
 
+/// What a run answered on its yes/no(/maybe) questions (those scored by accuracy): how many answers pick each
+/// choice ([`crate::eval::metrics::yes_no_label`]) and how many pick none, beside the gold choices of the same
+/// questions and what always answering the most common of them would score. A run that answers "yes" to nearly
+/// every question scores near that share whatever it retrieved, and one whose answers often pick nothing loses
+/// those questions to its prompt rather than to its controller.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AnswerPicks {
+    pub questions: usize,
+    /// Answers picking yes, no, maybe.
+    pub picks: [usize; 3],
+    pub no_pick: usize,
+    /// Gold yes, no, maybe.
+    pub gold: [usize; 3],
+    pub accuracy: f64,
+    /// The most common gold choice and the share of questions it is the gold of.
+    pub majority: (&'static str, f64),
+}
+
+const CHOICES: [&str; 3] = ["yes", "no", "maybe"];
+
+impl AnswerPicks {
+    /// `None` when the run has no question scored by accuracy. "maybe" is read as a pick only where some gold is
+    /// "maybe" (a yes/no/maybe dataset), as the accuracy does on a yes/no one.
+    pub fn of(predictions: &[PredictionRecord]) -> Option<Self> {
+        let scored: Vec<&PredictionRecord> = predictions.iter().filter(|p| p.metrics.accuracy.is_some()).collect();
+        if scored.is_empty() {
+            return None;
+        }
+        let mut gold = [0usize; 3];
+        for p in &scored {
+            let g = p.gold.iter().find_map(|g| CHOICES.iter().position(|c| super::metrics::normalize_answer(g) == *c));
+            if let Some(i) = g {
+                gold[i] += 1;
+            }
+        }
+        let with_maybe = gold[2] > 0;
+        let (mut picks, mut no_pick) = ([0usize; 3], 0usize);
+        for p in &scored {
+            match super::metrics::yes_no_label(&p.prediction, with_maybe) {
+                Some(l) => picks[CHOICES.iter().position(|c| *c == l).expect("a choice")] += 1,
+                None => no_pick += 1,
+            }
+        }
+        let n = scored.len() as f64;
+        // the first of the most common (yes before no before maybe on a tie)
+        let top = (0..3).fold(0, |best, i| if gold[i] > gold[best] { i } else { best });
+        Some(AnswerPicks {
+            questions: scored.len(),
+            picks,
+            no_pick,
+            gold,
+            accuracy: scored.iter().filter_map(|p| p.metrics.accuracy).sum::<f64>() / n,
+            majority: (CHOICES[top], gold[top] as f64 / n),
+        })
+    }
+}
+
+/// [`AnswerPicks`] of each run with yes/no(/maybe) questions, as a Markdown table (empty when none has any).
+pub fn answer_picks_table(runs: &[LoadedRun]) -> String {
+    let mut s = String::new();
+    for (r, label) in runs.iter().zip(run_labels(runs)) {
+        let Some(a) = AnswerPicks::of(&r.predictions) else { continue };
+        if s.is_empty() {
+            s.push_str(
+                "| method | n | answers yes / no / maybe | no pick | gold yes / no / maybe | accuracy | \
+                 always the most common gold |\n|---|---:|---:|---:|---:|---:|---:|\n",
+            );
+        }
+        let three = |v: [usize; 3]| format!("{} / {} / {}", v[0], v[1], v[2]);
+        let _ = writeln!(
+            s,
+            "| {label} | {} | {} | {} | {} | {:.3} | {:.3} ({}) |",
+            a.questions,
+            three(a.picks),
+            a.no_pick,
+            three(a.gold),
+            a.accuracy,
+            a.majority.1,
+            a.majority.0
+        );
+    }
+    s
+}
+
 /// The comparison table's header and rows, each row under its label ([`labels`]).
 fn table_cells(summaries: &[&Summary], labels: Vec<String>) -> (Vec<String>, Vec<Vec<String>>) {
     let with_acc = summaries.iter().any(|s| s.accuracy.is_some());
@@ -608,6 +692,38 @@ mod tests {
         let plain: Vec<String> = markdown_table(&summaries).lines().skip(2).map(label).collect();
         assert_eq!(plain[0], "mlp t=1 (mlp@t=1)");
         assert_eq!(plain[2], "rind");
+    }
+
+    /// Five yes/no/maybe questions (gold yes, yes, yes, no, maybe) answered "Yes.", "yes or no", "No, it does
+    /// not", "the abstract says", "Maybe": picks yes 1, no 1, maybe 1, none 2; accuracy 1/5 (only the first answer
+    /// is right); always "yes" would score 3/5. A span question beside them is not counted.
+    #[test]
+    fn answer_picks_by_hand() {
+        use crate::qa::AnswerKind::{Span, YesNoMaybe};
+        let ex = |gold: &str, kind| crate::eval::run::tests::example("q", &[gold], kind, &[]);
+        let answers = [("yes", "Yes."), ("yes", "yes or no"), ("yes", "No, it does not"), ("no", "the abstract says")];
+        let mut p: Vec<PredictionRecord> = answers
+            .iter()
+            .map(|(g, a)| PredictionRecord::new(&ex(g, YesNoMaybe), &format!("So the answer is {a}.")))
+            .collect();
+        p.push(PredictionRecord::new(&ex("maybe", YesNoMaybe), "So the answer is Maybe."));
+        p.push(PredictionRecord::new(&ex("Rome", Span), "So the answer is Rome."));
+        let a = AnswerPicks::of(&p).unwrap();
+        assert_eq!(
+            a,
+            AnswerPicks {
+                questions: 5,
+                picks: [1, 1, 1],
+                no_pick: 2,
+                gold: [3, 1, 1],
+                accuracy: 0.4,
+                majority: ("yes", 0.6)
+            }
+        );
+        assert!(AnswerPicks::of(&p[5..]).is_none(), "no yes/no question");
+        // without a "maybe" gold, "maybe" is no pick (a yes/no dataset)
+        let a = AnswerPicks::of(&[PredictionRecord::new(&ex("no", YesNoMaybe), "So the answer is maybe.")]).unwrap();
+        assert_eq!((a.picks, a.no_pick, a.majority), ([0, 0, 0], 1, ("no", 1.0)));
     }
 
     /// Three questions: retrievals at tokens 4, 4 and 9 with passages [a, b] twice (one repeat, made at the same
