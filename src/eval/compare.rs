@@ -46,6 +46,18 @@ fn name_of(r: &LoadedRun) -> &str {
     &r.summary.method
 }
 
+/// The row label of each of one table's runs: its method, with its run (or folder) name added where two of them
+/// share the method, as the report's other tables label runs, so that two runs of one controller (two prompts,
+/// two seeds) are told apart. `label(r)` for a run of `rows`.
+fn labeller<'a>(rows: &[&'a LoadedRun]) -> impl Fn(&LoadedRun) -> String + 'a {
+    let labels = super::report::labels_of(rows);
+    let rows = rows.to_vec();
+    move |r| {
+        let i = rows.iter().position(|x| std::ptr::eq(*x, r)).expect("a run of the table");
+        labels[i].clone()
+    }
+}
+
 fn matches(r: &LoadedRun, name: &str) -> bool {
     r.summary.method == name || r.summary.controller == name || r.summary.run == name
 }
@@ -76,6 +88,7 @@ pub fn budget_tables(runs: &[LoadedRun], baseline: &str, resamples: usize, seed:
             let at = b.map(|b| format!(" at budget {b}")).unwrap_or_default();
             crate::usage_bail!("--baseline {baseline}: no such run{at} (runs: {})", names.join(", "));
         };
+        let label = labeller(&in_group.iter().chain(&references).copied().collect::<Vec<_>>());
         let base_scores = scores(base);
         let mut rows = Vec::new();
         for (r, reference) in in_group.iter().map(|r| (*r, false)).chain(references.iter().map(|r| (*r, true))) {
@@ -94,7 +107,7 @@ pub fn budget_tables(runs: &[LoadedRun], baseline: &str, resamples: usize, seed:
                 Some(paired_bootstrap(&a, &c, resamples, seed))
             };
             rows.push(Row {
-                name: name_of(r).to_string(),
+                name: label(r),
                 run: r.dir.display().to_string(),
                 questions: r.summary.questions,
                 score: r.summary.accuracy.unwrap_or(r.summary.f1),
@@ -103,7 +116,7 @@ pub fn budget_tables(runs: &[LoadedRun], baseline: &str, resamples: usize, seed:
                 reference,
             });
         }
-        out.push(BudgetTable { budget: b, baseline: name_of(base).to_string(), metric, rows });
+        out.push(BudgetTable { budget: b, baseline: label(base), metric, rows });
     }
     Ok(out)
 }
@@ -140,6 +153,7 @@ pub fn silence(runs: &[LoadedRun]) -> Option<Silence> {
     }
     let metric = if runs.iter().any(|r| r.summary.accuracy.is_some()) { "accuracy" } else { "F1" };
     let ref_scores: Vec<HashMap<&str, f64>> = references.iter().map(|r| scores(r)).collect();
+    let label = labeller(&controllers.iter().chain(&references).copied().collect::<Vec<_>>());
     let side = |qs: &[(&str, f64)]| {
         let n = qs.len().max(1) as f64;
         Side {
@@ -160,10 +174,10 @@ pub fn silence(runs: &[LoadedRun]) -> Option<Silence> {
                     loud.push(q)
                 }
             }
-            (name_of(c).to_string(), c.summary.budget.unwrap_or_default(), side(&quiet), side(&loud))
+            (label(c), c.summary.budget.unwrap_or_default(), side(&quiet), side(&loud))
         })
         .collect();
-    Some(Silence { metric, references: references.iter().map(|r| name_of(r).to_string()).collect(), rows })
+    Some(Silence { metric, references: references.iter().map(|r| label(r)).collect(), rows })
 }
 
 impl Silence {
@@ -357,6 +371,26 @@ pub(crate) mod tests {
         // the baseline may be a reference (single retrieval, say)
         let t = budget_tables(&runs, "none", 100, 1).unwrap();
         assert_eq!(t[0].rows[1].diff.unwrap().mean, 0.75);
+    }
+
+    /// Two runs of one controller in one table (two prompts, say) are labelled by their run names, in the rows,
+    /// the baseline and the silence table; a method alone in its table keeps its bare name.
+    #[test]
+    fn two_runs_of_one_controller_are_told_apart() {
+        let mut runs = vec![
+            run("oracle", None, &[1.0, 0.0], 1.0),
+            run("oracle", None, &[1.0, 1.0], 1.0),
+            run("rind", Some(1.0), &[0.0, 1.0], 1.0),
+        ];
+        runs[0].summary.run = "oracle-plain".into();
+        runs[1].summary.run = "oracle-options".into();
+        let t = budget_tables(&runs, "oracle-plain", 100, 1).unwrap();
+        let names: Vec<&str> = t[0].rows.iter().map(|r| r.name.as_str()).collect();
+        assert_eq!(names, vec!["rind", "oracle (oracle-plain)", "oracle (oracle-options)"]);
+        assert_eq!(t[0].baseline, "oracle (oracle-plain)");
+        let s = silence(&runs).unwrap();
+        assert_eq!(s.references, vec!["oracle (oracle-plain)", "oracle (oracle-options)"]);
+        assert_eq!(s.rows[0].0, "rind");
     }
 
     /// By hand: mlp retrieves on q0 and q1, not on q2 and q3; none and single are the references (single did not

@@ -131,6 +131,11 @@ fn labels(summaries: &[&Summary], dirs: Option<&[&Path]>) -> Vec<String> {
 
 /// [`labels`] of loaded runs, their folders known.
 fn run_labels(runs: &[LoadedRun]) -> Vec<String> {
+    labels_of(&runs.iter().collect::<Vec<_>>())
+}
+
+/// [`run_labels`] of runs that need not lie in one slice (one table's rows).
+pub(crate) fn labels_of(runs: &[&LoadedRun]) -> Vec<String> {
     let summaries: Vec<&Summary> = runs.iter().map(|r| &r.summary).collect();
     let dirs: Vec<&Path> = runs.iter().map(|r| r.dir.as_path()).collect();
     labels(&summaries, Some(&dirs))
