@@ -31,7 +31,7 @@ pub enum SubAnswer {
 }
 
 fn is_yes_no(a: &str) -> bool {
-    matches!(normalize_answer(a).as_str(), "yes" | "no" | "maybe")
+    crate::eval::metrics::CHOICES.contains(&normalize_answer(a).as_str())
 }
 
 /// Whether `passage` contains one of the (non yes/no) gold answers.

@@ -111,6 +111,9 @@ pub fn contains_answer(prediction: &str, golds: &[String]) -> f64 {
     }
 }
 
+/// The choices of a yes/no/maybe question, in the order reports list them.
+pub const CHOICES: [&str; 3] = ["yes", "no", "maybe"];
+
 /// Maps an answer text to "yes", "no" or (with `allow_maybe`) "maybe": the first normalised word that is one of
 /// them and picks it. A list of the choices is no pick, and is passed over: a choice followed by "or" and another
 /// choice ("yes or no"), or by another choice and "or" ("yes, no, or maybe"), up to its last choice not named
@@ -122,12 +125,7 @@ pub fn contains_answer(prediction: &str, golds: &[String]) -> f64 {
 pub fn yes_no_label(answer: &str, allow_maybe: bool) -> Option<&'static str> {
     let norm = normalize_answer(answer);
     let words: Vec<&str> = norm.split_whitespace().collect();
-    let choice = |i: usize| match words.get(i).copied() {
-        Some("yes") => Some("yes"),
-        Some("no") => Some("no"),
-        Some("maybe") => Some("maybe"),
-        _ => None,
-    };
+    let choice = |i: usize| words.get(i).and_then(|w| CHOICES.iter().find(|c| *c == w)).copied();
     let or = |i: usize| words.get(i) == Some(&"or");
     let mut i = 0;
     while i < words.len() {

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Result};
 
+use super::metrics::CHOICES;
 #[cfg(test)]
 use super::run::RetrievalRecord;
 use super::run::{read_config, read_predictions, summarise, PredictionRecord, Summary, PREDICTIONS_FILE};
@@ -291,8 +292,6 @@ pub struct AnswerPicks {
     /// The most common gold choice and the share of questions it is the gold of.
     pub majority: (&'static str, f64),
 }
-
-const CHOICES: [&str; 3] = ["yes", "no", "maybe"];
 
 impl AnswerPicks {
     /// `None` when the run has no question scored by accuracy. "maybe" is read as a pick only where some gold is
