@@ -108,8 +108,9 @@ pub fn entropy_and_prob(logits: &[f32], id: u32) -> (f32, f32) {
 
 /// What a row's entropy and its tokens' probabilities are read from (in f64, over the full vocabulary): the
 /// largest logit `m`, `z = sum exp(l - m)` and `s = sum exp(l - m) (l - m)`, each summed in token order (the exps
-/// [`super::exp`]'s, eight at a time with AVX-512). An engine can work them out beside the forward pass, many rows
-/// at once ([`super::engine::dist::NextDist::host_scored`]), and give the same numbers as working them out later.
+/// [`super::exp`]'s, eight at a time with AVX-512, four with AVX2). An engine can work them out beside the forward
+/// pass, many rows at once ([`super::engine::dist::NextDist::host_scored`]), and give the same numbers as working
+/// them out later.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SoftmaxStats {
     pub m: f64,
