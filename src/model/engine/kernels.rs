@@ -331,9 +331,10 @@ struct GroupRow<'a> {
 /// go to `p[j * row.stride..][..row.keys]` (zeros past the seen positions), its output to `out[j * hd..][..hd]`. Loops
 /// over blocks of [`ROW_KEYS`] keys rather than gemm, which packed (transposed, one value at a time) `K` and `P`
 /// afresh for every row: at a handful of rows, more work than the products. Heads 16, 32, 64 or 128 wide take
-/// AVX-512 where the CPU has it ([`attend_row_avx512`]), others AVX2 with FMA or the baseline: the same fused
-/// multiply-adds and additions in the same order each way, so the same results (where the CPU lacks FMA,
-/// `f32::mul_add` is libm's `fmaf`: slow but exact).
+/// AVX-512 where the CPU has it ([`attend_row_avx512`]), else AVX2 with FMA ([`attend_row_avx2`]); other widths the
+/// portable loops, compiled for AVX2 and FMA where the CPU has them: the same fused multiply-adds and additions in
+/// the same order each way, so the same results (where the CPU lacks FMA, `f32::mul_add` is libm's `fmaf`: slow but
+/// exact).
 fn attend_row(row: &GroupRow, p: &mut [f32], out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     {
@@ -352,8 +353,14 @@ fn attend_row(row: &GroupRow, p: &mut [f32], out: &mut [f32]) {
             attend_row_portable(row, p, out)
         }
         if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
-            // SAFETY: the CPU has AVX2 and FMA (checked on the line above).
-            return unsafe { avx2(row, p, out) };
+            // SAFETY: the CPU has AVX2 and FMA (checked on the line above); the kernel's width is `hd`.
+            return match row.hd {
+                16 => unsafe { attend_row_avx2::<1>(row, p, out) },
+                32 => unsafe { attend_row_avx2::<2>(row, p, out) },
+                64 => unsafe { attend_row_avx2::<4>(row, p, out) },
+                128 => unsafe { attend_row_avx2::<8>(row, p, out) },
+                _ => unsafe { avx2(row, p, out) },
+            };
         }
     }
     attend_row_portable(row, p, out)
@@ -529,6 +536,128 @@ unsafe fn attend_row_avx512<const C: usize>(row: &GroupRow, p: &mut [f32], out: 
             }
         }
     }
+}
+
+/// [`attend_row`] for heads `16 * C` wide with AVX2 and FMA: the operations of [`attend_row_portable`] in its
+/// order, a score's 16 lanes held as two vectors of 8 (lanes 0..8 and 8..16). Scores go 4 keys at a time (8 chains
+/// of fused multiply-adds side by side, the query's 16 lanes loaded once per 4 keys), then the 4 sums' lanes added
+/// in halves together ([`halves4_avx2`]); outputs 64 lanes of a head at a time, held in 8 registers over a block's
+/// values.
+///
+/// # Safety
+/// The CPU must have AVX2 and FMA (the width, `row.hd = 16 * C`, is checked).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn attend_row_avx2<const C: usize>(row: &GroupRow, p: &mut [f32], out: &mut [f32]) {
+    use std::arch::x86_64::*;
+    let GroupRow { q, k, v, hd, stride, keys, scale } = *row;
+    assert_eq!(hd, 16 * C, "attend_row: the AVX2 kernel for heads of {}", 16 * C);
+    let (rep, vis) = (q.len() / hd, k.len() / hd);
+    assert!(
+        rep > 0 && out.len() == q.len() && v.len() >= vis * hd && vis <= keys && (rep - 1) * stride + keys <= p.len(),
+        "attend_row: {rep} heads of {hd} over {vis} of {keys} keys"
+    );
+    // one key's 16 lanes added in halves (8, 4, 2, 1), as the portable loop
+    #[inline(always)]
+    unsafe fn halves(lo: __m256, hi: __m256) -> f32 {
+        let s8 = _mm256_add_ps(lo, hi);
+        let s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps::<1>(s8));
+        let s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+        _mm_cvtss_f32(_mm_add_ss(s2, _mm_shuffle_ps::<0b01>(s2, s2)))
+    }
+    // SAFETY (every load and store below): key and value rows `b0..b0 + n < vis`, query and output rows `j < rep`,
+    // each `hd` wide, probabilities `j * stride + b0..+ n` (`b0 + n <= vis <= keys`), inside the slices (checked
+    // above).
+    for b0 in (0..vis).step_by(ROW_KEYS) {
+        let n = ROW_KEYS.min(vis - b0);
+        for j in 0..rep {
+            let qj = q.as_ptr().add(j * hd);
+            let pj = p.as_mut_ptr().add(j * stride + b0);
+            let mut i = 0;
+            while i + 4 <= n {
+                let (mut lo, mut hi) = ([_mm256_setzero_ps(); 4], [_mm256_setzero_ps(); 4]);
+                for c in 0..C {
+                    let (ql, qh) = (_mm256_loadu_ps(qj.add(16 * c)), _mm256_loadu_ps(qj.add(16 * c + 8)));
+                    for s in 0..4 {
+                        let kr = k.as_ptr().add((b0 + i + s) * hd + 16 * c);
+                        lo[s] = _mm256_fmadd_ps(ql, _mm256_loadu_ps(kr), lo[s]);
+                        hi[s] = _mm256_fmadd_ps(qh, _mm256_loadu_ps(kr.add(8)), hi[s]);
+                    }
+                }
+                let sums = halves4_avx2(&lo, &hi);
+                for (s, &x) in sums.iter().enumerate() {
+                    *pj.add(i + s) = x;
+                }
+                i += 4;
+            }
+            for i in i..n {
+                let (mut lo, mut hi) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+                let kr = k.as_ptr().add((b0 + i) * hd);
+                for c in 0..C {
+                    lo = _mm256_fmadd_ps(_mm256_loadu_ps(qj.add(16 * c)), _mm256_loadu_ps(kr.add(16 * c)), lo);
+                    hi = _mm256_fmadd_ps(_mm256_loadu_ps(qj.add(16 * c + 8)), _mm256_loadu_ps(kr.add(16 * c + 8)), hi);
+                }
+                *pj.add(i) = halves(lo, hi);
+            }
+        }
+    }
+    for j in 0..rep {
+        softmax_prefix(&mut p[j * stride..][..keys], vis, scale);
+    }
+    out.fill(0.0);
+    // 64 lanes of a head's output (8 registers; all 16 C when C < 4) over a block's values, each lane the keys'
+    // fused multiply-adds in the keys' order
+    const R: usize = 8;
+    let r = R.min(2 * C);
+    for b0 in (0..vis).step_by(ROW_KEYS) {
+        let n = ROW_KEYS.min(vis - b0);
+        for j in 0..rep {
+            let pj = p.as_ptr().add(j * stride + b0);
+            for c0 in (0..hd).step_by(8 * r) {
+                let oj = out.as_mut_ptr().add(j * hd + c0);
+                let mut o = [_mm256_setzero_ps(); R];
+                for (c, x) in o[..r].iter_mut().enumerate() {
+                    *x = _mm256_loadu_ps(oj.add(8 * c));
+                }
+                for i in 0..n {
+                    let w = _mm256_set1_ps(*pj.add(i));
+                    let vr = v.as_ptr().add((b0 + i) * hd + c0);
+                    for (c, x) in o[..r].iter_mut().enumerate() {
+                        *x = _mm256_fmadd_ps(w, _mm256_loadu_ps(vr.add(8 * c)), *x);
+                    }
+                }
+                for (c, &x) in o[..r].iter().enumerate() {
+                    _mm256_storeu_ps(oj.add(8 * c), x);
+                }
+            }
+        }
+    }
+}
+
+/// The halves of [`attend_row_avx2`] for 4 keys at once, each key's 16 lanes in `lo[s]` (0..8) and `hi[s]` (8..16):
+/// every step adds the pairs of lanes the portable loop adds (8, 4, 2, 1 apart), two keys side by side per
+/// addition, so each sum has the bits one key at a time gives.
+///
+/// # Safety
+/// The CPU must have AVX2.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn halves4_avx2(lo: &[std::arch::x86_64::__m256; 4], hi: &[std::arch::x86_64::__m256; 4]) -> [f32; 4] {
+    use std::arch::x86_64::*;
+    // 8 apart: lane l + lane l + 8
+    let s: [__m256; 4] = std::array::from_fn(|i| _mm256_add_ps(lo[i], hi[i]));
+    // 4 apart, keys 0 and 1 in one vector, 2 and 3 in another: [a 0..4 | b 0..4] + [a 4..8 | b 4..8]
+    let four = |a: __m256, b: __m256| {
+        _mm256_add_ps(_mm256_permute2f128_ps::<0x20>(a, b), _mm256_permute2f128_ps::<0x31>(a, b))
+    };
+    let (h01, h23) = (four(s[0], s[1]), four(s[2], s[3]));
+    // 2 apart, within each half of 4: [x0 + x2, x1 + x3, y0 + y2, y1 + y3] (halves: keys 0 and 2 | keys 1 and 3)
+    let h2 = _mm256_add_ps(_mm256_shuffle_ps::<0b01_00_01_00>(h01, h23), _mm256_shuffle_ps::<0b11_10_11_10>(h01, h23));
+    // 1 apart: [key 0, key 2, .. | key 1, key 3, ..]
+    let h1 = _mm256_add_ps(_mm256_shuffle_ps::<0b10_00_10_00>(h2, h2), _mm256_shuffle_ps::<0b11_01_11_01>(h2, h2));
+    let mut x = [0f32; 8];
+    _mm256_storeu_ps(x.as_mut_ptr(), h1);
+    [x[0], x[4], x[1], x[5]]
 }
 
 /// `H` query heads' outputs (`out[h * 16 C..][..16 C]`) plus their probability-weighted sums of `n` value rows
@@ -1178,33 +1307,45 @@ mod tests {
         causal_attention_case(2000, 1, 64);
     }
 
-    /// A decoding row's attention on AVX-512 or AVX2 (where the CPU has them) equals the portable loops bit for bit:
-    /// three query heads over 75 of 80 keys (two whole blocks, each two groups of 16 keys, and 11 keys one at a time;
-    /// the outputs of a pair of heads and of one), at every width the AVX-512 kernel takes (16 to 128) and at 24,
-    /// which it leaves to the AVX2 copy (a score's last 8 products in the first lanes).
+    /// A decoding row's attention on AVX-512 and on AVX2 (where the CPU has them) equals the portable loops bit for
+    /// bit: three query heads over 75 of 80 keys (two whole blocks, each two groups of 16 keys, and 11 keys one at a
+    /// time, 2 by 4 and 3 alone on AVX2; the outputs of a pair of heads and of one), at every width the kernels take
+    /// (16 to 128) and at 24, which goes to the portable loops compiled for AVX2 (a score's last 8 products in the
+    /// first lanes).
     #[test]
     fn attend_row_kernels_agree() {
         for hd in [16, 24, 32, 64, 128] {
             let (rep, vis, keys, stride) = (3, 75, 80, 90);
             let (q, k, v) = (rand_vec(rep * hd, 11), rand_vec(vis * hd, 12), rand_vec(vis * hd, 13));
             let r = GroupRow { q: &q, k: &k, v: &v, hd, stride, keys, scale: 0.125 };
-            let run = |portable: bool| {
+            let run = |kernel: &dyn Fn(&mut [f32], &mut [f32])| {
                 let (mut p, mut out) = (vec![f32::NAN; 2 * stride + keys], vec![f32::NAN; rep * hd]);
-                if portable {
-                    attend_row_portable(&r, &mut p, &mut out);
-                } else {
-                    attend_row(&r, &mut p, &mut out);
-                }
+                kernel(&mut p, &mut out);
                 let rows: Vec<u32> =
                     (0..rep).flat_map(|j| p[j * stride..][..keys].to_vec()).map(f32::to_bits).collect();
                 (rows, out.iter().map(|x| x.to_bits()).collect::<Vec<_>>())
             };
-            let (fast, portable) = (run(false), run(true));
+            let portable = run(&|p, out| attend_row_portable(&r, p, out));
+            let fast = run(&|p, out| attend_row(&r, p, out));
             assert!(
                 fast.0.iter().all(|&b| !f32::from_bits(b).is_nan())
                     && fast.1.iter().all(|&b| !f32::from_bits(b).is_nan())
             );
             assert_eq!(fast, portable, "heads of {hd}");
+            #[cfg(target_arch = "x86_64")]
+            if hd % 16 == 0 && std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+            {
+                // SAFETY: the CPU has AVX2 and FMA (checked above); the kernel's width is `hd`.
+                let avx2 = run(&|p, out| unsafe {
+                    match hd {
+                        16 => attend_row_avx2::<1>(&r, p, out),
+                        32 => attend_row_avx2::<2>(&r, p, out),
+                        64 => attend_row_avx2::<4>(&r, p, out),
+                        _ => attend_row_avx2::<8>(&r, p, out),
+                    }
+                });
+                assert_eq!(avx2, portable, "heads of {hd}, AVX2");
+            }
         }
     }
 
