@@ -170,6 +170,11 @@ struct Counts {
     prompt_tokens: usize,
     generated: usize,
     passes: usize,
+    /// Passes in which every lane fed one sampled token (no prompt), the tokens they fed and the seconds their
+    /// `feed_many` calls took: decoding's speed apart from prefill's.
+    decode_passes: usize,
+    decode_tokens: usize,
+    decode_secs: f64,
 }
 
 /// Decodes every prompt of `encoded` over `lanes` lanes: each round, every lane that has a prompt feeds one token
@@ -221,8 +226,14 @@ fn decode_lanes(
         }
         let ids: Vec<&[u32]> = feeds.iter().map(|f| f.as_slice()).collect();
         let mut sessions: Vec<&mut ragtime::model::Session> = active.iter_mut().map(|l| &mut l.session).collect();
+        let t0 = std::time::Instant::now();
         let steps = lm.feed_many(&mut sessions, &ids, &from)?;
         counts.passes += 1;
+        if from.iter().all(|&f| f == 0) {
+            counts.decode_passes += 1;
+            counts.decode_tokens += ids.len();
+            counts.decode_secs += t0.elapsed().as_secs_f64();
+        }
         for (lane, st) in active.iter_mut().zip(steps) {
             if let Some(step) = st.first() {
                 lane.tokens += 1;
@@ -288,7 +299,8 @@ fn run_many(args: &Args, file: &std::path::Path) -> Result<()> {
         let peak = ragtime::device::peak_rss_mib().map(|m| format!("; peak rss {m:.0} MiB")).unwrap_or_default();
         eprintln!(
             "{} prompts ({} prompt tokens), {} generated tokens in {dt:.3}s over {} passes: {:.1} generated tok/s, \
-             {:.1} tok/s in all, {} lanes{peak}; {}",
+             {:.1} tok/s in all, {} lanes{peak}; {}; passes without a prompt: {} tokens in {:.3} s over {}, \
+             {:.1} tok/s",
             prompts.len(),
             c.prompt_tokens,
             c.generated,
@@ -296,7 +308,11 @@ fn run_many(args: &Args, file: &std::path::Path) -> Result<()> {
             c.generated as f64 / dt,
             (c.generated + c.prompt_tokens) as f64 / dt,
             lanes,
-            time_split(&spent_before, &lm.time_spent(), dt)
+            time_split(&spent_before, &lm.time_spent(), dt),
+            c.decode_tokens,
+            c.decode_secs,
+            c.decode_passes,
+            c.decode_tokens as f64 / c.decode_secs.max(1e-9)
         );
     }
     Ok(())
@@ -355,11 +371,13 @@ mod tests {
                     Ok(())
                 })
                 .unwrap();
-                (got, c)
+                // the counts without the one timing among them
+                (got, Counts { decode_secs: 0.0, ..c })
             };
             let (one, c1) = run(1);
             assert_eq!(one.iter().map(|g| (g.0, g.2)).collect::<Vec<_>>(), (0..5).map(|i| (i, 9)).collect::<Vec<_>>());
             assert_eq!(c1.passes, 5 * 10, "a prompt pass and 9 token passes each");
+            assert_eq!((c1.decode_passes, c1.decode_tokens), (5 * 9, 5 * 9), "the token passes alone");
             for lanes in [2, 8] {
                 let (got, c) = run(lanes);
                 assert_eq!(got, one, "{lanes} lanes, temperature {temperature}");
