@@ -645,11 +645,18 @@ unsafe fn attend_row_avx2<const C: usize>(row: &GroupRow, p: &mut [f32], out: &m
 unsafe fn halves4_avx2(lo: &[std::arch::x86_64::__m256; 4], hi: &[std::arch::x86_64::__m256; 4]) -> [f32; 4] {
     use std::arch::x86_64::*;
     // 8 apart: lane l + lane l + 8
-    let s: [__m256; 4] = std::array::from_fn(|i| _mm256_add_ps(lo[i], hi[i]));
-    // 4 apart, keys 0 and 1 in one vector, 2 and 3 in another: [a 0..4 | b 0..4] + [a 4..8 | b 4..8]
-    let four = |a: __m256, b: __m256| {
+    let s = [
+        _mm256_add_ps(lo[0], hi[0]),
+        _mm256_add_ps(lo[1], hi[1]),
+        _mm256_add_ps(lo[2], hi[2]),
+        _mm256_add_ps(lo[3], hi[3]),
+    ];
+    // 4 apart, keys 0 and 1 in one vector, 2 and 3 in another: [a 0..4 | b 0..4] + [a 4..8 | b 4..8] (a function
+    // inlined always, not a closure, which could be compiled out of line without AVX)
+    #[inline(always)]
+    unsafe fn four(a: __m256, b: __m256) -> __m256 {
         _mm256_add_ps(_mm256_permute2f128_ps::<0x20>(a, b), _mm256_permute2f128_ps::<0x31>(a, b))
-    };
+    }
     let (h01, h23) = (four(s[0], s[1]), four(s[2], s[3]));
     // 2 apart, within each half of 4: [x0 + x2, x1 + x3, y0 + y2, y1 + y3] (halves: keys 0 and 2 | keys 1 and 3)
     let h2 = _mm256_add_ps(_mm256_shuffle_ps::<0b01_00_01_00>(h01, h23), _mm256_shuffle_ps::<0b11_10_11_10>(h01, h23));
