@@ -66,6 +66,20 @@ pub fn for_each_exp(logits: &[f32], m: f64, mut f: impl FnMut(f64, f64)) {
     }
 }
 
+/// A SIMD chunk's exps `e` of `d` handed to `f` in order. Where a lane lies outside `[-708, 0]` (or is NaN) the
+/// chunk's exps are worked out again by the scalar [`exp`], which calls libm there; the polynomial holds only inside.
+#[inline(always)]
+fn hand_on(e: &mut [f64], d: &[f64], all_inside: bool, f: &mut impl FnMut(f64, f64)) {
+    if !all_inside {
+        for (e, &d) in e.iter_mut().zip(d) {
+            *e = exp(d);
+        }
+    }
+    for (&e, &d) in e.iter().zip(d) {
+        f(e, d);
+    }
+}
+
 /// [`for_each_exp`] over the whole chunks of 8 logits; returns the rest (fewer than 8).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
@@ -91,14 +105,7 @@ unsafe fn for_each_exp_avx512<'a>(logits: &'a [f32], m: f64, f: &mut impl FnMut(
         _mm512_storeu_pd(d.as_mut_ptr(), dv);
         // lanes outside [-708, 0] (or NaN) as the scalar function takes them
         let inside = _mm512_cmp_pd_mask::<_CMP_GE_OQ>(dv, lowest) & _mm512_cmp_pd_mask::<_CMP_LE_OQ>(dv, zero);
-        if inside != 0xFF {
-            for (e, &d) in e.iter_mut().zip(&d) {
-                *e = exp(d);
-            }
-        }
-        for (&e, &d) in e.iter().zip(&d) {
-            f(e, d);
-        }
+        hand_on(&mut e, &d, inside == 0xFF, f);
     }
     chunks.remainder()
 }
@@ -134,14 +141,7 @@ unsafe fn for_each_exp_avx2<'a>(logits: &'a [f32], m: f64, f: &mut impl FnMut(f6
         _mm256_storeu_pd(d.as_mut_ptr(), dv);
         // lanes outside [-708, 0] (or NaN) as the scalar function takes them
         let inside = _mm256_and_pd(_mm256_cmp_pd::<_CMP_GE_OQ>(dv, lowest), _mm256_cmp_pd::<_CMP_LE_OQ>(dv, zero));
-        if _mm256_movemask_pd(inside) != 0xF {
-            for (e, &d) in e.iter_mut().zip(&d) {
-                *e = exp(d);
-            }
-        }
-        for (&e, &d) in e.iter().zip(&d) {
-            f(e, d);
-        }
+        hand_on(&mut e, &d, _mm256_movemask_pd(inside) == 0xF, f);
     }
     chunks.remainder()
 }

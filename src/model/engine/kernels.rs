@@ -327,6 +327,24 @@ struct GroupRow<'a> {
     scale: f32,
 }
 
+impl GroupRow<'_> {
+    /// The heads and the positions seen (`rep`, `vis`), after checking that `p` and `out` hold what a kernel of
+    /// [`attend_row`] writes and `v` what it reads: the bounds the SIMD kernels' unchecked loads and stores rely on.
+    fn heads_and_seen(&self, p: &[f32], out: &[f32]) -> (usize, usize) {
+        let GroupRow { q, k, v, hd, stride, keys, .. } = *self;
+        let (rep, vis) = (q.len() / hd, k.len() / hd);
+        assert!(
+            rep > 0
+                && out.len() == q.len()
+                && v.len() >= vis * hd
+                && vis <= keys
+                && (rep - 1) * stride + keys <= p.len(),
+            "attend_row: {rep} heads of {hd} over {vis} of {keys} keys"
+        );
+        (rep, vis)
+    }
+}
+
 /// One query row's attention for the query heads that share a key/value head (decoding): head `j`'s probabilities
 /// go to `p[j * row.stride..][..row.keys]` (zeros past the seen positions), its output to `out[j * hd..][..hd]`. Loops
 /// over blocks of [`ROW_KEYS`] keys rather than gemm, which packed (transposed, one value at a time) `K` and `P`
@@ -434,21 +452,11 @@ unsafe fn attend_row_avx512<const C: usize>(row: &GroupRow, p: &mut [f32], out: 
     use std::arch::x86_64::*;
     let GroupRow { q, k, v, hd, stride, keys, scale } = *row;
     assert_eq!(hd, 16 * C, "attend_row: the AVX-512 kernel for heads of {}", 16 * C);
-    let (rep, vis) = (q.len() / hd, k.len() / hd);
-    assert!(
-        rep > 0 && out.len() == q.len() && v.len() >= vis * hd && vis <= keys && (rep - 1) * stride + keys <= p.len(),
-        "attend_row: {rep} heads of {hd} over {vis} of {keys} keys"
-    );
+    let (rep, vis) = row.heads_and_seen(p, out);
     // 16 lanes added in halves (8, 4, 2, 1), as the portable loop
     #[inline(always)]
     unsafe fn halves(a: __m512) -> f32 {
-        let s8 = _mm256_add_ps(
-            _mm512_castps512_ps256(a),
-            _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(a))),
-        );
-        let s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps::<1>(s8));
-        let s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-        _mm_cvtss_f32(_mm_add_ss(s2, _mm_shuffle_ps::<0b01>(s2, s2)))
+        halves_of_two(_mm512_castps512_ps256(a), _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(a))))
     }
     // a key row's products with the query row, added over the `C` vectors of 16 lanes
     #[inline(always)]
@@ -552,19 +560,7 @@ unsafe fn attend_row_avx2<const C: usize>(row: &GroupRow, p: &mut [f32], out: &m
     use std::arch::x86_64::*;
     let GroupRow { q, k, v, hd, stride, keys, scale } = *row;
     assert_eq!(hd, 16 * C, "attend_row: the AVX2 kernel for heads of {}", 16 * C);
-    let (rep, vis) = (q.len() / hd, k.len() / hd);
-    assert!(
-        rep > 0 && out.len() == q.len() && v.len() >= vis * hd && vis <= keys && (rep - 1) * stride + keys <= p.len(),
-        "attend_row: {rep} heads of {hd} over {vis} of {keys} keys"
-    );
-    // one key's 16 lanes added in halves (8, 4, 2, 1), as the portable loop
-    #[inline(always)]
-    unsafe fn halves(lo: __m256, hi: __m256) -> f32 {
-        let s8 = _mm256_add_ps(lo, hi);
-        let s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps::<1>(s8));
-        let s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-        _mm_cvtss_f32(_mm_add_ss(s2, _mm_shuffle_ps::<0b01>(s2, s2)))
-    }
+    let (rep, vis) = row.heads_and_seen(p, out);
     // SAFETY (every load and store below): key and value rows `b0..b0 + n < vis`, query and output rows `j < rep`,
     // each `hd` wide, probabilities `j * stride + b0..+ n` (`b0 + n <= vis <= keys`), inside the slices (checked
     // above).
@@ -597,7 +593,7 @@ unsafe fn attend_row_avx2<const C: usize>(row: &GroupRow, p: &mut [f32], out: &m
                     lo = _mm256_fmadd_ps(_mm256_loadu_ps(qj.add(16 * c)), _mm256_loadu_ps(kr.add(16 * c)), lo);
                     hi = _mm256_fmadd_ps(_mm256_loadu_ps(qj.add(16 * c + 8)), _mm256_loadu_ps(kr.add(16 * c + 8)), hi);
                 }
-                *pj.add(i) = halves(lo, hi);
+                *pj.add(i) = halves_of_two(lo, hi);
             }
         }
     }
@@ -632,6 +628,21 @@ unsafe fn attend_row_avx2<const C: usize>(row: &GroupRow, p: &mut [f32], out: &m
             }
         }
     }
+}
+
+/// One key's 16 lanes, `lo` (0..8) and `hi` (8..16), added in halves (8, 4, 2, 1 apart) as the portable loop adds
+/// them: the last steps of both SIMD kernels of [`attend_row`].
+///
+/// # Safety
+/// The CPU must have AVX.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn halves_of_two(lo: std::arch::x86_64::__m256, hi: std::arch::x86_64::__m256) -> f32 {
+    use std::arch::x86_64::*;
+    let s8 = _mm256_add_ps(lo, hi);
+    let s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps::<1>(s8));
+    let s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+    _mm_cvtss_f32(_mm_add_ss(s2, _mm_shuffle_ps::<0b01>(s2, s2)))
 }
 
 /// The halves of [`attend_row_avx2`] for 4 keys at once, each key's 16 lanes in `lo[s]` (0..8) and `hi[s]` (8..16):
