@@ -533,8 +533,8 @@ pub(super) unsafe fn rows_int8_u4_avx2<const N: usize>(
             let b = _mm_loadu_si128(qp.add(row * rb + g * 16) as *const __m128i);
             let n4 = _mm256_castsi256_si128(nib);
             let w = _mm256_setr_m128i(_mm_and_si128(b, n4), _mm_and_si128(_mm_srli_epi16(b, 4), n4));
-            for j in 0..N {
-                group!(even[j], w, j, g);
+            for (j, e) in even.iter_mut().enumerate() {
+                group!(*e, w, j, g);
             }
         }
         for j in 0..N {
