@@ -1,8 +1,10 @@
 //! One decoding row's product with a weight matrix on the integer blocks, per format: microseconds per call and
 //! the GB/s of the copy's bytes that makes, for the exact kernels and `--int8-dot`'s. Qwen2.5-Coder-1.5B's shapes
-//! (a Q4_K_M file: gate/up 8,960 x 1,536 in Q4_K, down 1,536 x 8,960 in Q6_K, the 151,936 x 1,536 output head in
-//! Q6_K) of fixed pseudo-random weights quantized by candle; the rayon pool's threads (RAYON_NUM_THREADS), called
-//! inside the pool as the CPU engine calls its products; the best of 5 rounds of 20 calls (3 for the head).
+//! and blocks in a Q4_K_M file (gate/up 8,960 x 1,536 in Q4_K, down 1,536 x 8,960 in Q6_K as in half its layers,
+//! the 151,936 x 1,536 output head in Q6_K) of fixed pseudo-random weights quantized by candle; the rayon pool's
+//! threads (RAYON_NUM_THREADS), called inside the pool as the CPU engine calls its products; the best of 5 rounds of
+//! 20 calls (3 for the head). The two 10-17 MB matrices stay in a server CPU's L3 cache from call to call, so they
+//! show what the kernels compute per second; the 292 MB head is read from memory each time.
 //!
 //!     cargo run --release --example bench_decode_matvec
 

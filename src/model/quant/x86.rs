@@ -466,10 +466,10 @@ pub(super) unsafe fn rows_int8_u4_avx512<const N: usize>(
 /// `vpmaddubsw` (unsigned weights times signed inputs: at most 2 x 15 x 127 per pair) and `vpmaddwd` by ones, the
 /// 8 sums converted and multiplied into the accumulator (even groups into one, odd into another) by the group's
 /// scale times its input block's. Per row, before its groups: those scale products for all its groups, 8 at a
-/// time (the same f32 products), and the offsets' term (`sum_g o_g s_x sum q_x`) in 8 lanes, added after; per 2
-/// groups, one load of their 32 bytes of nibbles. Per group and vector, then, one broadcast of a product, where
-/// two loads and a multiply were: the kernel is bound by its instructions, not by memory, on 2 cores of a Zen 3
-/// (`bench_decode_matvec`).
+/// time (the same f32 products; per group and vector one broadcast, not two loads and a multiply), and the
+/// offsets' term (`sum_g o_g s_x sum q_x`) in 8 lanes, added after. Added one group after another, each FMA waiting
+/// for the last, that term had bounded the kernel (`bench_decode_matvec`: twice as fast in lanes on a Zen 3). Per
+/// 2 groups, one load of their 32 bytes of nibbles.
 #[target_feature(enable = "avx2,fma")]
 pub(super) unsafe fn rows_int8_u4_avx2<const N: usize>(
     m: &QMatrix,
