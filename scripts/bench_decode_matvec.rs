@@ -15,8 +15,11 @@ use candle_core::{Device, Tensor};
 use ragtime::model::quant::QMatrix;
 
 fn main() -> anyhow::Result<()> {
-    println!("| matrix | blocks | MB held | exact us | exact GB/s | `--int8-dot` us | `--int8-dot` GB/s |");
-    println!("|---|---|---:|---:|---:|---:|---:|");
+    println!(
+        "| matrix | blocks | MB held | exact us | exact GB/s | `--int8-dot` us | `--int8-dot` GB/s | superblocks MB | \
+         superblocks us | superblocks GB/s |"
+    );
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|");
     for (name, dtype, rows, cols, calls) in [
         ("gate/up", GgmlDType::Q4K, 8960, 1536, 20),
         ("down", GgmlDType::Q6K, 1536, 8960, 20),
@@ -28,7 +31,10 @@ fn main() -> anyhow::Result<()> {
         drop(t);
         let x: Vec<f32> = (0..cols).map(|i| (i as f32 * 0.37).cos()).collect();
         let mut y = vec![0f32; rows];
-        let (exact, int8) = rayon::scope(|_| {
+        // the copy `--int8-dot` multiplies from on an AVX2 CPU without VNNI where it factors (Q4_K)
+        let mut sb = m.clone();
+        let sb_ok = sb.superblocks_for_int8();
+        let (exact, int8, superblocks) = rayon::scope(|_| {
             let time = |f: &mut dyn FnMut()| {
                 (0..5)
                     .map(|_| {
@@ -40,15 +46,20 @@ fn main() -> anyhow::Result<()> {
             };
             let exact = time(&mut || m.matvec(&x, &mut y));
             let int8 = time(&mut || m.matvec_int8(&x, &mut y));
-            (exact, int8)
+            let superblocks = if sb_ok { time(&mut || sb.matvec_int8(&x, &mut y)) } else { f64::NAN };
+            (exact, int8, superblocks)
         });
-        let mb = m.bytes() as f64 / 1e6;
+        let (mb, sb_mb) = (m.bytes() as f64 / 1e6, sb.bytes() as f64 / 1e6);
+        let cell = |v: f64| if v.is_nan() { "-".to_string() } else { format!("{v:.1}") };
         println!(
-            "| {name} {rows} x {cols} | {dtype:?} | {mb:.1} | {:.0} | {:.1} | {:.0} | {:.1} |",
+            "| {name} {rows} x {cols} | {dtype:?} | {mb:.1} | {:.0} | {:.1} | {:.0} | {:.1} | {} | {} | {} |",
             exact * 1e6,
             mb / 1e3 / exact,
             int8 * 1e6,
-            mb / 1e3 / int8
+            mb / 1e3 / int8,
+            cell(if sb_ok { sb_mb } else { f64::NAN }),
+            cell(superblocks * 1e6),
+            cell(sb_mb / 1e3 / superblocks)
         );
     }
     Ok(())

@@ -686,9 +686,14 @@ impl Engine for CpuEngine {
     fn int8_dot(&mut self) -> bool {
         self.int8_dot = true;
         // the integer copies in row tiles where the CPU has their kernels (AVX-512 VNNI; int8 copies without
-        // offsets and nibble copies): several lanes' products take fewer instructions per weight (`quant::tiles`)
+        // offsets and nibble copies): several lanes' products take fewer instructions per weight (`quant::tiles`);
+        // else, with AVX2, the K-quant nibble copies in their superblocks (`quant::superblocks`: fewer bytes and
+        // integer sub-block scales)
         let tile = |q: &mut Arc<QMatrix>| {
-            Arc::make_mut(q).tile_for_int8();
+            let q = Arc::make_mut(q);
+            if !q.tile_for_int8() {
+                q.superblocks_for_int8();
+            }
         };
         for l in self.layers.iter_mut().flat_map(|b| b.lin.iter_mut()) {
             if let Weight::Int(q) = &mut l.w {

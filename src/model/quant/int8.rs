@@ -21,9 +21,10 @@ use super::{Layout, QMatrix, ROWS};
 
 impl QMatrix {
     /// Whether [`QMatrix::matvec_int8`] multiplies in integers here: a nibble copy or a symmetric int8 copy on a
-    /// CPU with AVX2 (x86-64), or a tiled copy (`super::tiles`) — else it gives the exact [`QMatrix::matvec`].
+    /// CPU with AVX2 (x86-64), or a tiled or superblock copy (`super::tiles`, `super::superblocks`) — else it
+    /// gives the exact [`QMatrix::matvec`].
     pub fn int8_dot(&self) -> bool {
-        self.tiled || ((self.layout == Layout::U4 || self.offset.is_empty()) && int8_width() > 0)
+        self.tiled || self.superblocks || ((self.layout == Layout::U4 || self.offset.is_empty()) && int8_width() > 0)
     }
 
     /// [`QMatrix::matvec`] with the inputs quantized to int8 and integer products (module doc); the exact
@@ -38,6 +39,9 @@ impl QMatrix {
         assert_eq!(y.len(), n * self.rows, "matvec_int8: output length");
         if self.tiled {
             return self.matvec_tiles(x, y);
+        }
+        if self.superblocks {
+            return self.matvec_superblocks(x, y);
         }
         // each row is quantized on its own, so each pass quantizes just its rows
         let width = int8_width();

@@ -17,8 +17,8 @@ impl QMatrix {
         assert_eq!(x.len() % self.cols, 0, "matvec: input length {} is not a multiple of {}", x.len(), self.cols);
         let n = x.len() / self.cols;
         assert_eq!(y.len(), n * self.rows, "matvec: output length");
-        if self.tiled {
-            // a tiled copy decodes in integers (`matvec_int8`); its exact product, one value at a time
+        if self.tiled || self.superblocks {
+            // a tiled or superblock copy decodes in integers (`matvec_int8`); its exact product, one value at a time
             for (xs, ys) in x.chunks_exact(self.cols).zip(y.chunks_exact_mut(self.rows)) {
                 rows_scalar(self, 0, xs, ys);
             }

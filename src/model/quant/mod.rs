@@ -33,6 +33,7 @@ mod blocks;
 mod int8;
 mod matvec;
 mod q8;
+mod superblocks;
 mod tiles;
 #[cfg(target_arch = "x86_64")]
 mod x86;
@@ -104,11 +105,22 @@ pub struct QMatrix {
     /// `q`, `scale` and `offset` laid out in row tiles of 16 for the integer products (`tiles`: an int8 copy
     /// without offsets or a nibble copy, under `--int8-dot` with AVX-512 VNNI).
     tiled: bool,
+    /// A nibble copy of a K-quant matrix in its superblocks (`superblocks`, under `--int8-dot` with AVX2 and no
+    /// VNNI): `q` in the file's nibble order, `scale` and `offset` one per 256 weights (`d`, `-dmin`), the
+    /// sub-blocks' integer scales and offsets in `sub`.
+    superblocks: bool,
+    /// `[rows, cols / 256, 16]` of a superblock copy: the 8 sub-blocks' `sc`, then their `m`; else empty.
+    sub: Vec<u8>,
 }
 
 impl std::fmt::Debug for QMatrix {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "QMatrix[{}x{}, {:?}{}]", self.rows, self.cols, self.layout, if self.tiled { ", tiled" } else { "" })
+        let form = match (self.tiled, self.superblocks) {
+            (true, _) => ", tiled",
+            (_, true) => ", superblocks",
+            _ => "",
+        };
+        write!(f, "QMatrix[{}x{}, {:?}{form}]", self.rows, self.cols, self.layout)
     }
 }
 
@@ -137,8 +149,18 @@ impl QMatrix {
             decode_block(dtype, blk, &mut d);
         }
         debug_assert_eq!((d.q.len(), d.scale.len()), (rows * layout.row_bytes(cols), groups));
-        let mut m =
-            QMatrix { rows, cols, layout, q: d.q, scale: d.scale, offset: d.offset, scale_shift: 0, tiled: false };
+        let mut m = QMatrix {
+            rows,
+            cols,
+            layout,
+            q: d.q,
+            scale: d.scale,
+            offset: d.offset,
+            scale_shift: 0,
+            tiled: false,
+            superblocks: false,
+            sub: Vec::new(),
+        };
         if layout == Layout::I8 {
             m.compact_scales();
         }
@@ -162,6 +184,9 @@ impl QMatrix {
 
     /// The scale and offset of group `g` of `row` (offset +0 when the copy keeps none).
     fn scale_offset(&self, row: usize, g: usize) -> (f32, f32) {
+        if self.superblocks {
+            return self.superblock_scale_offset(row, g);
+        }
         if self.tiled {
             let i = self.tiled_scale_index(row, g >> self.scale_shift);
             return (self.scale[i], self.offset.get(i).copied().unwrap_or(0.0));
@@ -173,6 +198,9 @@ impl QMatrix {
     /// The integer weights of group `g` of `row` (16 or 32 of them, in column order).
     fn group_ints(&self, row: usize, g: usize, out: &mut [f32; 32]) {
         let n = self.layout.group();
+        if self.superblocks {
+            return self.superblock_ints(row, g, out);
+        }
         if self.tiled {
             for (i, o) in out[..n].iter_mut().enumerate() {
                 *o = self.tiled_weight(row, g * n + i) as f32;
@@ -215,6 +243,9 @@ impl QMatrix {
         );
         if self.tiled {
             return self.dequantize_tiled_rows(first, out);
+        }
+        if self.superblocks {
+            return self.dequantize_superblock_rows(first, out);
         }
         let rb = self.layout.row_bytes(cols);
         // groups per row: even where a scale serves two groups (rows hold whole 32-weight blocks), so group `g` of
@@ -259,7 +290,10 @@ impl QMatrix {
 
     /// Row `dst` of the result is row `src_of[dst]` of `self` (for undoing llama.cpp's Q/K permutation).
     pub fn permute_rows(&self, src_of: &[usize]) -> QMatrix {
-        assert!(!self.tiled, "permute_rows: a tiled copy (rows are permuted at load, before any tiling)");
+        assert!(
+            !self.tiled && !self.superblocks,
+            "permute_rows: a tiled or superblock copy (rows are permuted at load, before either)"
+        );
         let rb = self.layout.row_bytes(self.cols);
         // scales and offsets per row (offsets: none when the copy keeps none; no rows, nothing to move)
         let per_row = |len: usize| len.checked_div(self.rows).unwrap_or(0);
@@ -272,12 +306,12 @@ impl QMatrix {
             scale.extend_from_slice(&self.scale[s * sg..(s + 1) * sg]);
             offset.extend_from_slice(&self.offset[s * og..(s + 1) * og]);
         }
-        QMatrix { q, scale, offset, ..*self }
+        QMatrix { q, scale, offset, sub: Vec::new(), ..*self }
     }
 
     /// Bytes held.
     pub fn bytes(&self) -> usize {
-        self.q.len() + 4 * (self.scale.len() + self.offset.len())
+        self.q.len() + 4 * (self.scale.len() + self.offset.len()) + self.sub.len()
     }
 }
 

@@ -115,6 +115,75 @@ fn quantize_block(block: &[f32; BLOCK]) -> (f32, [i8; BLOCK]) {
     (d, ints)
 }
 
+/// Values per f32 scale of [`SubscaledRows`] (a K-quant superblock, ggml's Q8_K block).
+pub(super) const SUPERBLOCK: usize = 256;
+
+/// `n` rows of `cols` values quantized to int8 with two levels of scales, the inputs of the superblock kernels
+/// (`super::superblocks`): per 256 values one f32 `d`, per 32 an integer `t` in 1..=`levels`, a value being
+/// `q * t * d` with `q` in -127..=127. `d` is the 256 values' `max |x| / (127 levels)` and `t` the smallest
+/// integer with the 32 values' `max |x| <= 127 t d`: a block's step `t d` is within `1 + 1 / t` of its own
+/// `max |x| / 127` (the step of [`Int8Rows`], ggml's Q8_0), or `d` where that is smaller. ggml's Q8_K, which its
+/// K-quant dot products take, is `levels` = 1: one step per 256 values, every block of a superblock that holds an
+/// outlier rounded as coarsely as the outlier's own. The sub-scales are integers so that the kernels multiply them
+/// into the weights' integer sub-block scales inside their integer sums.
+pub(super) struct SubscaledRows {
+    /// `[n, cols]`, each in -127..=127
+    pub(super) q: Vec<i8>,
+    /// `[n, cols / SUPERBLOCK]`: `d`
+    pub(super) scale: Vec<f32>,
+    /// `[n, cols / 32]`: `t`
+    pub(super) t32: Vec<i16>,
+    /// `[n, cols / 16]`: the `t` of each 16 values' block of 32
+    pub(super) t16: Vec<i16>,
+    /// `[n, cols / 32]`: `t * sum q` of each 32 values (what a Q4_K sub-block's offset multiplies)
+    pub(super) tsum32: Vec<i32>,
+    /// `[n, cols / 16]`: `sum q` of each 16 values (at most 16 x 127; what Q6_K's `q + 32` take back)
+    pub(super) sum16: Vec<i16>,
+}
+
+impl SubscaledRows {
+    /// Quantizes each row of `x` (`[n, cols]`, `cols` a multiple of [`SUPERBLOCK`]) with sub-scales up to
+    /// `levels` (1..=255).
+    pub(super) fn new(x: &[f32], cols: usize, levels: i16) -> SubscaledRows {
+        assert!(cols.is_multiple_of(SUPERBLOCK) && x.len().is_multiple_of(cols) && (1..=255).contains(&levels));
+        let mut r = SubscaledRows {
+            q: vec![0; x.len()],
+            scale: vec![0.0; x.len() / SUPERBLOCK],
+            t32: vec![0; x.len() / BLOCK],
+            t16: vec![0; x.len() / 16],
+            tsum32: vec![0; x.len() / BLOCK],
+            sum16: vec![0; x.len() / 16],
+        };
+        for (b, sb) in x.chunks_exact(SUPERBLOCK).enumerate() {
+            // each block's largest magnitude (NaNs ignored, as by `f32::max`), and the superblock's
+            let amax: Vec<f32> = sb.chunks_exact(BLOCK).map(|v| v.iter().fold(0f32, |m, v| m.max(v.abs()))).collect();
+            let d = amax.iter().fold(0f32, |m, &v| m.max(v)) / (127.0 * levels as f32);
+            for (g, block) in sb.chunks_exact(BLOCK).enumerate() {
+                let i = b * SUPERBLOCK / BLOCK + g;
+                let t = if d > 0.0 && d.is_finite() {
+                    (amax[g] / (127.0 * d)).ceil().clamp(1.0, levels as f32)
+                } else {
+                    1.0
+                };
+                let step = d * t;
+                let inv = if step > 0.0 { 1.0 / step } else { 0.0 };
+                let q = &mut r.q[i * BLOCK..(i + 1) * BLOCK];
+                for (o, v) in q.iter_mut().zip(block) {
+                    // a NaN (from a NaN or infinite input) gives 0, as `NaN as i8` does
+                    let v = round_half_away(v * inv);
+                    *o = if v.is_nan() { 0 } else { v.clamp(-127.0, 127.0) as i8 };
+                }
+                let halves = [&q[..16], &q[16..]].map(|h| h.iter().map(|&v| v as i16).sum::<i16>());
+                (r.t32[i], r.t16[2 * i], r.t16[2 * i + 1]) = (t as i16, t as i16, t as i16);
+                r.sum16[2 * i..2 * i + 2].copy_from_slice(&halves);
+                r.tsum32[i] = t as i32 * (halves[0] as i32 + halves[1] as i32);
+            }
+            r.scale[b] = d;
+        }
+        r
+    }
+}
+
 /// [`quantize_block`] with AVX-512, 16 values per instruction, and the sums of each 16 values: the same bits
 /// (`vmaxps` keeps its second operand where the first is a NaN, so `max(|v|, acc)` ignores NaNs as `f32::max`
 /// does; the rounding and the clamp as [`round_half_away`] and `clamp`, a NaN first set to 0).
@@ -194,6 +263,31 @@ mod tests {
         block[7] = f32::INFINITY;
         let (d, ints) = quantize_block(&block);
         assert_eq!((d, ints), (f32::INFINITY, [0i8; BLOCK]));
+    }
+
+    /// Two levels of scales worked by hand, `levels` 255: the superblock's largest magnitude 127 x 255 gives
+    /// `d` = 1; a block whose largest is 127 x 2.5 gets `t` = 3 (step 3: 317.5 -> 106, 7.4 -> 2), a block of zeros
+    /// `t` = 1, the outlier's block `t` = 255 (step 255: 32385 -> 127, 100 -> 0).
+    #[test]
+    fn subscales_worked_by_hand() {
+        let mut x = vec![0f32; SUPERBLOCK];
+        x[0] = 127.0 * 255.0;
+        x[1] = 100.0;
+        x[32] = 127.0 * 2.5;
+        x[33] = 7.4;
+        x[34] = -317.5;
+        let r = SubscaledRows::new(&x, SUPERBLOCK, 255);
+        assert_eq!(r.scale, vec![1.0]);
+        assert_eq!(&r.t32[..3], &[255, 3, 1]);
+        assert_eq!(&r.t16[..6], &[255, 255, 3, 3, 1, 1]);
+        assert_eq!((r.q[0], r.q[1], r.q[32], r.q[33], r.q[34]), (127, 0, 106, 2, -106));
+        assert_eq!(&r.sum16[..3], &[127, 0, 2]);
+        assert_eq!(&r.tsum32[..3], &[255 * 127, 3 * 2, 0]);
+        // each value within half a step of `q * t * d`
+        for (i, &v) in x.iter().enumerate() {
+            let step = r.scale[0] * r.t32[i / 32] as f32;
+            assert!((v - r.q[i] as f32 * step).abs() <= step / 2.0, "{i}");
+        }
     }
 
     /// The AVX-512 quantization of a block gives the portable one's bits and sums (random blocks, a NaN, exact

@@ -54,6 +54,7 @@ impl QMatrix {
             q: vec![if self.layout == Layout::I8 { 128 } else { 0 }; padded * self.layout.row_bytes(cols)],
             scale: vec![0f32; padded * per_row],
             offset: if self.offset.is_empty() { Vec::new() } else { vec![0f32; padded * per_row] },
+            sub: Vec::new(),
             tiled: true,
             ..*self
         };
@@ -225,9 +226,9 @@ impl QMatrix {
     }
 }
 
-/// Whether a copy has a tiled form: int8 with no offsets, or nibbles.
+/// Whether a copy has a tiled form: int8 with no offsets, or nibbles (not in superblocks).
 fn tiles(m: &QMatrix) -> bool {
-    m.layout == Layout::U4 || m.offset.is_empty()
+    !m.superblocks && (m.layout == Layout::U4 || m.offset.is_empty())
 }
 
 /// The tile kernels' arithmetic one value at a time (where there is no AVX-512 VNNI, and the SIMD kernels'
@@ -288,6 +289,8 @@ mod tests {
             offset: Vec::new(),
             scale_shift: 1,
             tiled: false,
+            superblocks: false,
+            sub: Vec::new(),
         };
         m.tile();
         assert_eq!(m.q.len(), 16 * 32);
@@ -320,6 +323,8 @@ mod tests {
             offset: vec![-1.0],
             scale_shift: 0,
             tiled: false,
+            superblocks: false,
+            sub: Vec::new(),
         };
         m.tile();
         assert_eq!((m.q.len(), m.q[1], m.q[65], m.q[4]), (16 * 16, 0x11, 0x55, 0));

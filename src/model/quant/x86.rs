@@ -543,6 +543,128 @@ pub(super) unsafe fn rows_int8_u4_avx2<const N: usize>(
     }
 }
 
+/// The products of a Q4_K superblock copy (`super::superblocks`) with AVX2, for `N` vectors quantized with
+/// sub-scales (`super::q8::SubscaledRows`, `t` up to 255): per vector and superblock the 8 sub-blocks' `sc * t`
+/// (at most 63 x 255) in 16 bits; per 64 columns one 32-byte load of nibbles, masked into the 32 low and the 32
+/// high weights (column order already), `vpmaddubsw` with the inputs (at most 2 x 15 x 127 per pair) and
+/// `vpmaddwd` by the sub-block's `sc * t` broadcast (at most 2 x 3,810 x 16,065 per lane), added in 32-bit lanes
+/// over the superblock (at most 8 x 122.4 million); per superblock one conversion and one FMA by `d s_x`, and the
+/// offsets' term, each sub-block's `m` times its inputs' `t * sum q` in one of 8 lanes, one FMA by `-dmin s_x`.
+/// A vector's sums are formed in the same order whatever `N`: bit for bit its one-vector result.
+#[target_feature(enable = "avx2,fma")]
+pub(super) unsafe fn rows_int8_q4k_avx2<const N: usize>(
+    m: &QMatrix,
+    row0: usize,
+    x: &super::q8::SubscaledRows,
+    out: &mut [f32],
+) {
+    let (cols, per_row, groups) = (m.cols, m.cols / 256, m.cols / 32);
+    let (qp, sp, op, subp) = (m.q.as_ptr(), m.scale.as_ptr(), m.offset.as_ptr(), m.sub.as_ptr());
+    let (xq, xs, xt, xts) = (x.q.as_ptr(), x.scale.as_ptr(), x.t32.as_ptr(), x.tsum32.as_ptr());
+    let nib = _mm256_set1_epi8(0x0F);
+    // byte shuffles that broadcast 16-bit lane `j` of each 128-bit half to the half's 8 lanes
+    let pick: [__m256i; 8] = std::array::from_fn(|j| _mm256_set1_epi16((2 * j as i16) | ((2 * j as i16 + 1) << 8)));
+    for r in 0..out.len() / N {
+        let row = row0 + r;
+        let (mut acc, mut mins) = ([_mm256_setzero_ps(); N], [_mm256_setzero_ps(); N]);
+        for b in 0..per_row {
+            let sb = row * per_row + b;
+            let sub = subp.add(sb * 16);
+            // the 8 scales widened to 16 bits times each vector's sub-scales, in both halves; the 8 `m` in 32 bits
+            let sc = _mm_cvtepu8_epi16(_mm_loadl_epi64(sub as *const __m128i));
+            let st: [__m256i; N] = std::array::from_fn(|j| {
+                let t = _mm_loadu_si128(xt.add(j * groups + b * 8) as *const __m128i);
+                _mm256_broadcastsi128_si256(_mm_mullo_epi16(sc, t))
+            });
+            let mv = _mm256_cvtepu8_epi32(_mm_loadl_epi64(sub.add(8) as *const __m128i));
+            let mut dot = [_mm256_setzero_si256(); N];
+            for c in 0..4 {
+                let bytes = _mm256_loadu_si256(qp.add(row * cols / 2 + b * 128 + c * 32) as *const __m256i);
+                let (lo, hi) = (_mm256_and_si256(bytes, nib), _mm256_and_si256(_mm256_srli_epi16(bytes, 4), nib));
+                for (j, dot) in dot.iter_mut().enumerate() {
+                    let at = xq.add(j * cols + b * 256 + c * 64);
+                    let (s_lo, s_hi) =
+                        (_mm256_shuffle_epi8(st[j], pick[2 * c]), _mm256_shuffle_epi8(st[j], pick[2 * c + 1]));
+                    let p_lo = _mm256_maddubs_epi16(lo, _mm256_loadu_si256(at as *const __m256i));
+                    let p_hi = _mm256_maddubs_epi16(hi, _mm256_loadu_si256(at.add(32) as *const __m256i));
+                    let p = _mm256_add_epi32(_mm256_madd_epi16(p_lo, s_lo), _mm256_madd_epi16(p_hi, s_hi));
+                    *dot = _mm256_add_epi32(*dot, p);
+                }
+            }
+            let (d, dm) = (*sp.add(sb), *op.add(sb));
+            for j in 0..N {
+                let dx = *xs.add(j * per_row + b);
+                acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot[j]), _mm256_set1_ps(d * dx), acc[j]);
+                let tsums = _mm256_loadu_si256(xts.add(j * groups + b * 8) as *const __m256i);
+                let msum = _mm256_cvtepi32_ps(_mm256_mullo_epi32(mv, tsums));
+                mins[j] = _mm256_fmadd_ps(msum, _mm256_set1_ps(dm * dx), mins[j]);
+            }
+        }
+        for j in 0..N {
+            out[N * r + j] = hsum(acc[j]) + hsum(mins[j]);
+        }
+    }
+}
+
+/// [`rows_int8_q4k_avx2`] for a Q6_K superblock copy (`q + 32`, 0..=63, a byte each; 16 signed scales per 256),
+/// the inputs' sub-scales `t` up to 31: per vector and superblock the 16 groups' `sc * t` (at most 128 x 31) in 16
+/// bits; per 32 columns (two groups of 16) `vpmaddubsw` of the weights and the inputs (at most 2 x 63 x 127 per
+/// pair) and `vpmaddwd` by the two groups' `sc * t` (one per 128-bit half: at most 2 x 16,002 x 3,968 per lane),
+/// added in 32-bit lanes over the superblock (at most 8 x 127 million); per superblock
+/// `32 sum_j sc_j t_j sum_{i in j} q_i` taken back (the 16 `sc * t` times the inputs' 16 sums in one `vpmaddwd`:
+/// at most 32 x 16.1 million), one conversion and one FMA by `d s_x`.
+#[target_feature(enable = "avx2,fma")]
+pub(super) unsafe fn rows_int8_q6k_avx2<const N: usize>(
+    m: &QMatrix,
+    row0: usize,
+    x: &super::q8::SubscaledRows,
+    out: &mut [f32],
+) {
+    let (cols, per_row) = (m.cols, m.cols / 256);
+    let (qp, sp, subp) = (m.q.as_ptr(), m.scale.as_ptr(), m.sub.as_ptr());
+    let (xq, xs, xt, xsum) = (x.q.as_ptr(), x.scale.as_ptr(), x.t16.as_ptr(), x.sum16.as_ptr());
+    // byte shuffles that broadcast 16-bit lane `2c` of the low 128-bit half to its 8 lanes and lane `2c + 1` of
+    // the high half to its 8
+    let lane = |l: usize| _mm_set1_epi16((2 * l as i16) | ((2 * l as i16 + 1) << 8));
+    let pick: [__m256i; 4] = std::array::from_fn(|c| _mm256_setr_m128i(lane(2 * c), lane(2 * c + 1)));
+    for r in 0..out.len() / N {
+        let row = row0 + r;
+        let mut acc = [_mm256_setzero_ps(); N];
+        for b in 0..per_row {
+            let sb = row * per_row + b;
+            // per vector the 16 groups' `sc * t` in 16 bits; groups 0..8 in both halves of one register, 8..16 of
+            // another
+            let sc = _mm256_cvtepi8_epi16(_mm_loadu_si128(subp.add(sb * 16) as *const __m128i));
+            let st: [__m256i; N] = std::array::from_fn(|j| {
+                _mm256_mullo_epi16(sc, _mm256_loadu_si256(xt.add(j * cols / 16 + b * 16) as *const __m256i))
+            });
+            let halves: [[__m256i; 2]; N] = std::array::from_fn(|j| {
+                [_mm256_permute2x128_si256(st[j], st[j], 0x00), _mm256_permute2x128_si256(st[j], st[j], 0x11)]
+            });
+            let mut dot = [_mm256_setzero_si256(); N];
+            for c in 0..8 {
+                let w = _mm256_loadu_si256(qp.add(row * cols + b * 256 + c * 32) as *const __m256i);
+                for (j, dot) in dot.iter_mut().enumerate() {
+                    let v = _mm256_loadu_si256(xq.add(j * cols + b * 256 + c * 32) as *const __m256i);
+                    let s = _mm256_shuffle_epi8(halves[j][c / 4], pick[c % 4]);
+                    *dot = _mm256_add_epi32(*dot, _mm256_madd_epi16(_mm256_maddubs_epi16(w, v), s));
+                }
+            }
+            let d = *sp.add(sb);
+            for j in 0..N {
+                let sums = _mm256_loadu_si256(xsum.add(j * cols / 16 + b * 16) as *const __m256i);
+                let back = _mm256_slli_epi32(_mm256_madd_epi16(st[j], sums), 5);
+                let dx = *xs.add(j * per_row + b);
+                let total = _mm256_cvtepi32_ps(_mm256_sub_epi32(dot[j], back));
+                acc[j] = _mm256_fmadd_ps(total, _mm256_set1_ps(d * dx), acc[j]);
+            }
+        }
+        for j in 0..N {
+            out[N * r + j] = hsum(acc[j]);
+        }
+    }
+}
+
 /// Integer products from a tiled copy (`super::tiles`) with AVX-512 VNNI, for `N` quantized vectors, `Q` tile
 /// registers (4 columns each) per weight scale: rows `row0..` (`row0` a tile's first), `out` `[N][rows]`. Per
 /// tile of 16 rows and scale group, the group's `Q` registers are loaded once for all vectors; per vector,
