@@ -80,6 +80,23 @@ fn feed_many_equals_feeding_each_alone() {
 fn feed_many_with_int8_dot_equals_feeding_each_alone() {
     let Some(mut lm) = tiny_q4(12) else { return };
     lm.int8_dot().unwrap();
+    int8_feeds_equal_feeding_each_alone(&lm);
+}
+
+/// The same on K-quant blocks (Q4_K, and Q6_K for `v_proj` and `down_proj`, as in a Q4_K_M file): on an AVX2 CPU
+/// without VNNI `--int8-dot` multiplies their superblock copies (`quant::superblocks`: one or two vectors per
+/// pass, the short chunks too), gemm their de-quantized rows for the long chunks, and the tied head and the
+/// embedding's rows come from the embedding's superblocks; elsewhere the row tiles or the plain copies.
+#[test]
+fn feed_many_on_k_quants_with_int8_dot_equals_feeding_each_alone() {
+    let Some(mut lm) = common::small_k_quants(14) else { return };
+    lm.int8_dot().unwrap();
+    int8_feeds_equal_feeding_each_alone(&lm);
+}
+
+/// Three rounds of `feed_many` on `lm` (long and short prompts beside decoding rows) against each sequence fed
+/// alone: the same steps and next-token logits bit for bit.
+fn int8_feeds_equal_feeding_each_alone(lm: &ragtime::model::Lm) {
     let prompt = |n: u32, from: u32| (0..n).map(|i| (from + 37 * i) % 49152).collect::<Vec<u32>>();
     let rounds: Vec<[Vec<u32>; 3]> = vec![
         [prompt(40, 11), prompt(1, 5), prompt(70, 900)],

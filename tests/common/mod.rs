@@ -53,15 +53,33 @@ pub struct Q4Weights(HashMap<String, HostTensor>, HashMap<String, QMatrix>);
 
 impl Q4Weights {
     pub fn new(cfg: &ModelConfig, seed: u64) -> Self {
+        Self::in_blocks(cfg, seed, |_| GgmlDType::Q4_1)
+    }
+
+    /// The blocks of a Q4_K_M file instead: Q6_K for `v_proj` and `down_proj`, Q4_K for the other matrices
+    /// (those whose width is a multiple of 256).
+    pub fn k_quants(cfg: &ModelConfig, seed: u64) -> Self {
+        Self::in_blocks(cfg, seed, |name| {
+            if name.contains("v_proj") || name.contains("down_proj") {
+                GgmlDType::Q6K
+            } else {
+                GgmlDType::Q4K
+            }
+        })
+    }
+
+    /// Each matrix in the blocks `format` names for it, where its width is a multiple of their size.
+    fn in_blocks(cfg: &ModelConfig, seed: u64, format: impl Fn(&str) -> GgmlDType) -> Self {
         let mut f32s = HashMap::new();
         let mut blocks = HashMap::new();
         for (name, t) in random_weights(cfg, seed) {
-            if t.shape.len() == 2 && t.shape[1] % 32 == 0 {
+            let dtype = format(&name);
+            if t.shape.len() == 2 && t.shape[1] % dtype.block_size() == 0 {
                 let (rows, cols) = (t.shape[0], t.shape[1]);
                 let ct =
                     candle_core::Tensor::from_vec(t.data.clone(), (rows, cols), &candle_core::Device::Cpu).unwrap();
-                let q = QTensor::quantize(&ct, GgmlDType::Q4_1).unwrap();
-                let m = QMatrix::from_ggml(GgmlDType::Q4_1, &q.data().unwrap(), rows, cols).unwrap();
+                let q = QTensor::quantize(&ct, dtype).unwrap();
+                let m = QMatrix::from_ggml(dtype, &q.data().unwrap(), rows, cols).unwrap();
                 f32s.insert(name.clone(), HostTensor { data: m.dequantize(), shape: t.shape.clone() });
                 blocks.insert(name, m);
             } else {
@@ -93,6 +111,15 @@ pub fn tokenizer() -> Option<Tokenizer> {
 /// decoding rows of several sequences fed together share their products (the two-vector kernels on AVX2).
 pub fn tiny_q4(seed: u64) -> Option<Lm> {
     Some(tiny_q4_with(seed, tokenizer()?))
+}
+
+/// A small random Llama (hidden width 256, 512 in the MLP: every matrix a multiple of 256 wide) in the K-quant
+/// blocks of a Q4_K_M file ([`Q4Weights::k_quants`]).
+pub fn small_k_quants(seed: u64) -> Option<Lm> {
+    let cfg =
+        ModelConfig { hidden_size: 256, intermediate_size: 512, head_dim: 64, ..ModelConfig::tiny(Arch::Llama, 49152) };
+    let lm = Lm::from_source(&Q4Weights::k_quants(&cfg, seed), cfg, tokenizer()?, "small-k".into(), DeviceKind::Cpu);
+    Some(lm.unwrap())
 }
 
 /// [`tiny_q4`] with this tokenizer (for example one with more stop tokens).

@@ -171,17 +171,40 @@ impl QMatrix {
     }
 
     /// [`QMatrix::dequantize_rows`] of a superblock copy: `q * scale + offset` per weight, the plain copy's
-    /// values.
+    /// values (a Q6_K weight's offset +0, as the plain copy adds).
     pub(super) fn dequantize_superblock_rows(&self, first: usize, out: &mut [f32]) {
-        let (cols, n) = (self.cols, self.layout.group());
-        let mut ints = [0f32; 32];
+        let (cols, per_row, subs) = (self.cols, self.cols / SUPERBLOCK, self.subs());
+        let rb = self.layout.row_bytes(cols);
         for (i, row_out) in out.chunks_exact_mut(cols).enumerate() {
             let row = first + i;
-            for (g, dst) in row_out.chunks_exact_mut(n).enumerate() {
-                let (s, o) = self.superblock_scale_offset(row, g);
-                self.superblock_ints(row, g, &mut ints);
-                for (d, &v) in dst.iter_mut().zip(&ints) {
-                    *d = v * s + o;
+            let q = &self.q[row * rb..(row + 1) * rb];
+            for (b, dst) in row_out.chunks_exact_mut(SUPERBLOCK).enumerate() {
+                let sb = row * per_row + b;
+                let (d, sub) = (self.scale[sb], &self.sub[sb * SUB_BYTES..(sb + 1) * SUB_BYTES]);
+                match self.layout {
+                    Layout::U4 => {
+                        let dm = self.offset[sb];
+                        let bytes = &q[b * SUPERBLOCK / 2..(b + 1) * SUPERBLOCK / 2];
+                        // per 64 weights: 32 bytes, the low nibbles sub-block 2c, the high ones 2c + 1
+                        for (c, (dst, src)) in dst.chunks_exact_mut(64).zip(bytes.chunks_exact(32)).enumerate() {
+                            let (lo, hi) = dst.split_at_mut(32);
+                            let (s0, o0) = (d * sub[2 * c] as f32, dm * sub[subs + 2 * c] as f32);
+                            let (s1, o1) = (d * sub[2 * c + 1] as f32, dm * sub[subs + 2 * c + 1] as f32);
+                            for ((l, h), &v) in lo.iter_mut().zip(hi.iter_mut()).zip(src) {
+                                *l = (v & 0x0F) as f32 * s0 + o0;
+                                *h = (v >> 4) as f32 * s1 + o1;
+                            }
+                        }
+                    }
+                    Layout::I8 => {
+                        let bytes = &q[b * SUPERBLOCK..(b + 1) * SUPERBLOCK];
+                        for (j, (dst, src)) in dst.chunks_exact_mut(16).zip(bytes.chunks_exact(16)).enumerate() {
+                            let s = d * sub[j] as i8 as f32;
+                            for (o, &v) in dst.iter_mut().zip(src) {
+                                *o = (v as i32 - 32) as f32 * s + 0.0;
+                            }
+                        }
+                    }
                 }
             }
         }
