@@ -687,8 +687,8 @@ impl Engine for CpuEngine {
         self.int8_dot = true;
         // the integer copies in row tiles where the CPU has their kernels (AVX-512 VNNI; int8 copies without
         // offsets and nibble copies): several lanes' products take fewer instructions per weight (`quant::tiles`);
-        // else, with AVX2, the K-quant nibble copies in their superblocks (`quant::superblocks`: fewer bytes and
-        // integer sub-block scales)
+        // else, with AVX2, the K-quant copies (Q4_K, Q6_K) in their superblocks (`quant::superblocks`: fewer bytes
+        // and integer sub-block scales)
         let tile = |q: &mut Arc<QMatrix>| {
             let q = Arc::make_mut(q);
             if !q.tile_for_int8() {

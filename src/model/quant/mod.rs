@@ -25,6 +25,7 @@
 //! with the SIMD kernels in `x86` (AVX-512, AVX2); `int8` computes them in integer arithmetic from inputs
 //! quantized to 8 bits (`q8`), as llama.cpp does (`--int8-dot`: faster, no longer exact); `tiles` lays the
 //! int8 copies without offsets and the nibble copies out in row tiles for those products with AVX-512 VNNI;
+//! `superblocks` keeps the K-quant copies (Q4_K, Q6_K) as their files do for those products with AVX2 alone;
 //! `amx` multiplies many rows at once from the same tiles on Intel AMX, to the same bits.
 
 #[cfg(target_arch = "x86_64")]
@@ -105,11 +106,12 @@ pub struct QMatrix {
     /// `q`, `scale` and `offset` laid out in row tiles of 16 for the integer products (`tiles`: an int8 copy
     /// without offsets or a nibble copy, under `--int8-dot` with AVX-512 VNNI).
     tiled: bool,
-    /// A nibble copy of a K-quant matrix in its superblocks (`superblocks`, under `--int8-dot` with AVX2 and no
-    /// VNNI): `q` in the file's nibble order, `scale` and `offset` one per 256 weights (`d`, `-dmin`), the
-    /// sub-blocks' integer scales and offsets in `sub`.
+    /// A K-quant copy (Q4_K nibbles, Q6_K bytes) in its superblocks (`superblocks`, under `--int8-dot` with AVX2
+    /// and no VNNI): `q` in the superblocks' order, `scale` one `d` per 256 weights, `offset` Q4_K's `-dmin` per
+    /// 256 (Q6_K: empty), the sub-blocks' integer scales (and Q4_K's offsets) in `sub`.
     superblocks: bool,
-    /// `[rows, cols / 256, 16]` of a superblock copy: the 8 sub-blocks' `sc`, then their `m`; else empty.
+    /// `[rows, cols / 256, 16]` of a superblock copy: Q4_K's 8 sub-blocks' `sc`, then their `m`; Q6_K's 16 signed
+    /// `sc`. Else empty.
     sub: Vec<u8>,
 }
 

@@ -96,14 +96,24 @@ fn portable(block: &[f32; BLOCK]) -> (f32, [i8; BLOCK], [i32; 2]) {
 /// One block's scale `max |x| / 127` and its values rounded to -127..=127.
 #[inline(always)]
 fn quantize_block(block: &[f32; BLOCK]) -> (f32, [i8; BLOCK]) {
-    // the largest magnitude in 16 lanes, then across them: a maximum in any order (NaNs ignored, as by `f32::max`)
+    let d = largest_magnitude(block) / 127.0;
+    (d, round_block(block, if d > 0.0 { 1.0 / d } else { 0.0 }))
+}
+
+/// The largest magnitude of a block: in 16 lanes, then across them (a maximum in any order; NaNs ignored, as by
+/// `f32::max`).
+#[inline(always)]
+fn largest_magnitude(block: &[f32; BLOCK]) -> f32 {
     let mut lanes = [0f32; 16];
     for (i, v) in block.iter().enumerate() {
         lanes[i % 16] = lanes[i % 16].max(v.abs());
     }
-    let amax = lanes.iter().fold(0f32, |m, &v| m.max(v));
-    let d = amax / 127.0;
-    let inv = if d > 0.0 { 1.0 / d } else { 0.0 };
+    lanes.iter().fold(0f32, |m, &v| m.max(v))
+}
+
+/// A block's values times `inv`, rounded to -127..=127.
+#[inline(always)]
+fn round_block(block: &[f32; BLOCK], inv: f32) -> [i8; BLOCK] {
     let mut ints = [0i8; BLOCK];
     for (o, v) in ints.iter_mut().zip(block) {
         // a NaN (from a NaN or infinite input) gives 0, as `NaN as i8` does
@@ -112,7 +122,7 @@ fn quantize_block(block: &[f32; BLOCK]) -> (f32, [i8; BLOCK]) {
         // SAFETY: `r` is an integer in -127..=127 (no NaN, clamped).
         *o = unsafe { r.to_int_unchecked::<i32>() } as i8;
     }
-    (d, ints)
+    ints
 }
 
 /// Values per f32 scale of [`SubscaledRows`] (a K-quant superblock, ggml's Q8_K block).
@@ -155,10 +165,11 @@ impl SubscaledRows {
             sum16: vec![0; x.len() / 16],
         };
         for (b, sb) in x.chunks_exact(SUPERBLOCK).enumerate() {
-            // each block's largest magnitude (NaNs ignored, as by `f32::max`), and the superblock's
-            let amax: Vec<f32> = sb.chunks_exact(BLOCK).map(|v| v.iter().fold(0f32, |m, v| m.max(v.abs()))).collect();
+            let blocks: [&[f32; BLOCK]; SUPERBLOCK / BLOCK] =
+                std::array::from_fn(|g| sb[g * BLOCK..(g + 1) * BLOCK].try_into().unwrap());
+            let amax: [f32; SUPERBLOCK / BLOCK] = std::array::from_fn(|g| largest_magnitude(blocks[g]));
             let d = amax.iter().fold(0f32, |m, &v| m.max(v)) / (127.0 * levels as f32);
-            for (g, block) in sb.chunks_exact(BLOCK).enumerate() {
+            for (g, block) in blocks.iter().enumerate() {
                 let i = b * SUPERBLOCK / BLOCK + g;
                 let t = if d > 0.0 && d.is_finite() {
                     (amax[g] / (127.0 * d)).ceil().clamp(1.0, levels as f32)
@@ -166,14 +177,9 @@ impl SubscaledRows {
                     1.0
                 };
                 let step = d * t;
-                let inv = if step > 0.0 { 1.0 / step } else { 0.0 };
-                let q = &mut r.q[i * BLOCK..(i + 1) * BLOCK];
-                for (o, v) in q.iter_mut().zip(block) {
-                    // a NaN (from a NaN or infinite input) gives 0, as `NaN as i8` does
-                    let v = round_half_away(v * inv);
-                    *o = if v.is_nan() { 0 } else { v.clamp(-127.0, 127.0) as i8 };
-                }
-                let halves = [&q[..16], &q[16..]].map(|h| h.iter().map(|&v| v as i16).sum::<i16>());
+                let ints = round_block(block, if step > 0.0 { 1.0 / step } else { 0.0 });
+                r.q[i * BLOCK..(i + 1) * BLOCK].copy_from_slice(&ints);
+                let halves = [&ints[..16], &ints[16..]].map(|h| h.iter().map(|&v| v as i16).sum::<i16>());
                 (r.t32[i], r.t16[2 * i], r.t16[2 * i + 1]) = (t as i16, t as i16, t as i16);
                 r.sum16[2 * i..2 * i + 2].copy_from_slice(&halves);
                 r.tsum32[i] = t as i32 * (halves[0] as i32 + halves[1] as i32);

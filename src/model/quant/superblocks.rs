@@ -216,8 +216,12 @@ impl QMatrix {
     pub(super) fn matvec_superblocks(&self, x: &[f32], y: &mut [f32]) {
         let n = x.len() / self.cols;
         let width = 2;
+        // each pass's rows quantized over the pool (a prefill chunk's many passes)
+        use rayon::prelude::*;
         let levels = self.levels();
         let xs: Vec<SubscaledRows> = passes(n, width)
+            .collect::<Vec<_>>()
+            .into_par_iter()
             .map(|(done, k)| SubscaledRows::new(&x[done * self.cols..(done + k) * self.cols], self.cols, levels))
             .collect();
         self.split_passes(n, width, 1, PassOut::Interleaved, y, |i, _, k, row0, out| {
