@@ -31,7 +31,7 @@ fn main() -> anyhow::Result<()> {
         drop(t);
         let x: Vec<f32> = (0..cols).map(|i| (i as f32 * 0.37).cos()).collect();
         let mut y = vec![0f32; rows];
-        // the copy `--int8-dot` multiplies from on an AVX2 CPU without VNNI where it factors (Q4_K)
+        // the copy `--int8-dot` multiplies from on an AVX2 CPU without VNNI where it factors (Q4_K, Q6_K)
         let mut sb = m.clone();
         let sb_ok = sb.superblocks_for_int8();
         let (exact, int8, superblocks) = rayon::scope(|_| {

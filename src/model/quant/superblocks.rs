@@ -210,11 +210,12 @@ impl QMatrix {
         }
     }
 
-    /// [`QMatrix::matvec_int8`] of a superblock copy: each pass's vectors quantized per 256 values (Q8_K), the
-    /// superblock kernel (AVX2, else the portable one); each vector's result bit for bit the same whatever the
-    /// others in its pass.
+    /// [`QMatrix::matvec_int8`] of a superblock copy: each pass's vectors quantized with sub-scales
+    /// (`SubscaledRows`), the superblock kernel (AVX2, else the portable one); each vector's result bit for bit the
+    /// same whatever the others in its pass.
     pub(super) fn matvec_superblocks(&self, x: &[f32], y: &mut [f32]) {
         let n = x.len() / self.cols;
+        // vectors per pass: the AVX2 kernels' `N` of 1 or 2
         let width = 2;
         // each pass's rows quantized over the pool (a prefill chunk's many passes)
         use rayon::prelude::*;
