@@ -84,9 +84,9 @@ fn feed_many_with_int8_dot_equals_feeding_each_alone() {
 }
 
 /// The same on K-quant blocks (Q4_K, and Q6_K for `v_proj` and `down_proj`, as in a Q4_K_M file): on an AVX2 CPU
-/// without VNNI `--int8-dot` multiplies their superblock copies (`quant::superblocks`: one or two vectors per
-/// pass, the short chunks too), gemm their de-quantized rows for the long chunks, and the tied head and the
-/// embedding's rows come from the embedding's superblocks; elsewhere the row tiles or the plain copies.
+/// without VNNI `--int8-dot` multiplies their superblock copies (`quant::superblocks`: one, two or four vectors per
+/// pass, the decoding rows and the chunks of any length), and the tied head and the embedding's rows come from the
+/// embedding's superblocks; elsewhere the row tiles or the plain copies.
 #[test]
 fn feed_many_on_k_quants_with_int8_dot_equals_feeding_each_alone() {
     let Some(mut lm) = common::small_k_quants(14) else { return };

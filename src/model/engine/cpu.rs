@@ -12,8 +12,8 @@
 //!   [`QMatrix::matvec`] per weight matrix: each weight block is read and de-quantized once for two rows, and
 //!   every row is computed with the same FMAs in the same order as alone, so a sequence gets bit for bit what
 //!   a call of its own gives it.
-//!   With `--int8-dot` on AMX or AMD's AVX-512 VNNI ([`QMatrix::int8_many_rows`]), prefill chunks multiply in
-//!   integers too, each on its own (`ALONE_ROWS`).
+//!   With `--int8-dot` on AMX, AMD's AVX-512 VNNI or AVX2's superblock copies ([`QMatrix::int8_many_rows`]),
+//!   prefill chunks multiply in integers too, each on its own (`ALONE_ROWS`).
 //! - The products write into buffers the layer before is done with (`Spare`), not into fresh memory the system
 //!   has to fault in page by page.
 //! - RoPE, the cache append and attention run per sequence, on its cache: `[layers][kv heads, capacity, hd]`,

@@ -30,8 +30,8 @@
 //! factored as `d * sc` with integer `sc` in the format's range (the file's `d` and `sc`: the product of an f16
 //! and an integer of at most 8 bits is exact in f32), checked bit for bit, and the same for Q4_K's offsets; a
 //! matrix where some superblock does not factor (Q4_0, Q4_1, Q8_0, Q5_0: a scale per 32), or an int8 weight lies
-//! outside -32..=31, keeps its plain copy. De-quantized (prefill's gemm, the embedding's rows, the exact product)
-//! it gives the plain copy's values bit for bit.
+//! outside -32..=31, keeps its plain copy. De-quantized (the embedding's rows, the exact product) it gives the plain
+//! copy's values bit for bit. Prefill chunks of any length go to the same kernels (`QMatrix::int8_many_rows`).
 
 use super::matvec::{passes, PassOut};
 use super::q8::{SubscaledRows, SUPERBLOCK};
@@ -215,8 +215,9 @@ impl QMatrix {
     /// same whatever the others in its pass.
     pub(super) fn matvec_superblocks(&self, x: &[f32], y: &mut [f32]) {
         let n = x.len() / self.cols;
-        // vectors per pass: the AVX2 kernels' `N` of 1 or 2
-        let width = 2;
+        // vectors per pass: the AVX2 kernels' `N` of 1, 2 or 4 (a prefill chunk's passes of 8 were no faster,
+        // docs/engine.md)
+        let width = 4;
         // each pass's rows quantized over the pool (a prefill chunk's many passes)
         use rayon::prelude::*;
         let levels = self.levels();
@@ -236,7 +237,9 @@ impl QMatrix {
                         (Layout::U4, 2) => x86::rows_int8_q4k_avx2::<2>(self, row0, &xs[i], out),
                         (Layout::I8, 1) => x86::rows_int8_q6k_avx2::<1>(self, row0, &xs[i], out),
                         (Layout::I8, 2) => x86::rows_int8_q6k_avx2::<2>(self, row0, &xs[i], out),
-                        _ => unreachable!("passes of at most 2"),
+                        (Layout::U4, 4) => x86::rows_int8_q4k_avx2::<4>(self, row0, &xs[i], out),
+                        (Layout::I8, 4) => x86::rows_int8_q6k_avx2::<4>(self, row0, &xs[i], out),
+                        _ => unreachable!("passes of at most 4"),
                     };
                 }
             }
@@ -302,7 +305,7 @@ pub(super) fn superblocks_portable(m: &QMatrix, k: usize, row0: usize, x: &Subsc
                 for s in 0..subs {
                     m.superblock_ints(row, b * subs + s, &mut ints);
                     let at = j * cols + b * SUPERBLOCK + s * n;
-                    let d: i64 = ints.iter().zip(&x.q[at..at + n]).map(|(&w, &v)| w as i64 * v as i64).sum();
+                    let d: i64 = (0..n).map(|i| ints[i] as i64 * x.value(at + i) as i64).sum();
                     // the sub-scale of the inputs' block of 32 that holds these weights
                     let t = x.t32[at / 32] as i64;
                     if nibbles {
@@ -387,24 +390,27 @@ mod tests {
     }
 
     /// The superblock products against the exact f32 product within the rounding of `x` per 256 values (half a
-    /// step per input: `sum |w| s_x / 2`), the AVX2 kernels against the portable one, and two vectors in one
-    /// pass bit for bit as each alone, through `matvec_int8` over a pool too.
+    /// step per input: `sum |w| s_x / 2`), the AVX2 kernels against the portable one (which adds in another order:
+    /// within f32 rounding of the products' magnitudes), and 7 vectors in passes of 4, 2 and 1 bit for bit as each
+    /// alone, through `matvec_int8` over a pool too (rows long enough for the 4-vector passes to go by spans).
     #[test]
     fn superblock_products_equal_the_integer_products() {
-        for dtype in [GgmlDType::Q4K, GgmlDType::Q6K] {
-            let (rows, cols) = (37, 768);
+        // 6,400 columns: 4 vectors' inputs go by spans of columns (`x86::by_spans`), one or two vectors' whole
+        for (dtype, rows, cols) in
+            [(GgmlDType::Q4K, 37, 768), (GgmlDType::Q6K, 37, 768), (GgmlDType::Q4K, 9, 6400), (GgmlDType::Q6K, 9, 6400)]
+        {
             let m = matrix(dtype, rows, cols, 34).to_superblocks().unwrap();
             let w = m.dequantize();
             // an outlier in the first superblock of each vector: its other blocks' sub-scales far below the largest
-            let mut x: Vec<f32> = random(3 * cols, 35).iter().map(|v| v * 4.0).collect();
-            (0..3).for_each(|j| x[j * cols + 5] = 300.0);
+            let mut x: Vec<f32> = random(7 * cols, 35).iter().map(|v| v * 4.0).collect();
+            (0..7).for_each(|j| x[j * cols + 5] = 300.0);
             let xq = SubscaledRows::new(&x, cols, m.levels());
-            let mut portable = vec![0f32; 3 * rows];
-            superblocks_portable(&m, 3, 0, &xq, &mut portable);
-            let mut all = vec![0f32; 3 * rows];
+            let mut portable = vec![0f32; 7 * rows];
+            superblocks_portable(&m, 7, 0, &xq, &mut portable);
+            let mut all = vec![0f32; 7 * rows];
             let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
             pool.install(|| m.matvec_int8(&x, &mut all));
-            for j in 0..3 {
+            for j in 0..7 {
                 let mut one = vec![0f32; rows];
                 m.matvec_int8(&x[j * cols..(j + 1) * cols], &mut one);
                 for r in 0..rows {
@@ -415,9 +421,17 @@ mod tests {
                             (w[r * cols + c] as f64).abs() * (xq.scale[b] * xq.t32[i / 32] as f32) as f64 / 2.0
                         })
                         .sum();
-                    let (got, port) = (one[r] as f64, portable[3 * r + j] as f64);
+                    // the products' magnitudes, what the f32 roundings of the sums scale with
+                    let size: f64 = (0..cols)
+                        .map(|c| {
+                            let (i, b) = (j * cols + c, (j * cols + c) / SUPERBLOCK);
+                            let v = xq.value(i) as f32 * xq.scale[b] * xq.t32[i / 32] as f32;
+                            (w[r * cols + c] as f64 * v as f64).abs()
+                        })
+                        .sum();
+                    let (got, port) = (one[r] as f64, portable[7 * r + j] as f64);
                     assert!((port - exact).abs() <= step + 1e-4, "{dtype:?} row {r}: {port} vs {exact} ({step})");
-                    assert!((got - port).abs() < 1e-5 * (1.0 + port.abs()), "{dtype:?} row {r}: {got} vs {port}");
+                    assert!((got - port).abs() <= 1e-6 * size, "{dtype:?} row {r}: {got} vs {port} ({size})");
                     assert_eq!(all[j * rows + r].to_bits(), one[r].to_bits(), "{dtype:?} row {r}, vector {j}");
                 }
             }

@@ -143,10 +143,11 @@ impl QMatrix {
 
     /// Whether products of any number of rows run in integers here, so that a prefill chunk needs no f32 gemm: a
     /// tiled copy on a CPU with AMX (`super::amx`, many rows per pass over the weights) or where the VNNI tile
-    /// kernel outruns gemm at every number of rows (`super::int8::tiles_outrun_gemm`, 8 rows per pass); the tile
-    /// kernels' results either way.
+    /// kernel outruns gemm at every number of rows (`super::int8::tiles_outrun_gemm`, 8 rows per pass), the tile
+    /// kernels' results either way; or a superblock copy (`super::superblocks`, AVX2, 4 rows per pass), whose
+    /// kernels outran gemm from 32 to 512 rows on a 2-core AMD EPYC (Zen 3; docs/engine.md).
     pub fn int8_many_rows(&self) -> bool {
-        self.on_amx() || (self.tiled && super::int8::tiles_outrun_gemm())
+        self.on_amx() || (self.tiled && super::int8::tiles_outrun_gemm()) || self.superblocks
     }
 
     /// Whether products of more than 8 rows go to the AMX kernel: a tiled copy on a CPU with AMX.

@@ -544,13 +544,16 @@ pub(super) unsafe fn rows_int8_u4_avx2<const N: usize>(
 }
 
 /// The products of a Q4_K superblock copy (`super::superblocks`) with AVX2, for `N` vectors quantized with
-/// sub-scales (`super::q8::SubscaledRows`, `t` up to 255): per vector and superblock the 8 sub-blocks' `sc * t`
-/// (at most 63 x 255) in 16 bits; per 64 columns one 32-byte load of nibbles, masked into the 32 low and the 32
-/// high weights (column order already), `vpmaddubsw` with the inputs (at most 2 x 15 x 127 per pair) and
-/// `vpmaddwd` by the sub-block's `sc * t` broadcast (at most 2 x 3,810 x 16,065 per lane), added in 32-bit lanes
-/// over the superblock (at most 8 x 122.4 million); per superblock one conversion and one FMA by `d s_x`, and the
-/// offsets' term, each sub-block's `m` times its inputs' `t * sum q` in one of 8 lanes, one FMA by `-dmin s_x`.
-/// A vector's sums are formed in the same order whatever `N`: bit for bit its one-vector result.
+/// sub-scales (`super::q8::SubscaledRows`, `t` up to 255, each 64 values' words interleaved as
+/// `super::q8::interleaved` says): per vector and superblock the 8 sub-blocks' `sc * t` (at most 63 x 255) in 16
+/// bits; per 64 columns one 32-byte load of nibbles, masked into sub-blocks `2c` (low) and `2c + 1` (high), their
+/// words interleaved as the inputs' (`vpunpcklwd`, `vpunpckhwd`: once per weight row, for all `N` vectors), two
+/// `vpmaddubsw` with the inputs (at most 2 x 15 x 127 per pair) added in 16 bits (at most 7,620), whose words
+/// alternate between the two sub-blocks, and one `vpmaddwd` by their two `sc * t` alternately (at most
+/// 2 x 7,620 x 16,065 per lane), added in 32-bit lanes over the superblock (at most 4 x 244.9 million); per
+/// superblock one conversion and one FMA by `d s_x`, and the offsets' term, each sub-block's `m` times its inputs'
+/// `t * sum q` in one of 8 lanes, one FMA by `-dmin s_x`. A vector's sums are formed in the same order whatever
+/// `N`: bit for bit its one-vector result.
 #[target_feature(enable = "avx2,fma")]
 pub(super) unsafe fn rows_int8_q4k_avx2<const N: usize>(
     m: &QMatrix,
@@ -560,57 +563,109 @@ pub(super) unsafe fn rows_int8_q4k_avx2<const N: usize>(
 ) {
     let (cols, per_row, groups) = (m.cols, m.cols / 256, m.cols / 32);
     let (qp, sp, op, subp) = (m.q.as_ptr(), m.scale.as_ptr(), m.offset.as_ptr(), m.sub.as_ptr());
-    let (xq, xs, xt, xts) = (x.q.as_ptr(), x.scale.as_ptr(), x.t32.as_ptr(), x.tsum32.as_ptr());
+    let (xq, xs, xt, xts) = (x.q.as_ptr(), x.scale.as_ptr(), x.t32x2.as_ptr(), x.tsum32.as_ptr());
     let nib = _mm256_set1_epi8(0x0F);
-    // byte shuffles that broadcast 16-bit lane `j` of each 128-bit half to the half's 8 lanes
-    let pick: [__m256i; 8] = std::array::from_fn(|j| _mm256_set1_epi16((2 * j as i16) | ((2 * j as i16 + 1) << 8)));
-    for r in 0..out.len() / N {
+    let span = |r: usize, bs: std::ops::Range<usize>, sums: &mut [[__m256; N]; 1]| {
         let row = row0 + r;
-        let (mut acc, mut mins) = ([_mm256_setzero_ps(); N], [_mm256_setzero_ps(); N]);
-        for b in 0..per_row {
+        let [mut acc] = *sums;
+        for b in bs {
             let sb = row * per_row + b;
             let sub = subp.add(sb * 16);
             // the 8 scales widened to 16 bits times each vector's sub-scales, in both halves; the 8 `m` in 32 bits
-            let sc = _mm_cvtepu8_epi16(_mm_loadl_epi64(sub as *const __m128i));
+            // (`t` is stored twice rather than broadcast here: LLVM turns a shuffle of a broadcast into two)
+            let sc = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_loadl_epi64(sub as *const __m128i)));
             let st: [__m256i; N] = std::array::from_fn(|j| {
-                let t = _mm_loadu_si128(xt.add(j * groups + b * 8) as *const __m128i);
-                _mm256_broadcastsi128_si256(_mm_mullo_epi16(sc, t))
+                _mm256_mullo_epi16(sc, _mm256_loadu_si256(xt.add(j * groups * 2 + b * 16) as *const __m256i))
             });
             let mv = _mm256_cvtepu8_epi32(_mm_loadl_epi64(sub.add(8) as *const __m128i));
             let mut dot = [_mm256_setzero_si256(); N];
-            for c in 0..4 {
-                let bytes = _mm256_loadu_si256(qp.add(row * cols / 2 + b * 128 + c * 32) as *const __m256i);
-                let (lo, hi) = (_mm256_and_si256(bytes, nib), _mm256_and_si256(_mm256_srli_epi16(bytes, 4), nib));
-                for (j, dot) in dot.iter_mut().enumerate() {
-                    let at = xq.add(j * cols + b * 256 + c * 64);
-                    let (s_lo, s_hi) =
-                        (_mm256_shuffle_epi8(st[j], pick[2 * c]), _mm256_shuffle_epi8(st[j], pick[2 * c + 1]));
-                    let p_lo = _mm256_maddubs_epi16(lo, _mm256_loadu_si256(at as *const __m256i));
-                    let p_hi = _mm256_maddubs_epi16(hi, _mm256_loadu_si256(at.add(32) as *const __m256i));
-                    let p = _mm256_add_epi32(_mm256_madd_epi16(p_lo, s_lo), _mm256_madd_epi16(p_hi, s_hi));
-                    *dot = _mm256_add_epi32(*dot, p);
-                }
+            macro_rules! chunk {
+                ($c:literal) => {
+                    let bytes = _mm256_loadu_si256(qp.add(row * cols / 2 + b * 128 + $c * 32) as *const __m256i);
+                    let (lo, hi) = (_mm256_and_si256(bytes, nib), _mm256_and_si256(_mm256_srli_epi16(bytes, 4), nib));
+                    let (w1, w2) = (_mm256_unpacklo_epi16(lo, hi), _mm256_unpackhi_epi16(lo, hi));
+                    for (j, dot) in dot.iter_mut().enumerate() {
+                        let at = xq.add(j * cols + b * 256 + $c * 64);
+                        let p = _mm256_add_epi16(
+                            _mm256_maddubs_epi16(w1, _mm256_loadu_si256(at as *const __m256i)),
+                            _mm256_maddubs_epi16(w2, _mm256_loadu_si256(at.add(32) as *const __m256i)),
+                        );
+                        // 32-bit lane `c` of each half: sub-blocks 2c and 2c + 1's `sc * t`, alternately
+                        let s = _mm256_shuffle_epi32::<{ $c * 0x55 }>(st[j]);
+                        *dot = _mm256_add_epi32(*dot, _mm256_madd_epi16(p, s));
+                    }
+                };
             }
+            chunk!(0);
+            chunk!(1);
+            chunk!(2);
+            chunk!(3);
             let (d, dm) = (*sp.add(sb), *op.add(sb));
             for j in 0..N {
                 let dx = *xs.add(j * per_row + b);
                 acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot[j]), _mm256_set1_ps(d * dx), acc[j]);
                 let tsums = _mm256_loadu_si256(xts.add(j * groups + b * 8) as *const __m256i);
                 let msum = _mm256_cvtepi32_ps(_mm256_mullo_epi32(mv, tsums));
-                mins[j] = _mm256_fmadd_ps(msum, _mm256_set1_ps(dm * dx), mins[j]);
+                acc[j] = _mm256_fmadd_ps(msum, _mm256_set1_ps(dm * dx), acc[j]);
             }
         }
+        *sums = [acc];
+    };
+    by_spans(out.len() / N, per_row, span, |r, [acc]| {
         for j in 0..N {
-            out[N * r + j] = hsum(acc[j]) + hsum(mins[j]);
+            out[N * r + j] = hsum(acc[j]);
         }
+    });
+}
+
+/// Superblocks per span of columns: where a pass's inputs would not stay in the level-1 cache over all the rows
+/// ([`SPANS_FROM`] bytes), the superblock kernels take one span of every row before the next, so that the span's
+/// inputs (at most 4 x 2,048 bytes) do: `ffn_down`'s 8,960 columns of 4 inputs (35 KB) did not, and the kernels
+/// waited on their loads. Decoding's one or two vectors read each row whole instead: its weights come from memory,
+/// whose prefetch a row's 2,048-byte spans would interrupt (decoding one sequence fell 0.88x that way).
+const SPAN: usize = 8;
+
+/// Bytes of a pass's inputs from which the superblock kernels go by spans ([`SPAN`]).
+const SPANS_FROM: usize = 24 << 10;
+
+/// Drives a superblock kernel over `rows` rows of `per_row` superblocks: `span(r, superblocks, sums)` adds those
+/// superblocks of row `r` into its `S` accumulators per vector (zero at first), in order, and `finish(r, sums)`
+/// then writes the row's results. Each accumulator takes the row's superblocks in the same order whatever the spans.
+#[inline(always)]
+fn by_spans<const N: usize, const S: usize>(
+    rows: usize,
+    per_row: usize,
+    mut span: impl FnMut(usize, std::ops::Range<usize>, &mut [[__m256; N]; S]),
+    mut finish: impl FnMut(usize, [[__m256; N]; S]),
+) {
+    // SAFETY: an all-zero `__m256` is eight 0.0f32.
+    let zero: [[__m256; N]; S] = unsafe { std::mem::zeroed() };
+    if N * per_row * 256 < SPANS_FROM {
+        for r in 0..rows {
+            let mut sums = zero;
+            span(r, 0..per_row, &mut sums);
+            finish(r, sums);
+        }
+        return;
+    }
+    let mut sums = vec![zero; rows];
+    for b0 in (0..per_row).step_by(SPAN) {
+        for (r, sums) in sums.iter_mut().enumerate() {
+            span(r, b0..(b0 + SPAN).min(per_row), sums);
+        }
+    }
+    for (r, sums) in sums.into_iter().enumerate() {
+        finish(r, sums);
     }
 }
 
 /// [`rows_int8_q4k_avx2`] for a Q6_K superblock copy (`q + 32`, 0..=63, a byte each; 16 signed scales per 256),
 /// the inputs' sub-scales `t` up to 31: per vector and superblock the 16 groups' `sc * t` (at most 128 x 31) in 16
-/// bits; per 32 columns (two groups of 16) `vpmaddubsw` of the weights and the inputs (at most 2 x 63 x 127 per
-/// pair) and `vpmaddwd` by the two groups' `sc * t` (one per 128-bit half: at most 2 x 16,002 x 3,968 per lane),
-/// added in 32-bit lanes over the superblock (at most 8 x 127 million); per superblock
+/// bits; per 64 columns (groups `4c` to `4c + 3`) two 32-byte loads of weights, their words interleaved as the
+/// inputs' (once per weight row), two `vpmaddubsw` with the inputs (at most 2 x 63 x 127 per pair) added in 16 bits
+/// (at most 32,004), whose words alternate between groups `4c` and `4c + 2` in the low 128-bit half and `4c + 1`
+/// and `4c + 3` in the high one, and one `vpmaddwd` by those groups' `sc * t` alike (at most 2 x 32,004 x 3,968 per
+/// lane), added in 32-bit lanes over the superblock (at most 4 x 254 million); per superblock
 /// `32 sum_j sc_j t_j sum_{i in j} q_i` taken back (the 16 `sc * t` times the inputs' 16 sums in one `vpmaddwd`:
 /// at most 32 x 16.1 million), one conversion and one FMA by `d s_x`.
 #[target_feature(enable = "avx2,fma")]
@@ -622,47 +677,82 @@ pub(super) unsafe fn rows_int8_q6k_avx2<const N: usize>(
 ) {
     let (cols, per_row) = (m.cols, m.cols / 256);
     let (qp, sp, subp) = (m.q.as_ptr(), m.scale.as_ptr(), m.sub.as_ptr());
-    let (xq, xs, xt, xsum) = (x.q.as_ptr(), x.scale.as_ptr(), x.t16.as_ptr(), x.sum16.as_ptr());
-    // byte shuffles that broadcast 16-bit lane `2c` of the low 128-bit half to its 8 lanes and lane `2c + 1` of
-    // the high half to its 8
-    let lane = |l: usize| _mm_set1_epi16((2 * l as i16) | ((2 * l as i16 + 1) << 8));
-    let pick: [__m256i; 4] = std::array::from_fn(|c| _mm256_setr_m128i(lane(2 * c), lane(2 * c + 1)));
-    for r in 0..out.len() / N {
+    let (xq, xs, xt, xsum) = (x.q.as_ptr(), x.scale.as_ptr(), x.t16x2.as_ptr(), x.sum16.as_ptr());
+    // byte shuffles of a register holding groups 0..8's (or 8..16's) `sc * t` in both halves: per 32-bit lane,
+    // groups `4c` and `4c + 2` in the low half, `4c + 1` and `4c + 3` in the high one (`c` of 2 per half)
+    let pair = |a: i8, b: i8| {
+        _mm_setr_epi8(
+            2 * a,
+            2 * a + 1,
+            2 * b,
+            2 * b + 1,
+            2 * a,
+            2 * a + 1,
+            2 * b,
+            2 * b + 1,
+            2 * a,
+            2 * a + 1,
+            2 * b,
+            2 * b + 1,
+            2 * a,
+            2 * a + 1,
+            2 * b,
+            2 * b + 1,
+        )
+    };
+    let pick: [__m256i; 2] = std::array::from_fn(|c| {
+        let c = 4 * c as i8;
+        _mm256_setr_m128i(pair(c, c + 2), pair(c + 1, c + 3))
+    });
+    let span = |r: usize, bs: std::ops::Range<usize>, sums: &mut [[__m256; N]; 1]| {
         let row = row0 + r;
-        let mut acc = [_mm256_setzero_ps(); N];
-        for b in 0..per_row {
+        let [mut acc] = *sums;
+        for b in bs {
             let sb = row * per_row + b;
             // per vector the 16 groups' `sc * t` in 16 bits; groups 0..8 in both halves of one register, 8..16 of
             // another
-            let sc = _mm256_cvtepi8_epi16(_mm_loadu_si128(subp.add(sb * 16) as *const __m128i));
-            let st: [__m256i; N] = std::array::from_fn(|j| {
-                _mm256_mullo_epi16(sc, _mm256_loadu_si256(xt.add(j * cols / 16 + b * 16) as *const __m256i))
+            let sc: [__m256i; 2] = std::array::from_fn(|h| {
+                _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(_mm_loadl_epi64(
+                    subp.add(sb * 16 + 8 * h) as *const __m128i
+                )))
             });
             let halves: [[__m256i; 2]; N] = std::array::from_fn(|j| {
-                [_mm256_permute2x128_si256(st[j], st[j], 0x00), _mm256_permute2x128_si256(st[j], st[j], 0x11)]
+                let t = xt.add(j * cols / 8 + b * 32);
+                std::array::from_fn(|h| _mm256_mullo_epi16(sc[h], _mm256_loadu_si256(t.add(16 * h) as *const __m256i)))
             });
             let mut dot = [_mm256_setzero_si256(); N];
-            for c in 0..8 {
-                let w = _mm256_loadu_si256(qp.add(row * cols + b * 256 + c * 32) as *const __m256i);
+            for c in 0..4 {
+                let at = qp.add(row * cols + b * 256 + c * 64);
+                let (u, v) =
+                    (_mm256_loadu_si256(at as *const __m256i), _mm256_loadu_si256(at.add(32) as *const __m256i));
+                let (w1, w2) = (_mm256_unpacklo_epi16(u, v), _mm256_unpackhi_epi16(u, v));
                 for (j, dot) in dot.iter_mut().enumerate() {
-                    let v = _mm256_loadu_si256(xq.add(j * cols + b * 256 + c * 32) as *const __m256i);
-                    let s = _mm256_shuffle_epi8(halves[j][c / 4], pick[c % 4]);
-                    *dot = _mm256_add_epi32(*dot, _mm256_madd_epi16(_mm256_maddubs_epi16(w, v), s));
+                    let at = xq.add(j * cols + b * 256 + c * 64);
+                    let p = _mm256_add_epi16(
+                        _mm256_maddubs_epi16(w1, _mm256_loadu_si256(at as *const __m256i)),
+                        _mm256_maddubs_epi16(w2, _mm256_loadu_si256(at.add(32) as *const __m256i)),
+                    );
+                    let s = _mm256_shuffle_epi8(halves[j][c / 2], pick[c % 2]);
+                    *dot = _mm256_add_epi32(*dot, _mm256_madd_epi16(p, s));
                 }
             }
             let d = *sp.add(sb);
             for j in 0..N {
                 let sums = _mm256_loadu_si256(xsum.add(j * cols / 16 + b * 16) as *const __m256i);
-                let back = _mm256_slli_epi32(_mm256_madd_epi16(st[j], sums), 5);
+                let st = _mm256_blend_epi32::<0xF0>(halves[j][0], halves[j][1]);
+                let back = _mm256_slli_epi32(_mm256_madd_epi16(st, sums), 5);
                 let dx = *xs.add(j * per_row + b);
                 let total = _mm256_cvtepi32_ps(_mm256_sub_epi32(dot[j], back));
                 acc[j] = _mm256_fmadd_ps(total, _mm256_set1_ps(d * dx), acc[j]);
             }
         }
+        *sums = [acc];
+    };
+    by_spans(out.len() / N, per_row, span, |r, [acc]| {
         for j in 0..N {
             out[N * r + j] = hsum(acc[j]);
         }
-    }
+    });
 }
 
 /// Integer products from a tiled copy (`super::tiles`) with AVX-512 VNNI, for `N` quantized vectors, `Q` tile
