@@ -176,6 +176,7 @@ impl SubscaledRows {
         Self::quantize(x, levels)
     }
 
+    /// The quantization of [`Self::new`], inlined into each build of it.
     #[inline(always)]
     fn quantize(x: &[f32], levels: i16) -> SubscaledRows {
         let mut r = SubscaledRows {
