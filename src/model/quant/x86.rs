@@ -566,9 +566,9 @@ pub(super) unsafe fn rows_int8_q4k_avx2<const N: usize>(
     let (qp, sp, op, subp) = (m.q.as_ptr(), m.scale.as_ptr(), m.offset.as_ptr(), m.sub.as_ptr());
     let (xq, xs, xt, xts) = (x.q.as_ptr(), x.scale.as_ptr(), x.t32x2.as_ptr(), x.tsum32.as_ptr());
     let nib = _mm256_set1_epi8(0x0F);
-    let span = |r: usize, bs: std::ops::Range<usize>, sums: &mut [[__m256; N]; 1]| {
+    let span = |r: usize, bs: std::ops::Range<usize>, acc_in: &mut [__m256; N]| {
         let row = row0 + r;
-        let [mut acc] = *sums;
+        let mut acc = *acc_in;
         for b in bs {
             let sb = row * per_row + b;
             let sub = subp.add(sb * 16);
@@ -610,9 +610,9 @@ pub(super) unsafe fn rows_int8_q4k_avx2<const N: usize>(
                 acc[j] = _mm256_fmadd_ps(msum, _mm256_set1_ps(dm * dx), acc[j]);
             }
         }
-        *sums = [acc];
+        *acc_in = acc;
     };
-    by_spans(out.len() / N, per_row, span, |r, [acc]| {
+    by_spans(out.len() / N, per_row, span, |r, acc| {
         for j in 0..N {
             out[N * r + j] = hsum(acc[j]);
         }
@@ -629,18 +629,18 @@ const SPAN: usize = 8;
 /// Bytes of a pass's inputs from which the superblock kernels go by spans ([`SPAN`]).
 const SPANS_FROM: usize = 24 << 10;
 
-/// Drives a superblock kernel over `rows` rows of `per_row` superblocks: `span(r, superblocks, sums)` adds those
-/// superblocks of row `r` into its `S` accumulators per vector (zero at first), in order, and `finish(r, sums)`
-/// then writes the row's results. Each accumulator takes the row's superblocks in the same order whatever the spans.
+/// Drives a superblock kernel over `rows` rows of `per_row` superblocks: `span(r, superblocks, acc)` adds those
+/// superblocks of row `r` into its accumulator per vector (zero at first), in order, and `finish(r, acc)` then
+/// writes the row's results. Each accumulator takes the row's superblocks in the same order whatever the spans.
 #[inline(always)]
-fn by_spans<const N: usize, const S: usize>(
+fn by_spans<const N: usize>(
     rows: usize,
     per_row: usize,
-    mut span: impl FnMut(usize, std::ops::Range<usize>, &mut [[__m256; N]; S]),
-    mut finish: impl FnMut(usize, [[__m256; N]; S]),
+    mut span: impl FnMut(usize, std::ops::Range<usize>, &mut [__m256; N]),
+    mut finish: impl FnMut(usize, [__m256; N]),
 ) {
     // SAFETY: an all-zero `__m256` is eight 0.0f32.
-    let zero: [[__m256; N]; S] = unsafe { std::mem::zeroed() };
+    let zero: [__m256; N] = unsafe { std::mem::zeroed() };
     if N * per_row * 256 < SPANS_FROM {
         for r in 0..rows {
             let mut sums = zero;
@@ -681,33 +681,14 @@ pub(super) unsafe fn rows_int8_q6k_avx2<const N: usize>(
     let (xq, xs, xt, xsum) = (x.q.as_ptr(), x.scale.as_ptr(), x.t16x2.as_ptr(), x.sum16.as_ptr());
     // byte shuffles of a register holding groups 0..8's (or 8..16's) `sc * t` in both halves: per 32-bit lane,
     // groups `4c` and `4c + 2` in the low half, `4c + 1` and `4c + 3` in the high one (`c` of 2 per half)
-    let pair = |a: i8, b: i8| {
-        _mm_setr_epi8(
-            2 * a,
-            2 * a + 1,
-            2 * b,
-            2 * b + 1,
-            2 * a,
-            2 * a + 1,
-            2 * b,
-            2 * b + 1,
-            2 * a,
-            2 * a + 1,
-            2 * b,
-            2 * b + 1,
-            2 * a,
-            2 * a + 1,
-            2 * b,
-            2 * b + 1,
-        )
-    };
+    let pair = |a: i8, b: i8| _mm_set1_epi32(i32::from_le_bytes([2 * a, 2 * a + 1, 2 * b, 2 * b + 1].map(|v| v as u8)));
     let pick: [__m256i; 2] = std::array::from_fn(|c| {
         let c = 4 * c as i8;
         _mm256_setr_m128i(pair(c, c + 2), pair(c + 1, c + 3))
     });
-    let span = |r: usize, bs: std::ops::Range<usize>, sums: &mut [[__m256; N]; 1]| {
+    let span = |r: usize, bs: std::ops::Range<usize>, acc_in: &mut [__m256; N]| {
         let row = row0 + r;
-        let [mut acc] = *sums;
+        let mut acc = *acc_in;
         for b in bs {
             let sb = row * per_row + b;
             // per vector the 16 groups' `sc * t` in 16 bits; groups 0..8 in both halves of one register, 8..16 of
@@ -747,9 +728,9 @@ pub(super) unsafe fn rows_int8_q6k_avx2<const N: usize>(
                 acc[j] = _mm256_fmadd_ps(total, _mm256_set1_ps(d * dx), acc[j]);
             }
         }
-        *sums = [acc];
+        *acc_in = acc;
     };
-    by_spans(out.len() / N, per_row, span, |r, [acc]| {
+    by_spans(out.len() / N, per_row, span, |r, acc| {
         for j in 0..N {
             out[N * r + j] = hsum(acc[j]);
         }
