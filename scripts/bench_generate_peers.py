@@ -19,6 +19,10 @@
   python bench_generate_peers.py llamacpp GGUF PROMPTS 1 NEW
       llama.cpp (llama-cpp-python) on the same GGUF, one prompt at a time (its high-level API decodes one
       sequence), greedy, NEW tokens, threads = the process's CPUs.
+  python bench_generate_peers.py llamacpp-prefill GGUF PROMPTS
+      llama.cpp's prefill of the first prompt of PROMPTS (as it stands: no chat template, special tokens parsed),
+      in batches of 512 tokens after an untimed warm-up; prints `llama.cpp prefill N tokens in S s: R tok/s`
+      (beside `ragtime generate --prompts PROMPTS --batch 1 --max-new-tokens 1 --stats`: its "forward" seconds).
 
 GGUF/MODEL (transformers): a GGUF file, which transformers de-quantizes (and whose tokenizer it converts) itself,
 or a Hugging Face folder of the same weights (`ragtime train autorag --model GGUF --export-base DIR`), which loads
@@ -234,6 +238,20 @@ def llamacpp(gguf, prompts, new):
     return generated, time.perf_counter() - t0
 
 
+def llamacpp_prefill(gguf, path):
+    from llama_cpp import Llama
+
+    text = next(json.loads(l) for l in open(path, encoding="utf-8") if l.strip())
+    llm = Llama(model_path=gguf, n_ctx=8192, n_batch=512, n_threads=len(os.sched_getaffinity(0)), verbose=False)
+    tokens = llm.tokenize(text.encode(), add_bos=False, special=True)
+    llm.eval(llm.tokenize(b"warm up", add_bos=False))
+    llm.reset()
+    t0 = time.perf_counter()
+    llm.eval(tokens)
+    dt = time.perf_counter() - t0
+    print(f"llama.cpp prefill {len(tokens)} tokens in {dt:.2f} s: {len(tokens) / dt:.1f} tok/s")
+
+
 def main():
     if sys.argv[1] == "compile-check":
         device = sys.argv[3] if len(sys.argv) > 3 else "cpu"
@@ -250,6 +268,11 @@ def main():
             raise SystemExit(f"hf-cuda: dtypes {' '.join(unknown) or '(none)'}: expected f32 and/or bf16 (HF_DTYPES)")
         batches = [int(b) for b in sys.argv[4].split()]
         hf_cuda(sys.argv[2], prompts, batches, int(sys.argv[5]), dtypes, "--compile" in sys.argv[6:])
+        return
+    if sys.argv[1] == "llamacpp-prefill":
+        if len(sys.argv) != 4:
+            raise SystemExit("usage: bench_generate_peers.py llamacpp-prefill GGUF PROMPTS")
+        llamacpp_prefill(sys.argv[2], sys.argv[3])
         return
     peer, gguf, prompts_file, b, new = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
     prompts = [json.loads(l) for l in open(prompts_file, encoding="utf-8") if l.strip()]

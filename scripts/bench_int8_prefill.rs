@@ -7,7 +7,9 @@
 //! Q6_K, as its Q4_K_M file holds them; fixed pseudo-random weights; the rayon pool's threads (RAYON_NUM_THREADS);
 //! each cell the mean of at least 2 calls, in GFLOPS ("-": the copy does not exist on this CPU or format).
 //!
-//!     cargo run --release --example bench_int8_prefill
+//!     cargo run --release --example bench_int8_prefill [-- FORMAT ...]
+//!
+//! FORMAT (Q8_0, Q5_0, Q4K, Q6K) keeps only those formats' rows.
 
 use std::time::Instant;
 
@@ -17,6 +19,7 @@ use ragtime::model::engine::kernels;
 use ragtime::model::quant::QMatrix;
 
 fn main() -> anyhow::Result<()> {
+    let only: Vec<String> = std::env::args().skip(1).collect();
     println!(
         "| blocks | rows per call | integer kernel (`--int8-dot`), row tiles | integer kernel, rows | exact blocks | \
          gemm on de-quantized tiles | the same from the row tiles | superblocks | gemm on de-quantized superblocks |"
@@ -29,6 +32,9 @@ fn main() -> anyhow::Result<()> {
         (GgmlDType::Q4K, 8960, 1536),
         (GgmlDType::Q6K, 1536, 8960),
     ] {
+        if !only.is_empty() && !only.contains(&format!("{dtype:?}")) {
+            continue;
+        }
         let w: Vec<f32> = (0..rows * cols).map(|i| (i as f32 * 0.618).sin() * 0.05).collect();
         let t = Tensor::from_vec(w, (rows, cols), &Device::Cpu)?;
         let m = QMatrix::from_ggml(dtype, &QTensor::quantize(&t, dtype)?.data()?, rows, cols)?;
