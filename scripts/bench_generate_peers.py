@@ -239,9 +239,11 @@ def llamacpp(gguf, prompts, new):
 
 
 def llamacpp_prefill(gguf, path):
+    text = next((json.loads(l) for l in open(path, encoding="utf-8") if l.strip()), None)
+    if not isinstance(text, str):
+        raise SystemExit(f"{path}: expected a prompt (a JSON string) on its first non-empty line")
     from llama_cpp import Llama
 
-    text = next(json.loads(l) for l in open(path, encoding="utf-8") if l.strip())
     llm = Llama(model_path=gguf, n_ctx=8192, n_batch=512, n_threads=len(os.sched_getaffinity(0)), verbose=False)
     tokens = llm.tokenize(text.encode(), add_bos=False, special=True)
     llm.eval(llm.tokenize(b"warm up", add_bos=False))

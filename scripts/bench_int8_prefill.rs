@@ -20,6 +20,9 @@ use ragtime::model::quant::QMatrix;
 
 fn main() -> anyhow::Result<()> {
     let only: Vec<String> = std::env::args().skip(1).collect();
+    if let Some(f) = only.iter().find(|f| !["Q8_0", "Q5_0", "Q4K", "Q6K"].contains(&f.as_str())) {
+        anyhow::bail!("bench_int8_prefill: format {f:?}: expected Q8_0, Q5_0, Q4K or Q6K");
+    }
     println!(
         "| blocks | rows per call | integer kernel (`--int8-dot`), row tiles | integer kernel, rows | exact blocks | \
          gemm on de-quantized tiles | the same from the row tiles | superblocks | gemm on de-quantized superblocks |"
