@@ -142,8 +142,6 @@ pub(super) struct SubscaledRows {
     pub(super) q: Vec<i8>,
     /// `[n, cols / SUPERBLOCK]`: `d`
     pub(super) scale: Vec<f32>,
-    /// `[n, cols / 32]`: `t`
-    pub(super) t32: Vec<i16>,
     /// `[n, cols / SUPERBLOCK, 16]`: each superblock's 8 `t` twice, for the two 128-bit halves of a register
     pub(super) t32x2: Vec<i16>,
     /// `[n, cols / SUPERBLOCK, 32]`: the `t` of each 16 values' block of 32, those of a superblock's first 8 twice,
@@ -182,7 +180,6 @@ impl SubscaledRows {
         let mut r = SubscaledRows {
             q: vec![0; x.len()],
             scale: vec![0.0; x.len() / SUPERBLOCK],
-            t32: vec![0; x.len() / BLOCK],
             t32x2: vec![0; x.len() / 16],
             t16x2: vec![0; x.len() / 8],
             tsum32: vec![0; x.len() / BLOCK],
@@ -204,7 +201,6 @@ impl SubscaledRows {
                 let ints = round_block(block, if step > 0.0 { 1.0 / step } else { 0.0 });
                 r.q[i * BLOCK..(i + 1) * BLOCK].copy_from_slice(&ints);
                 let halves = [&ints[..16], &ints[16..]].map(|h| h.iter().map(|&v| v as i16).sum::<i16>());
-                r.t32[i] = t as i16;
                 for twice in 0..2 {
                     r.t32x2[b * 16 + twice * 8 + g] = t as i16;
                     // groups 2g, 2g + 1 of 16, in the superblock's first or second 8 of them
@@ -227,6 +223,11 @@ impl SubscaledRows {
             }
         }
         r
+    }
+
+    /// The sub-scale `t` of block `i` of 32 values (`[n, cols / 32]` in order; kept in [`Self::t32x2`]).
+    pub(super) fn t(&self, i: usize) -> i16 {
+        self.t32x2[i / 8 * 16 + i % 8]
     }
 
     /// Value `i` (in column order) of the quantized rows.
@@ -341,7 +342,7 @@ mod tests {
         x[34] = -317.5;
         let r = SubscaledRows::new(&x, SUPERBLOCK, 255);
         assert_eq!(r.scale, vec![1.0]);
-        assert_eq!(&r.t32[..3], &[255, 3, 1]);
+        assert_eq!((r.t(0), r.t(1), r.t(2)), (255, 3, 1));
         assert_eq!(&r.t32x2[..3], &[255, 3, 1]);
         assert_eq!(&r.t32x2[8..11], &[255, 3, 1]);
         assert_eq!(&r.t16x2[..6], &[255, 255, 3, 3, 1, 1]);
@@ -352,7 +353,7 @@ mod tests {
         assert_eq!(&r.tsum32[..3], &[255 * 127, 3 * 2, 0]);
         // each value within half a step of `q * t * d`
         for (i, &v) in x.iter().enumerate() {
-            let step = r.scale[0] * r.t32[i / 32] as f32;
+            let step = r.scale[0] * r.t(i / 32) as f32;
             assert!((v - q(i) as f32 * step).abs() <= step / 2.0, "{i}");
         }
     }
@@ -372,7 +373,7 @@ mod tests {
             let a = SubscaledRows::quantize(&x, levels);
             // SAFETY: AVX2 checked above.
             let b = unsafe { SubscaledRows::new_avx2(&x, levels) };
-            assert_eq!((a.q, a.t32, a.t32x2, a.t16x2), (b.q, b.t32, b.t32x2, b.t16x2), "{levels}");
+            assert_eq!((a.q, a.t32x2, a.t16x2), (b.q, b.t32x2, b.t16x2), "{levels}");
             assert_eq!((a.tsum32, a.sum16), (b.tsum32, b.sum16), "{levels}");
             assert_eq!(
                 a.scale.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),

@@ -307,7 +307,7 @@ pub(super) fn superblocks_portable(m: &QMatrix, k: usize, row0: usize, x: &Subsc
                     let at = j * cols + b * SUPERBLOCK + s * n;
                     let d: i64 = (0..n).map(|i| ints[i] as i64 * x.value(at + i) as i64).sum();
                     // the sub-scale of the inputs' block of 32 that holds these weights
-                    let t = x.t32[at / 32] as i64;
+                    let t = x.t(at / 32) as i64;
                     if nibbles {
                         dot += sub[s] as i64 * t * d;
                         msum += sub[subs + s] as i64 * x.tsum32[at / 32] as i64;
@@ -418,14 +418,14 @@ mod tests {
                     let step: f64 = (0..cols)
                         .map(|c| {
                             let (i, b) = (j * cols + c, (j * cols + c) / SUPERBLOCK);
-                            (w[r * cols + c] as f64).abs() * (xq.scale[b] * xq.t32[i / 32] as f32) as f64 / 2.0
+                            (w[r * cols + c] as f64).abs() * (xq.scale[b] * xq.t(i / 32) as f32) as f64 / 2.0
                         })
                         .sum();
                     // the products' magnitudes, what the f32 roundings of the sums scale with
                     let size: f64 = (0..cols)
                         .map(|c| {
                             let (i, b) = (j * cols + c, (j * cols + c) / SUPERBLOCK);
-                            let v = xq.value(i) as f32 * xq.scale[b] * xq.t32[i / 32] as f32;
+                            let v = xq.value(i) as f32 * xq.scale[b] * xq.t(i / 32) as f32;
                             (w[r * cols + c] as f64 * v as f64).abs()
                         })
                         .sum();
