@@ -553,8 +553,8 @@ pub(super) unsafe fn rows_int8_u4_avx2<const N: usize>(
 /// 2 x 7,620 x 16,065 per lane), added in 32-bit lanes over the superblock (at most 4 x 244.9 million); per
 /// superblock one conversion and one FMA by `d s_x`, and the offsets' term, each sub-block's `m` times its inputs'
 /// `t * sum q` in one of 8 lanes, one FMA by `-dmin s_x` into the same accumulator (one per vector: with 4 vectors,
-/// a second one per vector for the offsets had spilled). A vector's sums are formed in the same order whatever `N` and the spans ([`by_spans`]): bit
-/// for bit its one-vector result.
+/// a second one per vector for the offsets had spilled). A vector's sums are formed in the same order whatever `N`
+/// and the spans ([`by_spans`]): bit for bit its one-vector result.
 #[target_feature(enable = "avx2,fma")]
 pub(super) unsafe fn rows_int8_q4k_avx2<const N: usize>(
     m: &QMatrix,
