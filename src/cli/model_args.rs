@@ -6,6 +6,7 @@ use anyhow::Result;
 use clap::Args;
 
 use ragtime::device::DeviceKind;
+use ragtime::model::simd::CpuKernels;
 use ragtime::model::{EngineKind, Lm, Precision};
 
 /// Default model, as installed by `scripts/setup.sh`.
@@ -48,6 +49,11 @@ pub struct ModelArgs {
     /// norms, softmax and the returned logits stay f32).
     #[arg(long, default_value = "f32")]
     pub dtype: Precision,
+    /// The largest family of SIMD kernels the CPU engine may use: auto (whatever the CPU has), avx2 (as on a CPU
+    /// without AVX-512: to reproduce or time its kernels, whose `--int8-dot` numbers differ) or portable (no SIMD
+    /// kernels).
+    #[arg(long, default_value = "auto")]
+    pub cpu_kernels: CpuKernels,
 }
 
 /// Lanes (`--batch`) when the flag is not given: 8 on the CPU (the lanes' decoding rows share each pass over the
@@ -96,8 +102,9 @@ impl ModelArgs {
     }
 
     /// The flags that change a run's numbers on the CPU, as the settings a run records so that it resumes only
-    /// with the same ones: `int8_dot` (integer products) and `quantize` (weights rounded at load, its format as
-    /// written on the command line). Each only when given, so outputs made before the flag existed still resume.
+    /// with the same ones: `int8_dot` (integer products), `quantize` (weights rounded at load, its format as
+    /// written on the command line) and `cpu_kernels` (other than auto). Each only when given, so outputs made
+    /// before the flag existed still resume.
     pub fn numeric_settings(&self) -> Vec<(&'static str, serde_json::Value)> {
         use clap::ValueEnum;
         let mut out = Vec::new();
@@ -107,11 +114,17 @@ impl ModelArgs {
         if let Some(q) = self.quantize.and_then(|q| q.to_possible_value()) {
             out.push(("quantize", serde_json::Value::String(q.get_name().to_string())));
         }
+        if let Some(k) = (self.cpu_kernels != CpuKernels::Auto).then(|| self.cpu_kernels.to_possible_value()).flatten()
+        {
+            out.push(("cpu_kernels", serde_json::Value::String(k.get_name().to_string())));
+        }
         out
     }
 
     pub fn load(&self) -> Result<Lm> {
         self.check()?;
+        // before the weights are laid out for the kernels (`--int8-dot`)
+        ragtime::model::simd::set_cpu_kernels(self.cpu_kernels);
         let mut lm = Lm::load_with(&self.model, self.device, self.engine, self.tokenizer.as_deref(), self.quantize)?;
         if self.f32_decode {
             lm.f32_decode();

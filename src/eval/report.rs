@@ -45,6 +45,7 @@ pub const HELD_EQUAL: &[&str] = &[
     "split",
     "question_prefix",
     "int8_dot",
+    "cpu_kernels",
     "loop.max_new_tokens",
     "loop.top_k",
     "loop.max_retrievals",

@@ -50,10 +50,10 @@ pub fn exp(x: f64) -> f64 {
 /// sum them; the exps eight at a time with AVX-512, four with AVX2 and FMA, each bit for bit [`exp`].
 pub fn for_each_exp(logits: &[f32], m: f64, mut f: impl FnMut(f64, f64)) {
     #[cfg(target_arch = "x86_64")]
-    let logits = if std::arch::is_x86_feature_detected!("avx512f") {
+    let logits = if crate::model::simd::avx512f() {
         // SAFETY: the CPU has AVX-512F.
         unsafe { for_each_exp_avx512(logits, m, &mut f) }
-    } else if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+    } else if crate::model::simd::avx2_fma() {
         // SAFETY: the CPU has AVX2 and FMA.
         unsafe { for_each_exp_avx2(logits, m, &mut f) }
     } else {

@@ -24,6 +24,7 @@ pub mod quantize;
 pub mod reduce;
 pub mod safetensors;
 pub mod sampling;
+pub mod simd;
 pub mod swiglu;
 pub mod tokenizer;
 pub mod weights;

@@ -186,9 +186,10 @@ pub struct Marker {
     pub seconds: f64,
 }
 
-/// Settings keys of how a part computes, not of what it computes (`--int8-dot`, `--quantize`, `--dtype`), in which the shards of
-/// a job started by [`ShardRun::begin_any_engine`] may differ (see the module doc).
-pub const ENGINE_KEYS: &[&str] = &["int8_dot", "dtype", "quantize"];
+/// Settings keys of how a part computes, not of what it computes (`--int8-dot`, `--quantize`, `--dtype`,
+/// `--cpu-kernels`), in which the shards of a job started by [`ShardRun::begin_any_engine`] may differ (see the
+/// module doc).
+pub const ENGINE_KEYS: &[&str] = &["int8_dot", "dtype", "quantize", "cpu_kernels"];
 
 /// `settings` without the [`ENGINE_KEYS`] (an object's top-level keys; anything else as it is), and the
 /// engine keys it had with their values.

@@ -13,6 +13,7 @@ use ragtime::model::quant::QMatrix;
 use ragtime::model::weights::{HostTensor, WeightSource};
 use ragtime::model::{random_weights, Arch, Lm, ModelConfig, Tokenizer};
 use ragtime::retrieval::{Passage, Retriever};
+use ragtime::step::TokenStep;
 
 /// Word-overlap retrieval over a few passages: a passage scores the number of its words that are in the query.
 /// Records the queries it saw.
@@ -68,6 +69,22 @@ impl Q4Weights {
         })
     }
 
+    /// The blocks of Qwen2.5-Coder-0.5B-Instruct's file instead: Q8_0 for the embedding (and a tied head),
+    /// `v_proj` and `down_proj`, Q5_0 for the other matrices.
+    pub fn q5_q8(cfg: &ModelConfig, seed: u64) -> Self {
+        Self::in_blocks(cfg, seed, |name| {
+            if name.contains("embed")
+                || name.contains("lm_head")
+                || name.contains("v_proj")
+                || name.contains("down_proj")
+            {
+                GgmlDType::Q8_0
+            } else {
+                GgmlDType::Q5_0
+            }
+        })
+    }
+
     /// Each matrix in the blocks `format` names for it, where its width is a multiple of their size.
     fn in_blocks(cfg: &ModelConfig, seed: u64, format: impl Fn(&str) -> GgmlDType) -> Self {
         let mut f32s = HashMap::new();
@@ -119,6 +136,14 @@ pub fn small_k_quants(seed: u64) -> Option<Lm> {
     let cfg =
         ModelConfig { hidden_size: 256, intermediate_size: 512, head_dim: 64, ..ModelConfig::tiny(Arch::Llama, 49152) };
     let lm = Lm::from_source(&Q4Weights::k_quants(&cfg, seed), cfg, tokenizer()?, "small-k".into(), DeviceKind::Cpu);
+    Some(lm.unwrap())
+}
+
+/// A small random Llama (hidden width 256, 512 in the MLP) in Q5_0 and Q8_0 blocks ([`Q4Weights::q5_q8`]).
+pub fn small_q5_q8(seed: u64) -> Option<Lm> {
+    let cfg =
+        ModelConfig { hidden_size: 256, intermediate_size: 512, head_dim: 64, ..ModelConfig::tiny(Arch::Llama, 49152) };
+    let lm = Lm::from_source(&Q4Weights::q5_q8(&cfg, seed), cfg, tokenizer()?, "small-q5-q8".into(), DeviceKind::Cpu);
     Some(lm.unwrap())
 }
 
@@ -414,4 +439,44 @@ pub fn snapshot(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
     }
     out.sort();
     out
+}
+
+/// Each step's position, token and internals the same, bit for bit.
+pub fn same_steps(a: &[TokenStep], b: &[TokenStep], what: &str) {
+    assert_eq!(a.len(), b.len(), "{what}: step count");
+    for (x, y) in a.iter().zip(b) {
+        assert_eq!((x.pos, x.id), (y.pos, y.id), "{what}");
+        assert_eq!(x.entropy.to_bits(), y.entropy.to_bits(), "{what}: entropy at {}", x.pos);
+        assert_eq!(x.prob.to_bits(), y.prob.to_bits(), "{what}: prob at {}", x.pos);
+        assert_eq!(x.attn, y.attn, "{what}: attention at {}", x.pos);
+        assert_eq!(x.hidden_final, y.hidden_final, "{what}: hidden state at {}", x.pos);
+        assert_eq!(x.hidden_mean, y.hidden_mean, "{what}: mean hidden state at {}", x.pos);
+    }
+}
+
+/// Three rounds of `feed_many` on `lm` (long and short prompts beside decoding rows) against each sequence fed
+/// alone: the same steps and next-token logits bit for bit.
+pub fn int8_feeds_equal_feeding_each_alone(lm: &ragtime::model::Lm) {
+    let prompt = |n: u32, from: u32| (0..n).map(|i| (from + 37 * i) % 49152).collect::<Vec<u32>>();
+    let rounds: Vec<[Vec<u32>; 3]> = vec![
+        [prompt(40, 11), prompt(1, 5), prompt(70, 900)],
+        [prompt(1, 42), prompt(1, 43), prompt(1, 44)],
+        [prompt(34, 7), prompt(1, 45), prompt(1, 46)],
+    ];
+    let mut together: Vec<_> = (0..3).map(|_| lm.session()).collect();
+    let mut alone: Vec<_> = (0..3).map(|_| lm.session()).collect();
+    for (r, round) in rounds.iter().enumerate() {
+        let ids: Vec<&[u32]> = round.iter().map(Vec::as_slice).collect();
+        let mut refs: Vec<&mut ragtime::model::Session<'_>> = together.iter_mut().collect();
+        let got = lm.feed_many(&mut refs, &ids, &[0; 3]).unwrap();
+        for (i, (ids, s)) in round.iter().zip(alone.iter_mut()).enumerate() {
+            let want = s.feed(ids, 0).unwrap();
+            same_steps(&got[i], &want, &format!("round {r}, sequence {i}"));
+            let (a, b) = (together[i].logits().unwrap(), s.logits().unwrap());
+            assert!(
+                a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits()),
+                "round {r}, sequence {i}: next-token logits"
+            );
+        }
+    }
 }

@@ -688,11 +688,12 @@ impl Engine for CpuEngine {
         // the integer copies in row tiles where the CPU has their kernels (AVX-512 VNNI; int8 copies without
         // offsets and nibble copies): several lanes' products take fewer instructions per weight (`quant::tiles`);
         // else, with AVX2, the K-quant copies (Q4_K, Q6_K) in their superblocks (`quant::superblocks`: fewer bytes
-        // and integer sub-block scales)
+        // and integer sub-block scales) and the Q8_0 and Q5_0 copies in quartets (`quant::quartets`: one scaling
+        // per 4 blocks)
         let tile = |q: &mut Arc<QMatrix>| {
             let q = Arc::make_mut(q);
-            if !q.tile_for_int8() {
-                q.superblocks_for_int8();
+            if !q.tile_for_int8() && !q.superblocks_for_int8() {
+                q.quartets_for_int8();
             }
         };
         for l in self.layers.iter_mut().flat_map(|b| b.lin.iter_mut()) {

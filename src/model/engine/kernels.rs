@@ -356,7 +356,7 @@ impl GroupRow<'_> {
 fn attend_row(row: &GroupRow, p: &mut [f32], out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     {
-        if std::arch::is_x86_feature_detected!("avx512f") {
+        if crate::model::simd::avx512f() {
             // SAFETY: the CPU has AVX-512 (checked on the line above); the kernel's width is `hd`.
             match row.hd {
                 16 => return unsafe { attend_row_avx512::<1>(row, p, out) },
@@ -370,7 +370,7 @@ fn attend_row(row: &GroupRow, p: &mut [f32], out: &mut [f32]) {
         unsafe fn avx2(row: &GroupRow, p: &mut [f32], out: &mut [f32]) {
             attend_row_portable(row, p, out)
         }
-        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+        if crate::model::simd::avx2_fma() {
             // SAFETY: the CPU has AVX2 and FMA (checked on the line above); the kernel's width is `hd`.
             return match row.hd {
                 16 => unsafe { attend_row_avx2::<1>(row, p, out) },
@@ -866,7 +866,7 @@ pub fn silu_mul(g: &mut [f32], u: &[f32]) {
             unsafe fn avx2(gc: &mut [f32], uc: &[f32]) {
                 each(gc, uc)
             }
-            if std::arch::is_x86_feature_detected!("avx2") {
+            if crate::model::simd::avx2() {
                 // SAFETY: the CPU has AVX2 (checked on the line above).
                 return unsafe { avx2(gc, uc) };
             }
@@ -961,7 +961,7 @@ fn gelu_erf(c: &mut [f32]) {
         unsafe fn avx2(c: &mut [f32]) {
             each(c)
         }
-        if std::arch::is_x86_feature_detected!("avx2") {
+        if crate::model::simd::avx2() {
             // SAFETY: the CPU has AVX2 (checked on the line above).
             return unsafe { avx2(c) };
         }
@@ -1056,7 +1056,7 @@ fn softmax_prefix(row: &mut [f32], vis: usize, scale: f32) {
         unsafe fn avx512(row: &mut [f32], vis: usize, scale: f32) {
             each(row, vis, scale)
         }
-        if std::arch::is_x86_feature_detected!("avx512f") {
+        if crate::model::simd::avx512f() {
             // SAFETY: the CPU has AVX-512F (checked on the line above).
             return unsafe { avx512(row, vis, scale) };
         }
@@ -1064,7 +1064,7 @@ fn softmax_prefix(row: &mut [f32], vis: usize, scale: f32) {
         unsafe fn avx2(row: &mut [f32], vis: usize, scale: f32) {
             each(row, vis, scale)
         }
-        if std::arch::is_x86_feature_detected!("avx2") {
+        if crate::model::simd::avx2() {
             // SAFETY: the CPU has AVX2 (checked on the line above).
             return unsafe { avx2(row, vis, scale) };
         }
@@ -1102,7 +1102,7 @@ fn softmax_rows(p: &mut [f32], t: usize, bias: &[f32], scale: f32) {
         unsafe fn avx512(p: &mut [f32], t: usize, bias: &[f32], scale: f32) {
             each(p, t, bias, scale)
         }
-        if std::arch::is_x86_feature_detected!("avx512f") {
+        if crate::model::simd::avx512f() {
             // SAFETY: the CPU has AVX-512F (checked on the line above).
             return unsafe { avx512(p, t, bias, scale) };
         }
@@ -1110,7 +1110,7 @@ fn softmax_rows(p: &mut [f32], t: usize, bias: &[f32], scale: f32) {
         unsafe fn avx2(p: &mut [f32], t: usize, bias: &[f32], scale: f32) {
             each(p, t, bias, scale)
         }
-        if std::arch::is_x86_feature_detected!("avx2") {
+        if crate::model::simd::avx2() {
             // SAFETY: the CPU has AVX2 (checked on the line above).
             return unsafe { avx2(p, t, bias, scale) };
         }

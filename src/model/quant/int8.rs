@@ -21,10 +21,13 @@ use super::{Layout, QMatrix, ROWS};
 
 impl QMatrix {
     /// Whether [`QMatrix::matvec_int8`] multiplies in integers here: a nibble copy or a symmetric int8 copy on a
-    /// CPU with AVX2 (x86-64), or a tiled or superblock copy (`super::tiles`, `super::superblocks`) — else it
-    /// gives the exact [`QMatrix::matvec`].
+    /// CPU with AVX2 (x86-64), or a tiled, superblock or quartet copy (`super::tiles`, `super::superblocks`,
+    /// `super::quartets`) — else it gives the exact [`QMatrix::matvec`].
     pub fn int8_dot(&self) -> bool {
-        self.tiled || self.superblocks || ((self.layout == Layout::U4 || self.offset.is_empty()) && int8_width() > 0)
+        self.tiled
+            || self.superblocks
+            || self.quartets
+            || ((self.layout == Layout::U4 || self.offset.is_empty()) && int8_width() > 0)
     }
 
     /// [`QMatrix::matvec`] with the inputs quantized to int8 and integer products (module doc); the exact
@@ -42,6 +45,9 @@ impl QMatrix {
         }
         if self.superblocks {
             return self.matvec_superblocks(x, y);
+        }
+        if self.quartets {
+            return self.matvec_quartets(x, y);
         }
         // each row is quantized on its own, so each pass quantizes just its rows
         let width = int8_width();
@@ -85,20 +91,17 @@ impl QMatrix {
     }
 }
 
-/// Vectors per pass of the integer kernels on this CPU: 8 with AVX-512 (F, BW, VNNI), 2 with AVX2, 0 without
-/// (no integer path).
+/// Vectors per pass of the integer kernels on this CPU (as far as `--cpu-kernels` allows, `crate::model::simd`): 8
+/// with AVX-512 (F, BW, VNNI), 2 with AVX2, 0 without (no integer path).
 pub(super) fn int8_width() -> usize {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::arch::is_x86_feature_detected as has;
-        if has!("avx512f") && has!("avx512bw") && has!("avx512vnni") {
-            return 8;
-        }
-        if has!("avx2") && has!("fma") {
-            return 2;
-        }
+    use crate::model::simd;
+    if simd::avx512_vnni() {
+        8
+    } else if simd::avx2_fma() {
+        2
+    } else {
+        0
     }
-    0
 }
 
 /// Whether the VNNI tile kernels (`super::tiles`, 8 rows per pass over the weights) multiply many rows faster

@@ -17,8 +17,9 @@ impl QMatrix {
         assert_eq!(x.len() % self.cols, 0, "matvec: input length {} is not a multiple of {}", x.len(), self.cols);
         let n = x.len() / self.cols;
         assert_eq!(y.len(), n * self.rows, "matvec: output length");
-        if self.tiled || self.superblocks {
-            // a tiled or superblock copy decodes in integers (`matvec_int8`); its exact product, one value at a time
+        if self.tiled || self.superblocks || self.quartets {
+            // a tiled, superblock or quartet copy decodes in integers (`matvec_int8`); its exact product, one value
+            // at a time
             for (xs, ys) in x.chunks_exact(self.cols).zip(y.chunks_exact_mut(self.rows)) {
                 rows_scalar(self, 0, xs, ys);
             }
@@ -110,10 +111,10 @@ impl QMatrix {
     pub fn vectors_per_pass() -> usize {
         #[cfg(target_arch = "x86_64")]
         {
-            if std::arch::is_x86_feature_detected!("avx512f") {
+            if crate::model::simd::avx512f() {
                 return 8;
             }
-            if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+            if crate::model::simd::avx2_fma() {
                 return 2;
             }
         }
@@ -126,7 +127,7 @@ impl QMatrix {
         assert!(row0 + out.len() / k <= self.rows && x.len() == k * self.cols && out.len().is_multiple_of(k));
         #[cfg(target_arch = "x86_64")]
         {
-            if std::arch::is_x86_feature_detected!("avx512f") {
+            if crate::model::simd::avx512f() {
                 // SAFETY: the CPU has AVX-512F; the bounds were checked above.
                 unsafe {
                     return match (self.layout, k) {
@@ -140,7 +141,7 @@ impl QMatrix {
                     };
                 }
             }
-            if k == 2 && std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+            if k == 2 && crate::model::simd::avx2_fma() {
                 // SAFETY: the CPU has AVX2 and FMA; the bounds were checked above.
                 return unsafe {
                     match self.layout {
@@ -158,7 +159,7 @@ impl QMatrix {
         assert!(row0 + out.len() <= self.rows && x.len() == self.cols);
         #[cfg(target_arch = "x86_64")]
         {
-            if std::arch::is_x86_feature_detected!("avx512f") {
+            if crate::model::simd::avx512f() {
                 // SAFETY: the CPU has AVX-512F; the bounds were checked above.
                 return unsafe {
                     match self.layout {
@@ -167,7 +168,7 @@ impl QMatrix {
                     }
                 };
             }
-            if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+            if crate::model::simd::avx2_fma() {
                 // SAFETY: as above, with AVX2 and FMA.
                 return unsafe {
                     match self.layout {

@@ -25,7 +25,8 @@
 //! with the SIMD kernels in `x86` (AVX-512, AVX2); `int8` computes them in integer arithmetic from inputs
 //! quantized to 8 bits (`q8`), as llama.cpp does (`--int8-dot`: faster, no longer exact); `tiles` lays the
 //! int8 copies without offsets and the nibble copies out in row tiles for those products with AVX-512 VNNI;
-//! `superblocks` keeps the K-quant copies (Q4_K, Q6_K) as their files do for those products with AVX2 alone;
+//! `superblocks` keeps the K-quant copies (Q4_K, Q6_K) as their files do for those products with AVX2 alone, and
+//! `quartets` lays Q8_0 and Q5_0 copies out so that 4 blocks share each register there;
 //! `amx` multiplies many rows at once from the same tiles on Intel AMX, to the same bits.
 
 #[cfg(target_arch = "x86_64")]
@@ -34,6 +35,7 @@ mod blocks;
 mod int8;
 mod matvec;
 mod q8;
+mod quartets;
 mod superblocks;
 mod tiles;
 #[cfg(target_arch = "x86_64")]
@@ -113,13 +115,19 @@ pub struct QMatrix {
     /// `[rows, cols / 256, 16]` of a superblock copy: Q4_K's 8 sub-blocks' `sc`, then their `m`; Q6_K's 16 signed
     /// `sc`. Else empty.
     sub: Vec<u8>,
+    /// A Q8_0 or Q5_0 copy in quartets (`quartets`, under `--int8-dot` with AVX2 and no VNNI): each 128 columns'
+    /// bytes in the order whose 32-bit lanes hold one block each; the scales as the plain copy's.
+    quartets: bool,
+    /// A quartet copy whose weights all lie in -16..=16 (Q5_0): its kernel adds 4 products' pairs in 16 bits.
+    narrow: bool,
 }
 
 impl std::fmt::Debug for QMatrix {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let form = match (self.tiled, self.superblocks) {
-            (true, _) => ", tiled",
-            (_, true) => ", superblocks",
+        let form = match (self.tiled, self.superblocks, self.quartets) {
+            (true, _, _) => ", tiled",
+            (_, true, _) => ", superblocks",
+            (_, _, true) => ", quartets",
             _ => "",
         };
         write!(f, "QMatrix[{}x{}, {:?}{form}]", self.rows, self.cols, self.layout)
@@ -162,6 +170,8 @@ impl QMatrix {
             tiled: false,
             superblocks: false,
             sub: Vec::new(),
+            quartets: false,
+            narrow: false,
         };
         if layout == Layout::I8 {
             m.compact_scales();
@@ -202,6 +212,9 @@ impl QMatrix {
         let n = self.layout.group();
         if self.superblocks {
             return self.superblock_ints(row, g, out);
+        }
+        if self.quartets {
+            return self.quartet_ints(row, g, out);
         }
         if self.tiled {
             for (i, o) in out[..n].iter_mut().enumerate() {
@@ -249,6 +262,9 @@ impl QMatrix {
         if self.superblocks {
             return self.dequantize_superblock_rows(first, out);
         }
+        if self.quartets {
+            return self.dequantize_quartet_rows(first, out);
+        }
         let rb = self.layout.row_bytes(cols);
         // groups per row: even where a scale serves two groups (rows hold whole 32-weight blocks), so group `g` of
         // `row` takes scale `(row * per_row + g) >> shift` = `(row * per_row >> shift) + (g >> shift)`
@@ -293,8 +309,8 @@ impl QMatrix {
     /// Row `dst` of the result is row `src_of[dst]` of `self` (for undoing llama.cpp's Q/K permutation).
     pub fn permute_rows(&self, src_of: &[usize]) -> QMatrix {
         assert!(
-            !self.tiled && !self.superblocks,
-            "permute_rows: a tiled or superblock copy (rows are permuted at load, before either)"
+            !self.tiled && !self.superblocks && !self.quartets,
+            "permute_rows: a tiled, superblock or quartet copy (rows are permuted at load, before any)"
         );
         let rb = self.layout.row_bytes(self.cols);
         // scales and offsets per row (offsets: none when the copy keeps none; no rows, nothing to move)

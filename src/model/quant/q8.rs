@@ -66,11 +66,61 @@ impl Int8Rows {
     }
 }
 
+/// `n` rows of `cols` values quantized to int8 in blocks of [`BLOCK`] as [`Int8Rows`] (the same scales and
+/// integers), each 128 values (4 blocks) laid out as the quartet kernels read them
+/// (`super::quartets::quartet_pos`: 4 values of each block per 16 bytes).
+pub(super) struct QuartetRows {
+    /// `[n, cols]` in the quartets' order, each in -127..=127
+    pub(super) q: Vec<i8>,
+    /// `[n, cols / BLOCK]`: value = `q * scale`
+    pub(super) scale: Vec<f32>,
+}
+
+impl QuartetRows {
+    /// Quantizes each row of `x` (`[n, cols]`, `cols` a multiple of 128).
+    pub(super) fn new(x: &[f32], cols: usize) -> QuartetRows {
+        assert!(cols.is_multiple_of(super::quartets::QUARTET) && x.len().is_multiple_of(cols));
+        #[cfg(target_arch = "x86_64")]
+        if crate::model::simd::avx2() {
+            // SAFETY: AVX2 is present (checked above).
+            return unsafe { Self::new_avx2(x) };
+        }
+        Self::quantize(x)
+    }
+
+    /// [`Self::quantize`] compiled for AVX2 (the same operations, 8 values per instruction where they vectorize:
+    /// the same bits).
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    unsafe fn new_avx2(x: &[f32]) -> QuartetRows {
+        Self::quantize(x)
+    }
+
+    /// The quantization of [`Self::new`], inlined into each build of it.
+    #[inline(always)]
+    fn quantize(x: &[f32]) -> QuartetRows {
+        use super::quartets::{quartet_pos, QUARTET};
+        let mut r = QuartetRows { q: vec![0; x.len()], scale: vec![0.0; x.len() / BLOCK] };
+        for (c, (quartet, q)) in x.chunks_exact(QUARTET).zip(r.q.chunks_exact_mut(QUARTET)).enumerate() {
+            for (j, block) in quartet.chunks_exact(BLOCK).enumerate() {
+                let (d, ints) = quantize_block(block.try_into().unwrap());
+                r.scale[4 * c + j] = d;
+                // 4 values at a time: values 4t..4t + 4 go to bytes 16t + 4j..
+                for (t, four) in ints.chunks_exact(4).enumerate() {
+                    let at = quartet_pos(j, 4 * t);
+                    q[at..at + 4].copy_from_slice(four);
+                }
+            }
+        }
+        r
+    }
+}
+
 /// Quantizes `x`'s blocks into the first `x.len()` values of `q` and the matching blocks of `scale`, `sum` and
 /// `sum16`.
 fn quantize_rows(x: &[f32], q: &mut [i8], scale: &mut [f32], sum: &mut [f32], sum16: &mut [i32]) {
     #[cfg(target_arch = "x86_64")]
-    let simd = std::arch::is_x86_feature_detected!("avx512f");
+    let simd = crate::model::simd::avx512f();
     for (b, block) in x.chunks_exact(BLOCK).enumerate() {
         let block: &[f32; BLOCK] = block.try_into().unwrap();
         #[cfg(target_arch = "x86_64")]
@@ -159,7 +209,7 @@ impl SubscaledRows {
     pub(super) fn new(x: &[f32], cols: usize, levels: i16) -> SubscaledRows {
         assert!(cols.is_multiple_of(SUPERBLOCK) && x.len().is_multiple_of(cols) && (1..=255).contains(&levels));
         #[cfg(target_arch = "x86_64")]
-        if is_x86_feature_detected!("avx2") {
+        if crate::model::simd::avx2() {
             // SAFETY: AVX2 is present (checked above).
             return unsafe { Self::new_avx2(x, levels) };
         }

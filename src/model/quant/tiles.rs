@@ -144,10 +144,11 @@ impl QMatrix {
     /// Whether products of any number of rows run in integers here, so that a prefill chunk needs no f32 gemm: a
     /// tiled copy on a CPU with AMX (`super::amx`, many rows per pass over the weights) or where the VNNI tile
     /// kernel outruns gemm at every number of rows (`super::int8::tiles_outrun_gemm`, 8 rows per pass), the tile
-    /// kernels' results either way; or a superblock copy (`super::superblocks`, AVX2, 4 rows per pass), whose
-    /// kernels outran gemm from 32 to 512 rows on a 2-core AMD EPYC (Zen 3; docs/engine.md).
+    /// kernels' results either way; or a superblock or quartet copy (`super::superblocks`, `super::quartets`,
+    /// AVX2, 4 rows per pass), whose kernels outran gemm from 32 to 512 rows on a 2-core AMD EPYC (Zen 3;
+    /// docs/engine.md).
     pub fn int8_many_rows(&self) -> bool {
-        self.on_amx() || (self.tiled && super::int8::tiles_outrun_gemm()) || self.superblocks
+        self.on_amx() || (self.tiled && super::int8::tiles_outrun_gemm()) || self.superblocks || self.quartets
     }
 
     /// Whether products of more than 8 rows go to the AMX kernel: a tiled copy on a CPU with AMX.
@@ -227,9 +228,9 @@ impl QMatrix {
     }
 }
 
-/// Whether a copy has a tiled form: int8 with no offsets, or nibbles (not in superblocks).
+/// Whether a copy has a tiled form: int8 with no offsets, or nibbles (not in superblocks or quartets).
 fn tiles(m: &QMatrix) -> bool {
-    !m.superblocks && (m.layout == Layout::U4 || m.offset.is_empty())
+    !m.superblocks && !m.quartets && (m.layout == Layout::U4 || m.offset.is_empty())
 }
 
 /// The tile kernels' arithmetic one value at a time (where there is no AVX-512 VNNI, and the SIMD kernels'
@@ -292,6 +293,8 @@ mod tests {
             tiled: false,
             superblocks: false,
             sub: Vec::new(),
+            quartets: false,
+            narrow: false,
         };
         m.tile();
         assert_eq!(m.q.len(), 16 * 32);
@@ -326,6 +329,8 @@ mod tests {
             tiled: false,
             superblocks: false,
             sub: Vec::new(),
+            quartets: false,
+            narrow: false,
         };
         m.tile();
         assert_eq!((m.q.len(), m.q[1], m.q[65], m.q[4]), (16 * 16, 0x11, 0x55, 0));

@@ -737,6 +737,55 @@ pub(super) unsafe fn rows_int8_q6k_avx2<const N: usize>(
     });
 }
 
+/// [`rows_int8_avx2`] for a quartet copy (`super::quartets`: per 128 columns, each 32-bit lane of a 32-byte load
+/// holds 4 weights of one of the 4 blocks, in both 128-bit halves), for `N` vectors in the same order
+/// (`super::q8::QuartetRows`). Per quartet, 4 loads of weights, each's magnitudes taken once for all vectors; per
+/// vector and load, `vpmaddubsw` with the inputs carrying the weights' signs (at most 2 x 128 x 127 per word).
+/// With `NARROW` (every weight in -16..=16) the 4 loads' words add in 16 bits (at most 4 x 2 x 16 x 127) and one
+/// `vpmaddwd` by ones per quartet makes the 8 lanes' 32-bit sums; else each load's `vpmaddwd` by ones adds into
+/// them. Then per quartet one conversion and one FMA by the weights' 4 scales times the inputs' (both broadcast to
+/// the two halves). Each vector's result is [`super::quartets::quartets_portable`]'s, bit for bit, whatever `N` is.
+#[target_feature(enable = "avx2,fma")]
+pub(super) unsafe fn rows_int8_quartets_avx2<const N: usize, const NARROW: bool>(
+    m: &QMatrix,
+    row0: usize,
+    x: &super::q8::QuartetRows,
+    out: &mut [f32],
+) {
+    let (cols, blocks) = (m.cols, m.cols / 32);
+    let (qp, sp, xq, xs) = (m.q.as_ptr(), m.scale.as_ptr(), x.q.as_ptr(), x.scale.as_ptr());
+    let ones = _mm256_set1_epi16(1);
+    for r in 0..out.len() / N {
+        let row = row0 + r;
+        let mut acc = [_mm256_setzero_ps(); N];
+        for c in 0..cols / 128 {
+            let mut sums = [_mm256_setzero_si256(); N];
+            for load in 0..4 {
+                let w = _mm256_loadu_si256(qp.add(row * cols + c * 128 + load * 32) as *const __m256i);
+                let mag = _mm256_abs_epi8(w);
+                for (j, sum) in sums.iter_mut().enumerate() {
+                    let v = _mm256_loadu_si256(xq.add(j * cols + c * 128 + load * 32) as *const __m256i);
+                    let p = _mm256_maddubs_epi16(mag, _mm256_sign_epi8(v, w));
+                    *sum = if NARROW {
+                        _mm256_add_epi16(*sum, p)
+                    } else {
+                        _mm256_add_epi32(*sum, _mm256_madd_epi16(p, ones))
+                    };
+                }
+            }
+            let ws = _mm256_broadcast_ps(&_mm_loadu_ps(sp.add(row * blocks + 4 * c)));
+            for j in 0..N {
+                let s = _mm256_mul_ps(ws, _mm256_broadcast_ps(&_mm_loadu_ps(xs.add(j * blocks + 4 * c))));
+                let ints = if NARROW { _mm256_madd_epi16(sums[j], ones) } else { sums[j] };
+                acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ints), s, acc[j]);
+            }
+        }
+        for j in 0..N {
+            out[N * r + j] = hsum(acc[j]);
+        }
+    }
+}
+
 /// Integer products from a tiled copy (`super::tiles`) with AVX-512 VNNI, for `N` quantized vectors, `Q` tile
 /// registers (4 columns each) per weight scale: rows `row0..` (`row0` a tile's first), `out` `[N][rows]`. Per
 /// tile of 16 rows and scale group, the group's `Q` registers are loaded once for all vectors; per vector,
