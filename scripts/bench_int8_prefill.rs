@@ -1,15 +1,17 @@
 //! The products of a prefill chunk on the integer blocks against the f32 gemm, by rows per call: why chunks of more
 //! than 32 rows go through gemm with `--int8-dot` on some CPUs (docs/engine.md, "Integer dot products"), and what
 //! the row tiles of `--int8-dot` (`QMatrix::tile_for_int8`, AVX-512 VNNI; on a CPU with AMX, more than 8 rows per
-//! call go to the tile unit) and the K-quant superblocks (`QMatrix::superblocks_for_int8`, AVX2 without VNNI)
-//! gain. Qwen2.5-Coder-0.5B's shapes: a 4,864 x 896 matrix (gate/up) quantized by candle to Q8_0 and Q5_0, a
+//! call go to the tile unit), the K-quant superblocks (`QMatrix::superblocks_for_int8`, AVX2 without VNNI) and
+//! the Q8_0 and Q5_0 quartets (`QMatrix::quartets_for_int8`, the same CPUs) gain. Qwen2.5-Coder-0.5B's shapes: a 4,864 x 896 matrix (gate/up) quantized by candle to Q8_0 and Q5_0, a
 //! 896 x 4,864 one (down) to Q4_K; Qwen2.5-Coder-1.5B's gate/up (8,960 x 1,536) in Q4_K and down (1,536 x 8,960) in
 //! Q6_K, as its Q4_K_M file holds them; fixed pseudo-random weights; the rayon pool's threads (RAYON_NUM_THREADS);
 //! each cell the mean of at least 2 calls, in GFLOPS ("-": the copy does not exist on this CPU or format).
 //!
-//!     cargo run --release --example bench_int8_prefill [-- FORMAT ...]
+//!     cargo run --release --example bench_int8_prefill [-- [avx2] FORMAT ...]
 //!
-//! FORMAT (Q8_0, Q5_0, Q4K, Q6K) keeps only those formats' rows.
+//! FORMAT (Q8_0, Q5_0, Q4K, Q6K) keeps only those formats' rows; `avx2` caps ragtime's kernels at AVX2
+//! (`--cpu-kernels avx2`: what a CPU without AVX-512 runs; the gemm crate still picks its own, AVX-512 where the
+//! CPU has it, unless built without its `x86-v4` feature).
 
 use std::time::Instant;
 
@@ -19,13 +21,18 @@ use ragtime::model::engine::kernels;
 use ragtime::model::quant::QMatrix;
 
 fn main() -> anyhow::Result<()> {
-    let only: Vec<String> = std::env::args().skip(1).collect();
+    let mut only: Vec<String> = std::env::args().skip(1).collect();
+    if let Some(i) = only.iter().position(|a| a == "avx2") {
+        only.remove(i);
+        ragtime::model::simd::set_cpu_kernels(ragtime::model::simd::CpuKernels::Avx2);
+    }
     if let Some(f) = only.iter().find(|f| !["Q8_0", "Q5_0", "Q4K", "Q6K"].contains(&f.as_str())) {
-        anyhow::bail!("bench_int8_prefill: format {f:?}: expected Q8_0, Q5_0, Q4K or Q6K");
+        anyhow::bail!("bench_int8_prefill: format {f:?}: expected avx2, Q8_0, Q5_0, Q4K or Q6K");
     }
     println!(
         "| blocks | rows per call | integer kernel (`--int8-dot`), row tiles | integer kernel, rows | exact blocks | \
-         gemm on de-quantized tiles | the same from the row tiles | superblocks | gemm on de-quantized superblocks |"
+         gemm on de-quantized tiles | the same from the row tiles | superblocks or quartets | gemm on de-quantized \
+         superblocks or quartets |"
     );
     println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
     for (dtype, rows, cols) in [
@@ -44,7 +51,7 @@ fn main() -> anyhow::Result<()> {
         let mut tiled = m.clone();
         let tiles = if tiled.tile_for_int8() { "" } else { " (no VNNI: rows)" };
         let mut sb = m.clone();
-        let has_sb = sb.superblocks_for_int8();
+        let has_sb = sb.superblocks_for_int8() || sb.quartets_for_int8();
         for n in [1usize, 8, 32, 64, 128, 256, 512] {
             let x: Vec<f32> = (0..n * cols).map(|i| (i as f32 * 0.37).cos()).collect();
             let mut y = vec![0f32; n * rows];
