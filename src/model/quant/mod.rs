@@ -19,7 +19,8 @@
 //!
 //! Products of many rows at once (prefill) de-quantize a block of rows at a time ([`QMatrix::dequantize_rows`])
 //! for an f32 gemm, except with `--int8-dot` where the integer products outrun it at any number of rows (AMX,
-//! AMD's AVX-512 VNNI; `QMatrix::int8_many_rows`); training and the burn engines use f32 weights of their own.
+//! AMD's AVX-512 VNNI, AVX2's superblocks and quartets; `QMatrix::int8_many_rows`); training and the burn engines
+//! use f32 weights of their own.
 //!
 //! Files: `blocks` reads the ggml block formats into the integer copy; `matvec` computes products from it,
 //! with the SIMD kernels in `x86` (AVX-512, AVX2); `int8` computes them in integer arithmetic from inputs
