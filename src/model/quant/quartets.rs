@@ -16,8 +16,9 @@
 //!
 //! The scales stay as they are (one f32 per 32 weights, row by row), and the copy holds the same bytes as the
 //! plain one; it de-quantizes (an embedding's rows, the exact product) to the same values. Prefill chunks of any
-//! length go to the same kernels (`QMatrix::int8_many_rows`): on a 2-core AMD EPYC (Zen 3) they outrun gemm on
-//! the de-quantized weights (`docs/engine.md`).
+//! length go to the same kernels (`QMatrix::int8_many_rows`): on a 2-core Intel Xeon run as an AVX2-only CPU
+//! (`--cpu-kernels avx2`, gemm built without its AVX-512 kernels) they outran an AVX2 gemm on the de-quantized
+//! weights from 8 to 512 rows (`docs/engine.md`).
 
 use super::matvec::{passes, PassOut};
 use super::q8::{QuartetRows, BLOCK};

@@ -145,8 +145,8 @@ impl QMatrix {
     /// tiled copy on a CPU with AMX (`super::amx`, many rows per pass over the weights) or where the VNNI tile
     /// kernel outruns gemm at every number of rows (`super::int8::tiles_outrun_gemm`, 8 rows per pass), the tile
     /// kernels' results either way; or a superblock or quartet copy (`super::superblocks`, `super::quartets`,
-    /// AVX2, 4 rows per pass), whose kernels outran gemm from 32 to 512 rows on a 2-core AMD EPYC (Zen 3;
-    /// docs/engine.md).
+    /// AVX2, 4 rows per pass), whose kernels outran gemm from 32 to 512 rows (superblocks: a 2-core AMD EPYC, Zen
+    /// 3; quartets: an Intel Xeon run as an AVX2-only CPU, docs/engine.md).
     pub fn int8_many_rows(&self) -> bool {
         self.on_amx() || (self.tiled && super::int8::tiles_outrun_gemm()) || self.superblocks || self.quartets
     }
