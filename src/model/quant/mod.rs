@@ -338,6 +338,26 @@ impl QMatrix {
 pub(crate) mod fixtures {
     //! Random weights for the tests of the quantized matrices.
 
+    /// 7 random vectors of `cols` values in -4..4 (from `seed`), each with an outlier (300) at column 5.
+    pub(crate) fn seven_with_outliers(cols: usize, seed: u64) -> Vec<f32> {
+        let mut x: Vec<f32> = random(7 * cols, seed).iter().map(|v| v * 4.0).collect();
+        (0..7).for_each(|j| x[j * cols + 5] = 300.0);
+        x
+    }
+
+    /// `m`'s integer products of the 7 vectors `x`: all at once on a pool of 2 threads (`[7][rows]`), and each
+    /// alone (`[7][rows]`).
+    pub(crate) fn int8_together_and_alone(m: &super::QMatrix, x: &[f32]) -> (Vec<f32>, Vec<f32>) {
+        let mut all = vec![0f32; 7 * m.rows];
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+        pool.install(|| m.matvec_int8(x, &mut all));
+        let mut alone = vec![0f32; 7 * m.rows];
+        for (x, y) in x.chunks_exact(m.cols).zip(alone.chunks_exact_mut(m.rows)) {
+            m.matvec_int8(x, y);
+        }
+        (all, alone)
+    }
+
     pub(crate) fn random(n: usize, seed: u64) -> Vec<f32> {
         use rand::{Rng, SeedableRng};
         let mut rng = rand::rngs::StdRng::seed_from_u64(seed);

@@ -168,7 +168,7 @@ pub(super) fn quartets_portable(m: &QMatrix, k: usize, row0: usize, x: &QuartetR
 
 #[cfg(test)]
 mod tests {
-    use super::super::fixtures::{matrix, random};
+    use super::super::fixtures::{int8_together_and_alone, matrix, random, seven_with_outliers};
     use super::super::int8::int8_reference;
     use super::super::q8::Int8Rows;
     use super::*;
@@ -278,18 +278,14 @@ mod tests {
             let plain = matrix(dtype, rows, cols, 45);
             let m = plain.to_quartets().unwrap();
             let w = plain.dequantize();
-            let mut x: Vec<f32> = random(7 * cols, 46).iter().map(|v| v * 4.0).collect();
-            (0..7).for_each(|j| x[j * cols + 5] = 300.0);
+            let x = seven_with_outliers(cols, 46);
             let (xq, plain_x) = (QuartetRows::new(&x, cols), Int8Rows::new(&x, cols));
             assert_eq!(xq.scale, plain_x.scale, "{dtype:?}: the same quantization as the plain kernels'");
             let mut portable = vec![0f32; 7 * rows];
             quartets_portable(&m, 7, 0, &xq, &mut portable);
-            let mut all = vec![0f32; 7 * rows];
-            let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
-            pool.install(|| m.matvec_int8(&x, &mut all));
+            let (all, alone) = int8_together_and_alone(&m, &x);
             for j in 0..7 {
-                let mut one = vec![0f32; rows];
-                m.matvec_int8(&x[j * cols..(j + 1) * cols], &mut one);
+                let one = &alone[j * rows..(j + 1) * rows];
                 for r in 0..rows {
                     let want = int8_reference(&plain, &plain_x, r, j);
                     let size: f64 = (0..cols)

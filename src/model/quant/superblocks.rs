@@ -328,7 +328,7 @@ pub(super) fn superblocks_portable(m: &QMatrix, k: usize, row0: usize, x: &Subsc
 
 #[cfg(test)]
 mod tests {
-    use super::super::fixtures::{matrix, random};
+    use super::super::fixtures::{int8_together_and_alone, matrix, random, seven_with_outliers};
     use super::*;
     use candle_core::quantized::GgmlDType;
 
@@ -402,17 +402,13 @@ mod tests {
             let m = matrix(dtype, rows, cols, 34).to_superblocks().unwrap();
             let w = m.dequantize();
             // an outlier in the first superblock of each vector: its other blocks' sub-scales far below the largest
-            let mut x: Vec<f32> = random(7 * cols, 35).iter().map(|v| v * 4.0).collect();
-            (0..7).for_each(|j| x[j * cols + 5] = 300.0);
+            let x = seven_with_outliers(cols, 35);
             let xq = SubscaledRows::new(&x, cols, m.levels());
             let mut portable = vec![0f32; 7 * rows];
             superblocks_portable(&m, 7, 0, &xq, &mut portable);
-            let mut all = vec![0f32; 7 * rows];
-            let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
-            pool.install(|| m.matvec_int8(&x, &mut all));
+            let (all, alone) = int8_together_and_alone(&m, &x);
             for j in 0..7 {
-                let mut one = vec![0f32; rows];
-                m.matvec_int8(&x[j * cols..(j + 1) * cols], &mut one);
+                let one = &alone[j * rows..(j + 1) * rows];
                 for r in 0..rows {
                     let exact: f64 = (0..cols).map(|c| w[r * cols + c] as f64 * x[j * cols + c] as f64).sum();
                     let step: f64 = (0..cols)
