@@ -59,6 +59,27 @@ impl QMatrix {
         });
     }
 
+    /// The products of the AVX2 copies (`super::superblocks`, `super::quartets`): `x`'s vectors in passes of at
+    /// most 4 (their kernels' `N` of 1, 2 or 4), each pass's rows quantized over the pool by `quantize` (a prefill
+    /// chunk's many passes), then `kernel(x, k, row0, out)` for each pass and piece of the rows, `out` the rows'
+    /// `k` results interleaved (`[rows][k]`), as [`QMatrix::split_passes`] hands them out.
+    pub(super) fn int8_passes_of_4<X: Send + Sync>(
+        &self,
+        x: &[f32],
+        y: &mut [f32],
+        quantize: impl Fn(&[f32]) -> X + Sync + Send,
+        kernel: impl Fn(&X, usize, usize, &mut [f32]) + Sync,
+    ) {
+        use rayon::prelude::*;
+        let (n, width) = (x.len() / self.cols, 4);
+        let xs: Vec<X> = passes(n, width)
+            .collect::<Vec<_>>()
+            .into_par_iter()
+            .map(|(done, k)| quantize(&x[done * self.cols..(done + k) * self.cols]))
+            .collect();
+        self.split_passes(n, width, 1, PassOut::Interleaved, y, |i, _, k, row0, out| kernel(&xs[i], k, row0, out));
+    }
+
     /// Rows `row0..row0 + out.len() / k` of `W x_j` for the `k` quantized rows of `x`, interleaved in `out`
     /// (`[rows][k]`).
     fn int8_rows_into(&self, k: usize, row0: usize, x: &Int8Rows, out: &mut [f32]) {

@@ -20,7 +20,6 @@
 //! (`--cpu-kernels avx2`, gemm built without its AVX-512 kernels) they outran an AVX2 gemm on the de-quantized
 //! weights from 8 to 512 rows (`docs/engine.md`).
 
-use super::matvec::{passes, PassOut};
 use super::q8::{QuartetRows, BLOCK};
 #[cfg(target_arch = "x86_64")]
 use super::x86;
@@ -103,36 +102,32 @@ impl QMatrix {
 
     /// [`QMatrix::matvec_int8`] of a quartet copy: each pass's vectors quantized in the quartets' order
     /// ([`QuartetRows`]), the AVX2 kernel (else the portable one); each vector's result bit for bit the same
-    /// whatever the others in its pass.
+    /// whatever the others in its pass. Passes of at most 4 vectors (16 accumulators at 4: as many as AVX2 has).
     pub(super) fn matvec_quartets(&self, x: &[f32], y: &mut [f32]) {
-        let n = x.len() / self.cols;
-        // vectors per pass: the AVX2 kernel's `N` of 1, 2 or 4 (16 accumulators at 4: as many as AVX2 has)
-        let width = 4;
-        use rayon::prelude::*;
-        let xs: Vec<QuartetRows> = passes(n, width)
-            .collect::<Vec<_>>()
-            .into_par_iter()
-            .map(|(done, k)| QuartetRows::new(&x[done * self.cols..(done + k) * self.cols], self.cols))
-            .collect();
-        self.split_passes(n, width, 1, PassOut::Interleaved, y, |i, _, k, row0, out| {
-            #[cfg(target_arch = "x86_64")]
-            if super::int8::int8_width() > 0 {
-                // SAFETY: int8_width() saw AVX2 and FMA; `xs[i]` holds `k` rows of `cols`, `out` whole rows for
-                // them, within the matrix (split_passes).
-                unsafe {
-                    return match (self.narrow, k) {
-                        (true, 1) => x86::rows_int8_quartets_avx2::<1, true>(self, row0, &xs[i], out),
-                        (true, 2) => x86::rows_int8_quartets_avx2::<2, true>(self, row0, &xs[i], out),
-                        (true, 4) => x86::rows_int8_quartets_avx2::<4, true>(self, row0, &xs[i], out),
-                        (false, 1) => x86::rows_int8_quartets_avx2::<1, false>(self, row0, &xs[i], out),
-                        (false, 2) => x86::rows_int8_quartets_avx2::<2, false>(self, row0, &xs[i], out),
-                        (false, 4) => x86::rows_int8_quartets_avx2::<4, false>(self, row0, &xs[i], out),
-                        _ => unreachable!("passes of at most 4"),
-                    };
+        self.int8_passes_of_4(
+            x,
+            y,
+            |x| QuartetRows::new(x, self.cols),
+            |x, k, row0, out| {
+                #[cfg(target_arch = "x86_64")]
+                if super::int8::int8_width() > 0 {
+                    // SAFETY: int8_width() saw AVX2 and FMA; `x` holds `k` rows of `cols`, `out` whole rows for them,
+                    // within the matrix (split_passes).
+                    unsafe {
+                        return match (self.narrow, k) {
+                            (true, 1) => x86::rows_int8_quartets_avx2::<1, true>(self, row0, x, out),
+                            (true, 2) => x86::rows_int8_quartets_avx2::<2, true>(self, row0, x, out),
+                            (true, 4) => x86::rows_int8_quartets_avx2::<4, true>(self, row0, x, out),
+                            (false, 1) => x86::rows_int8_quartets_avx2::<1, false>(self, row0, x, out),
+                            (false, 2) => x86::rows_int8_quartets_avx2::<2, false>(self, row0, x, out),
+                            (false, 4) => x86::rows_int8_quartets_avx2::<4, false>(self, row0, x, out),
+                            _ => unreachable!("passes of at most 4"),
+                        };
+                    }
                 }
-            }
-            quartets_portable(self, k, row0, &xs[i], out)
-        });
+                quartets_portable(self, k, row0, x, out)
+            },
+        );
     }
 }
 

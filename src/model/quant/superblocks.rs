@@ -33,7 +33,6 @@
 //! outside -32..=31, keeps its plain copy. De-quantized (the embedding's rows, the exact product) it gives the plain
 //! copy's values bit for bit. Prefill chunks of any length go to the same kernels (`QMatrix::int8_many_rows`).
 
-use super::matvec::{passes, PassOut};
 use super::q8::{SubscaledRows, SUPERBLOCK};
 #[cfg(target_arch = "x86_64")]
 use super::x86;
@@ -212,38 +211,29 @@ impl QMatrix {
 
     /// [`QMatrix::matvec_int8`] of a superblock copy: each pass's vectors quantized with sub-scales
     /// (`SubscaledRows`), the superblock kernel (AVX2, else the portable one); each vector's result bit for bit the
-    /// same whatever the others in its pass.
+    /// same whatever the others in its pass. Passes of at most 4 vectors (a prefill chunk's passes of 8 were no
+    /// faster, docs/engine.md).
     pub(super) fn matvec_superblocks(&self, x: &[f32], y: &mut [f32]) {
-        let n = x.len() / self.cols;
-        // vectors per pass: the AVX2 kernels' `N` of 1, 2 or 4 (a prefill chunk's passes of 8 were no faster,
-        // docs/engine.md)
-        let width = 4;
-        // each pass's rows quantized over the pool (a prefill chunk's many passes)
-        use rayon::prelude::*;
         let levels = self.levels();
-        let xs: Vec<SubscaledRows> = passes(n, width)
-            .collect::<Vec<_>>()
-            .into_par_iter()
-            .map(|(done, k)| SubscaledRows::new(&x[done * self.cols..(done + k) * self.cols], self.cols, levels))
-            .collect();
-        self.split_passes(n, width, 1, PassOut::Interleaved, y, |i, _, k, row0, out| {
+        let quantize = |x: &[f32]| SubscaledRows::new(x, self.cols, levels);
+        self.int8_passes_of_4(x, y, quantize, |x, k, row0, out| {
             #[cfg(target_arch = "x86_64")]
             if super::int8::int8_width() > 0 {
-                // SAFETY: int8_width() saw AVX2 and FMA; `xs[i]` holds `k` rows of `cols`, `out` whole rows for
-                // them, within the matrix (split_passes).
+                // SAFETY: int8_width() saw AVX2 and FMA; `x` holds `k` rows of `cols`, `out` whole rows for them,
+                // within the matrix (split_passes).
                 unsafe {
                     return match (self.layout, k) {
-                        (Layout::U4, 1) => x86::rows_int8_q4k_avx2::<1>(self, row0, &xs[i], out),
-                        (Layout::U4, 2) => x86::rows_int8_q4k_avx2::<2>(self, row0, &xs[i], out),
-                        (Layout::I8, 1) => x86::rows_int8_q6k_avx2::<1>(self, row0, &xs[i], out),
-                        (Layout::I8, 2) => x86::rows_int8_q6k_avx2::<2>(self, row0, &xs[i], out),
-                        (Layout::U4, 4) => x86::rows_int8_q4k_avx2::<4>(self, row0, &xs[i], out),
-                        (Layout::I8, 4) => x86::rows_int8_q6k_avx2::<4>(self, row0, &xs[i], out),
+                        (Layout::U4, 1) => x86::rows_int8_q4k_avx2::<1>(self, row0, x, out),
+                        (Layout::U4, 2) => x86::rows_int8_q4k_avx2::<2>(self, row0, x, out),
+                        (Layout::I8, 1) => x86::rows_int8_q6k_avx2::<1>(self, row0, x, out),
+                        (Layout::I8, 2) => x86::rows_int8_q6k_avx2::<2>(self, row0, x, out),
+                        (Layout::U4, 4) => x86::rows_int8_q4k_avx2::<4>(self, row0, x, out),
+                        (Layout::I8, 4) => x86::rows_int8_q6k_avx2::<4>(self, row0, x, out),
                         _ => unreachable!("passes of at most 4"),
                     };
                 }
             }
-            superblocks_portable(self, k, row0, &xs[i], out)
+            superblocks_portable(self, k, row0, x, out)
         });
     }
 }
