@@ -65,7 +65,7 @@ if [[ -n ${DIALOGUES:-} ]]; then
 else
   if [[ ! -f indexes/bioasq/ragtime-index.json ]]; then
     mkdir -p runs/bioasq
-    "$BIN" data corpus bioasq --out runs/bioasq/corpus.jsonl
+    "$BIN" data corpus bioasq --kinds yes_no,span --out runs/bioasq/corpus.jsonl
     "$BIN" index --corpus runs/bioasq/corpus.jsonl --out indexes/bioasq
   fi
   limit=()

@@ -127,7 +127,7 @@ one() {
     synth)
       if [[ ! -f indexes/bioasq/ragtime-index.json ]]; then
         mkdir -p runs/bioasq
-        "$BINDIR/ragtime" data corpus bioasq --out runs/bioasq/corpus.jsonl >&2
+        "$BINDIR/ragtime" data corpus bioasq --kinds yes_no,span --out runs/bioasq/corpus.jsonl >&2
         "$BINDIR/ragtime" index --corpus runs/bioasq/corpus.jsonl --out indexes/bioasq >&2
       fi
       # bench-generate.sh goes on past a failed synthesis run (its error on stderr): no row is a failure here

@@ -299,6 +299,7 @@ fn algorithm1_filters_candidates_and_records_attempts() {
         kind: AnswerKind::Span,
         supporting: vec![],
         contexts: vec![],
+        entries: vec![],
     };
     // k = 4: every candidate retrieves the whole corpus at t = 1, which holds "Paris": the first candidate is
     // chosen for its sub-answer

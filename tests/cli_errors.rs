@@ -314,9 +314,9 @@ fn shipped_configs_are_found_from_another_directory() {
     assert!(first_error(&err).contains("rind: unknown key 'thetta' (valid: theta,"), "{err}");
 }
 
-/// `data corpus` writes each passage the questions ship with once (a snippet two questions share is one passage;
-/// list questions, which the loader skips, add none), in file order, and refuses to write over a file that exists,
-/// which it leaves as it was.
+/// `data corpus` writes each passage the questions ship with once (a snippet two questions share is one passage),
+/// in file order, those of the question kinds `--kinds` names (all by default), and refuses to write over a file
+/// that exists, which it leaves as it was; an unknown kind is refused naming the flag.
 #[test]
 fn data_corpus_writes_each_passage_once_and_never_overwrites() {
     let dir = tempfile::tempdir().unwrap();
@@ -342,9 +342,19 @@ fn data_corpus_writes_each_passage_once_and_never_overwrites() {
     let rows: Vec<serde_json::Value> =
         std::fs::read_to_string(&out).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     let texts: Vec<&str> = rows.iter().map(|r| r["text"].as_str().unwrap()).collect();
-    assert_eq!(texts, ["Aspirin  inhibits COX-1.", "COX-2 is inducible."]);
+    assert_eq!(texts, ["Aspirin  inhibits COX-1.", "COX-2 is inducible.", "Only a list question cites this."]);
     assert_eq!(rows[0]["title"], "http://www.ncbi.nlm.nih.gov/pubmed/1");
     assert_ne!(rows[0]["id"], rows[1]["id"]);
+    let without_lists = dir.path().join("corpus").join("bioasq-no-lists.jsonl");
+    let a = ["data", "corpus", golden.to_str().unwrap(), "--out", without_lists.to_str().unwrap(), "--kinds"];
+    let (code, err) = run(&[&a[..], &["yes_no,span"]].concat());
+    assert_eq!(code, 0, "{err}");
+    let text = std::fs::read_to_string(&without_lists).unwrap();
+    assert_eq!(text.lines().count(), 2, "{text}");
+    assert!(!text.contains("Only a list question"), "{text}");
+    let (code, err) = run(&[&a[..], &["yes_no,lists"]].concat());
+    assert_eq!(code, 2, "{err}");
+    assert!(first_error(&err).contains("'--kinds <KINDS>': unknown question kind 'lists'"), "{err}");
     let before = std::fs::read(&out).unwrap();
     let (code, err) = run(&["data", "corpus", golden.to_str().unwrap(), "--out", out.to_str().unwrap()]);
     assert_eq!(code, 2, "{err}");

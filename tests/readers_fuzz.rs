@@ -801,6 +801,7 @@ fn run_seed() -> &'static Vec<(PathBuf, Vec<u8>)> {
                 kind: AnswerKind::Span,
                 supporting: vec![Doc { title: "P".into(), text: "Paris is".into() }],
                 contexts: vec![],
+                entries: vec![],
             };
             let mut r = PredictionRecord::new(&ex, out);
             let p =

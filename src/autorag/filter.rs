@@ -196,6 +196,7 @@ mod tests {
             kind: AnswerKind::Span,
             supporting: supporting.iter().map(|(t, x)| Doc { title: t.to_string(), text: x.to_string() }).collect(),
             contexts: vec![],
+            entries: vec![],
         }
     }
 

@@ -33,6 +33,10 @@ pub struct CorpusArgs {
     /// The corpus file to write (JSON lines); it must not exist yet.
     #[arg(long)]
     pub out: std::path::PathBuf,
+    /// Only the passages of questions of these kinds (span, yes_no, yes_no_maybe, list; comma-separated); all
+    /// kinds when absent. BioASQ: `--kinds yes_no,span` leaves out the list questions' snippets.
+    #[arg(long, value_delimiter = ',')]
+    pub kinds: Vec<ragtime::qa::AnswerKind>,
 }
 
 #[derive(ClapArgs, Debug)]
@@ -68,8 +72,9 @@ struct Passage<'a> {
     text: &'a str,
 }
 
-/// Every question of the file (whatever the spec's `kinds` keep: a corpus serves all of them), its contexts and
-/// supporting paragraphs in file order; a passage whose title and whitespace-collapsed text came before is skipped.
+/// Every question of the file (whatever the spec's `kinds` keep: a corpus serves all of them; `--kinds` chooses),
+/// its contexts and supporting paragraphs in file order; a passage whose title and whitespace-collapsed text came
+/// before is skipped.
 fn corpus(args: CorpusArgs) -> Result<()> {
     if ragtime::io::exists(&args.out)? {
         ragtime::usage_bail!(
@@ -78,7 +83,8 @@ fn corpus(args: CorpusArgs) -> Result<()> {
         );
     }
     let spec = DatasetSpec::load(&args.name)?;
-    let kept = DatasetSpec { kinds: None, ..spec };
+    let kinds = (!args.kinds.is_empty()).then_some(args.kinds);
+    let kept = DatasetSpec { kinds, ..spec };
     let examples = kept.load_examples()?;
     let mut seen = std::collections::HashSet::new();
     let (mut rows, mut repeats) = (Vec::new(), 0);

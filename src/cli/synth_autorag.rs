@@ -129,6 +129,15 @@ pub fn run(args: Args) -> Result<()> {
         );
     }
     let mut examples = spec.load_examples()?;
+    // the final answer is checked as one answer (`filter::answer_matches`): list questions have none
+    let lists = examples.iter().filter(|e| e.kind == ragtime::qa::AnswerKind::List).count();
+    if lists > 0 {
+        examples.retain(|e| e.kind != ragtime::qa::AnswerKind::List);
+        eprintln!("synth autorag: {lists} list questions of {} left out (a dialogue ends in one answer)", spec.name);
+        if examples.is_empty() {
+            ragtime::usage_bail!("--dataset {}: only list questions, which Auto-RAG synthesis leaves out", spec.name);
+        }
+    }
     if let Some(n) = args.limit {
         examples.truncate(n);
     }

@@ -1,5 +1,6 @@
 //! Answer scoring: SQuAD-normalised exact match and token F1/precision/recall (max over gold aliases, with
-//! HotpotQA's yes/no rule), accuracy for yes/no(/maybe) questions, and a containment score.
+//! HotpotQA's yes/no rule), accuracy for yes/no(/maybe) questions, BioASQ's list measures for list questions
+//! ([`super::list_answers`]), and a containment score.
 //!
 //! Normalisation is SQuAD's `normalize_answer`: lower-case, drop ASCII punctuation (Python's
 //! `string.punctuation`), replace the whole words a/an/the by a space, collapse whitespace.
@@ -11,7 +12,8 @@ use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::qa::AnswerKind;
+pub use super::list_answers::list_scores;
+use crate::qa::{AnswerKind, Example};
 
 /// SQuAD's answer normalisation.
 pub fn normalize_answer(s: &str) -> String {
@@ -173,12 +175,27 @@ pub struct Scores {
     pub contains: f64,
 }
 
+/// Scores `prediction` (the extracted answer, not the whole generation) for `example`: [`score`], with the list
+/// entries' synonyms for [`AnswerKind::List`].
+pub fn score_example(example: &Example, prediction: &str) -> Scores {
+    match example.kind {
+        AnswerKind::List if !example.entries.is_empty() => list_scores(prediction, &example.entries),
+        kind => score(kind, prediction, &example.answers),
+    }
+}
+
 /// Scores `prediction` (the extracted answer, not the whole generation) against `golds`.
 ///
 /// For [`AnswerKind::YesNo`]/[`AnswerKind::YesNoMaybe`] the prediction is first mapped with [`yes_no_label`]
 /// (as DRAGIN maps StrategyQA answers before EM); EM, F1, precision, recall and accuracy are then all 1 or 0.
+/// For [`AnswerKind::List`] each gold is one entry without synonyms ([`list_scores`]; [`score_example`] passes
+/// the synonyms).
 pub fn score(kind: AnswerKind, prediction: &str, golds: &[String]) -> Scores {
     match kind {
+        AnswerKind::List => {
+            let entries: Vec<Vec<String>> = golds.iter().map(|g| vec![g.clone()]).collect();
+            list_scores(prediction, &entries)
+        }
         AnswerKind::Span => {
             let o = overlap(prediction, golds);
             Scores {

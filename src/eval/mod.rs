@@ -28,12 +28,14 @@
 //! println!("{}", report::markdown_table(&[summary]));
 //! ```
 //!
-//! Modules: [`metrics`] (EM/F1/accuracy), [`run`] (run directory format, resume, summaries), [`report`]
-//! (Markdown table and HTML page). Dataset loaders live in [`crate::qa`], prompts in [`crate::prompt`].
+//! Modules: [`metrics`] (EM/F1/accuracy), [`list_answers`] (BioASQ's list measures), [`run`] (run directory
+//! format, resume, summaries), [`report`] (Markdown table and HTML page). Dataset loaders live in [`crate::qa`],
+//! prompts in [`crate::prompt`].
 
 pub mod bootstrap;
 pub mod compare;
 pub mod curves;
+pub mod list_answers;
 pub mod merge;
 pub mod metrics;
 pub mod pareto;

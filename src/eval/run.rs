@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
-use super::metrics::{score, Scores};
+use super::metrics::{score_example, Scores};
 use crate::prompt::extract_answer;
 use crate::qa::Example;
 use crate::retrieval::Passage;
@@ -127,7 +127,7 @@ impl PredictionRecord {
             id: example.id.clone(),
             question: example.question.clone(),
             gold: example.answers.clone(),
-            metrics: score(example.kind, &prediction, &example.answers),
+            metrics: score_example(example, &prediction),
             prediction,
             raw_output: raw_output.to_string(),
             retrievals: vec![],
@@ -452,6 +452,7 @@ pub(crate) mod tests {
             kind,
             supporting: supporting.iter().map(|(t, x)| Doc { title: t.to_string(), text: x.to_string() }).collect(),
             contexts: vec![],
+            entries: vec![],
         }
     }
 

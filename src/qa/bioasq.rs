@@ -1,10 +1,12 @@
 //! BioASQ Task B golden files ({questions: [{id, body, type, exact_answer, ideal_answer, snippets, ...}]}); a
 //! folder is read as every `*.json` below it, sorted by path.
 //!
-//! Only questions with an exact answer that EM/accuracy can score are kept: `yesno` (gold yes/no, kind YesNo) and
-//! `factoid` (every synonym of every listed answer is an alias). `list` questions (scored by list F1 in BioASQ)
-//! and `summary` questions (no exact answer) are skipped; MIRAGE, which these files come from, also evaluates the
-//! yes/no questions only. The snippets become context docs (title = the PubMed URL).
+//! Questions with an exact answer are kept: `yesno` (gold yes/no, kind YesNo), `factoid` (every synonym of every
+//! listed answer is an alias, kind Span) and `list` (kind List: each entry of `exact_answer` with its synonyms in
+//! [`Example::entries`], every synonym also an alias), scored by BioASQ's list precision, recall and F-measure.
+//! `summary` questions (no exact answer) are skipped. MIRAGE, which these files come from, evaluates the yes/no
+//! questions only (`datasets/bioasq.toml`); `datasets/bioasq-list.toml` reads the list questions. The snippets
+//! become context docs (title = the PubMed URL).
 
 use std::path::{Path, PathBuf};
 
@@ -62,6 +64,7 @@ fn load_file(path: &Path) -> Result<Vec<Example>> {
     let mut out = Vec::new();
     for (index, q) in questions.iter().enumerate() {
         let at = At { path, line: None, index };
+        let mut entries = Vec::new();
         let (kind, answers) = match str_field(q, "type", &at)?.as_str() {
             "yesno" => {
                 let a = str_field(q, "exact_answer", &at)?.trim().to_ascii_lowercase();
@@ -75,7 +78,22 @@ fn load_file(path: &Path) -> Result<Vec<Example>> {
                 flatten(q.get("exact_answer").unwrap_or(&Value::Null), &mut answers);
                 (AnswerKind::Span, non_empty_answers(answers, &at)?)
             }
-            "list" | "summary" => continue,
+            "list" => {
+                let Some(Value::Array(listed)) = q.get("exact_answer") else {
+                    bail!("{at}: list question without an exact_answer list");
+                };
+                for entry in listed {
+                    let mut synonyms = Vec::new();
+                    flatten(entry, &mut synonyms);
+                    let synonyms: Vec<String> =
+                        synonyms.iter().map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect();
+                    if !synonyms.is_empty() {
+                        entries.push(synonyms);
+                    }
+                }
+                (AnswerKind::List, non_empty_answers(entries.concat(), &at)?)
+            }
+            "summary" => continue,
             other => bail!("{at}: unknown question type '{other}'"),
         };
         let contexts = match q.get("snippets") {
@@ -96,6 +114,7 @@ fn load_file(path: &Path) -> Result<Vec<Example>> {
             kind,
             supporting: vec![],
             contexts,
+            entries,
         });
     }
     Ok(out)
@@ -108,13 +127,20 @@ mod tests {
     #[test]
     fn reads_one_file_and_the_folder() {
         let ex = load(&crate::require_data!("qa/bioasq/Task7BGoldenEnriched/7B1_golden.json")).unwrap();
-        // 7B1 has 39 factoid + 29 yesno (+ 12 list + 20 summary, skipped), counted with Python.
-        assert_eq!(ex.len(), 68);
+        // 7B1 has 39 factoid + 29 yesno + 12 list (+ 20 summary, skipped), counted with Python.
+        assert_eq!(ex.len(), 80);
         assert_eq!(ex.iter().filter(|e| e.kind == AnswerKind::YesNo).count(), 29);
         let f = ex.iter().find(|e| e.id == "5be48c39133db5eb7800001d").unwrap();
         assert_eq!(f.answers, vec!["PD-L1 status"]);
         let all = load(&crate::require_data!("qa/bioasq")).unwrap();
         // 409 yes/no questions in the 15 files (one answers "Yes"), counted with Python.
         assert_eq!(all.iter().filter(|e| e.kind == AnswerKind::YesNo).count(), 409);
+        // 260 list questions, 4.0 entries each on average (1,005 in all), counted with Python.
+        let lists: Vec<&Example> = all.iter().filter(|e| e.kind == AnswerKind::List).collect();
+        assert_eq!((lists.len(), lists.iter().map(|e| e.entries.len()).sum::<usize>()), (260, 1005));
+        let l = lists.iter().find(|e| e.id == "5c61f379e842deac67000006").unwrap();
+        assert_eq!(l.entries[0], vec!["c.1516C>T", "p.Arg506Ter"]);
+        assert_eq!((l.entries.len(), l.answers.len()), (3, 6));
+        assert!(ex.iter().all(|e| (e.kind == AnswerKind::List) != e.entries.is_empty()));
     }
 }

@@ -31,6 +31,7 @@ pub fn load(path: &Path) -> Result<Vec<Example>> {
             kind: AnswerKind::Span,
             supporting,
             contexts,
+            entries: vec![],
         });
     }
     Ok(out)

@@ -59,6 +59,7 @@ pub fn load(path: &Path) -> Result<Vec<Example>> {
                 kind: AnswerKind::Span,
                 supporting,
                 contexts: vec![],
+                entries: vec![],
             });
         }
     }

@@ -35,6 +35,33 @@ pub enum AnswerKind {
     YesNo,
     /// Yes, no or maybe (PubMedQA).
     YesNoMaybe,
+    /// A list of entries (BioASQ list questions): the answer is cut into entries and scored by BioASQ's list
+    /// precision, recall and F-measure against [`Example::entries`] ([`crate::eval::metrics::list_scores`]).
+    List,
+}
+
+impl AnswerKind {
+    pub const ALL: [AnswerKind; 4] = [AnswerKind::Span, AnswerKind::YesNo, AnswerKind::YesNoMaybe, AnswerKind::List];
+
+    /// The name in dataset specs (`kinds = ["yes_no"]`) and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            AnswerKind::Span => "span",
+            AnswerKind::YesNo => "yes_no",
+            AnswerKind::YesNoMaybe => "yes_no_maybe",
+            AnswerKind::List => "list",
+        }
+    }
+}
+
+impl FromStr for AnswerKind {
+    type Err = anyhow::Error;
+    fn from_str(s: &str) -> Result<Self> {
+        AnswerKind::ALL.iter().copied().find(|k| k.name() == s).ok_or_else(|| {
+            let names: Vec<_> = AnswerKind::ALL.iter().map(|k| k.name()).collect();
+            anyhow::anyhow!("unknown question kind '{s}' (known: {})", names.join(", "))
+        })
+    }
 }
 
 /// A titled paragraph: a supporting paragraph of a question or a context paragraph shipped with it.
@@ -63,6 +90,10 @@ pub struct Example {
     /// All paragraphs shipped with the question (gold and distractors), where the layout has them.
     #[serde(default)]
     pub contexts: Vec<Doc>,
+    /// [`AnswerKind::List`] questions: the gold entries, each with its synonyms (BioASQ's `exact_answer`);
+    /// `answers` then holds every synonym of every entry. Empty for the other kinds.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub entries: Vec<Vec<String>>,
 }
 
 impl Example {
@@ -382,6 +413,16 @@ mod tests {
     use super::*;
 
     #[test]
+    fn kind_names_are_the_spec_names() {
+        for k in AnswerKind::ALL {
+            assert_eq!(serde_json::to_string(&k).unwrap(), format!("\"{}\"", k.name()));
+            assert_eq!(k.name().parse::<AnswerKind>().unwrap(), k);
+        }
+        let e = "lists".parse::<AnswerKind>().unwrap_err().to_string();
+        assert!(e.contains("'lists'") && e.contains("yes_no_maybe, list"), "{e}");
+    }
+
+    #[test]
     fn detects_every_shared_layout() {
         let cases = [
             ("qa/hotpotqa/ircot_dev_250.jsonl", Layout::HotpotqaIrcot),
@@ -432,6 +473,7 @@ mod tests {
                 text: "Shirley  Temple Black was.  An actress".into(),
             }],
             contexts: vec![],
+            entries: vec![],
         };
         assert!(ex.is_supporting("Shirley Temple", "Shirley Temple Black was. An actress"));
         assert!(!ex.is_supporting("Shirley Temple", "Shirley Temple Black was."));

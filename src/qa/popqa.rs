@@ -48,6 +48,7 @@ fn example(v: &Value, index: usize, at: &At) -> Result<Example> {
         kind: AnswerKind::Span,
         supporting: vec![],
         contexts: vec![],
+        entries: vec![],
     })
 }
 

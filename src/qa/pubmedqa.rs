@@ -56,6 +56,7 @@ pub fn load(path: &Path) -> Result<Vec<Example>> {
             kind: AnswerKind::YesNoMaybe,
             supporting: vec![],
             contexts,
+            entries: vec![],
         });
     }
     Ok(out)

@@ -33,6 +33,7 @@ pub fn load_bigbench(path: &Path) -> Result<Vec<Example>> {
             kind: AnswerKind::YesNo,
             supporting: vec![],
             contexts: vec![],
+            entries: vec![],
         });
     }
     Ok(out)
@@ -57,6 +58,7 @@ pub fn load_original(path: &Path) -> Result<Vec<Example>> {
                 kind: AnswerKind::YesNo,
                 supporting: vec![],
                 contexts: vec![],
+                entries: vec![],
             })
         })
         .collect()

@@ -20,6 +20,7 @@ pub fn load(path: &Path) -> Result<Vec<Example>> {
                 kind: AnswerKind::Span,
                 supporting: vec![],
                 contexts: vec![],
+                entries: vec![],
             })
         })
         .collect()

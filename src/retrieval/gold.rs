@@ -60,6 +60,7 @@ mod tests {
             kind: AnswerKind::Span,
             supporting: docs(supporting),
             contexts: docs(contexts),
+            entries: vec![],
         }
     }
 

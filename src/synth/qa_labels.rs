@@ -101,6 +101,7 @@ mod tests {
             kind: AnswerKind::Span,
             supporting: vec![],
             contexts: vec![],
+            entries: vec![],
         }
     }
 
