@@ -177,6 +177,38 @@ fn synth_autorag_refuses_the_reserved_test_datasets() {
     }
 }
 
+/// `synth autorag` leaves BioASQ's list questions out (a dialogue ends in one answer): a file of list questions
+/// only is refused before the model loads or `--out` is made.
+#[test]
+fn synth_autorag_refuses_list_questions_only() {
+    let Some(s) = tiny_eval() else { return };
+    let golden = s.root.join("lists.json");
+    let q = r#"{"id": "l", "body": "List COX enzymes.", "type": "list", "exact_answer": [["COX-1"], ["COX-2"]]}"#;
+    std::fs::write(&golden, format!(r#"{{"questions": [{q}]}}"#)).unwrap();
+    let out = s.root.join("dialogues");
+    let (g, o) = (golden.to_str().unwrap(), out.to_str().unwrap());
+    let (code, err) = run(&[
+        "synth",
+        "autorag",
+        "--model",
+        &s.model,
+        "--tokenizer",
+        &s.tokenizer,
+        "--dataset",
+        g,
+        "--layout",
+        "bioasq",
+        "--index",
+        &s.index,
+        "--out",
+        o,
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("synth autorag: 1 list questions of lists left out"), "{err}");
+    assert!(first_error(&err).ends_with("only list questions, which Auto-RAG synthesis leaves out"), "{err}");
+    assert!(!out.exists(), "--out made");
+}
+
 /// A flag the chosen trigger has no use for is said to be ignored, and the run goes on: `--budget` for a trigger
 /// without a threshold, `--detector` for one other than `mlp`.
 #[test]
