@@ -25,11 +25,12 @@
 
 use super::metrics::{contains_answer, normalize_answer, Scores};
 
-/// The entries of a list answer, in order: the text, up to a repeated "So the answer is", is cut at line breaks, semicolons and commas followed by a
-/// space (a comma inside a word, as "1,2-dichloroethane" or "15,140", is kept), each piece freed of a leading
-/// bullet or number ("-", "*", "•", "1.", "2)", "(3)") and a leading "and"/"or" (", and C"), then cut again at a
-/// whole-word "and", "&" or "as well as" — unless the piece as it stands equals a gold synonym ("CD4 and CD8 T
-/// cells" is one entry where the gold names it so). Empty pieces and "etc." are dropped.
+/// The entries of a list answer, in order: the text, up to a repeated "So the answer is", is cut at line breaks,
+/// semicolons and commas followed by a space (a comma inside a word, as "1,2-dichloroethane" or "15,140", is
+/// kept), each piece freed of a leading bullet or number ("-", "*", "•", "1.", "2)", "(3)") and a leading
+/// "and"/"or" (", and C"), then cut again at a whole-word "and", "&" or "as well as" — unless the piece as it
+/// stands equals a gold synonym ("CD4 and CD8 T cells" is one entry where the gold names it so). Empty pieces and
+/// "etc." are dropped. Each entry is a piece of `answer`.
 pub fn answer_entries(answer: &str, gold: &[Vec<String>]) -> Vec<String> {
     let answer = before_answer_phrase(answer);
     let synonyms: Vec<String> = gold.iter().flatten().map(|s| normalize_answer(s)).filter(|s| !s.is_empty()).collect();
@@ -63,7 +64,7 @@ fn before_answer_phrase(answer: &str) -> &str {
     let head = &answer[..at];
     let trimmed = head.trim_end();
     match trimmed.len().checked_sub(2) {
-        Some(i) if lower[i..trimmed.len()] == *"so" && (i == 0 || !lower[..i].ends_with(char::is_alphanumeric)) => {
+        Some(i) if lower.get(i..trimmed.len()) == Some("so") && !lower[..i].ends_with(char::is_alphanumeric) => {
             &answer[..i]
         }
         _ => head,
@@ -260,6 +261,43 @@ mod tests {
         // every entry named inside a sentence: contains = 1 though the one entry cut from it is no gold entry
         let s = list_scores("BRCA1 TP53 PTEN", &gold);
         assert_eq!((s.f1, s.contains), (0.0, 1.0));
+    }
+
+    /// Answers made of the words and marks the cutting reads, and of any characters.
+    fn answers() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        let piece = prop_oneof![
+            Just("and ".to_string()),
+            Just(", ".to_string()),
+            Just(",".to_string()),
+            Just("; ".to_string()),
+            Just("So the answer is ".to_string()),
+            Just("1. ".to_string()),
+            Just("(2) ".to_string()),
+            Just("- ".to_string()),
+            Just("\n".to_string()),
+            Just("é".to_string()),
+            "[a-cA-C]{1,3} ?",
+            "\\PC{1,3}",
+        ];
+        proptest::collection::vec(piece, 0..12).prop_map(|v| v.concat())
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn entries_are_pieces_of_the_answer_and_scores_lie_in_0_1(
+            answer in answers(),
+            gold in proptest::collection::vec(proptest::collection::vec("[a-cA-C]{0,3}( and [a-c]{1,2})?", 1..3), 0..4),
+        ) {
+            for e in answer_entries(&answer, &gold) {
+                proptest::prop_assert!(!e.trim().is_empty() && answer.contains(e.as_str()), "{e:?} of {answer:?}");
+            }
+            let s = list_scores(&answer, &gold);
+            for v in [s.precision, s.recall, s.f1, s.em, s.contains] {
+                proptest::prop_assert!((0.0..=1.0).contains(&v), "{s:?}");
+            }
+            proptest::prop_assert!(s.em == 0.0 || s.f1 == 1.0);
+        }
     }
 
     #[test]

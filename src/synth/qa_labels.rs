@@ -15,7 +15,8 @@
 //!
 //! Correctness (`rule`): `em` when the answer equals a gold alias after SQuAD normalisation, `contains` when a
 //! gold alias occurs in the answer (closed-book answers are often a phrase around the entity), else `wrong`
-//! (label 1). Questions whose answer is empty are labelled wrong, as unanswered.
+//! (label 1); a list question's answer is `em` when it names exactly its entries, `contains` when it names every
+//! one ([`crate::eval::list_answers`]). Questions whose answer is empty are labelled wrong, as unanswered.
 //!
 //! HotpotQA, 2WikiMultihopQA and MuSiQue questions are reserved for testing controllers and are refused
 //! ([`crate::eval::RESERVED_FOR_TESTING`]); the training pools are NQ-open, TriviaQA and similar (`--split train` of
