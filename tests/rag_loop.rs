@@ -332,12 +332,12 @@ impl Trigger for Silent {
     }
 }
 
-/// The loop stops once the answer sentence ends, but a period right after a digit may be a decimal point: the
-/// next token decides. A digit continues the number (`$10.` -> `$10.5 million.`), anything else ends the answer
-/// there and is dropped (`1998.` then a newline: the answer as before, one token more decoded). For token-by-token
-/// judging (the learned trigger's) and sentence blocks (RIND's) alike.
+/// The loop stops once the answer sentence ends, but a period right after a letter or digit may be inside a word:
+/// the next token decides. A letter or digit continues the word (`$10.` -> `$10.5 million.`, `Uc.` -> `Uc.160+`),
+/// anything else ends the answer there and is dropped (`1998.` or `Paris.` then a newline: the answer as before,
+/// one token more decoded). For token-by-token judging (the learned trigger's) and sentence blocks (RIND's) alike.
 #[test]
-fn an_answer_is_not_cut_at_a_decimal_point() {
+fn an_answer_is_not_cut_at_a_period_inside_a_word() {
     let tok = Tokenizer::from_file(&ragtime::require_data!("models/smollm2-135m-instruct/tokenizer.json")).unwrap();
     let stop = (0..49152).find(|&id| tok.is_stop(id)).expect("a stop token");
     let (lm, _) = tiny_and_corpus(tok);
@@ -352,6 +352,8 @@ fn an_answer_is_not_cut_at_a_decimal_point() {
     let decimal =
         vec![" Costs", " rose", ".", " So", " the", " answer", " is", " $", "10", ".", "5", " million", ".", "\n"];
     let year = vec![" So", " the", " answer", " is", " 1998", ".", "\n", "Question", ":", " Who", "?"];
+    let ident = vec![" So", " the", " answer", " is", " Uc", ".", "160", "+,", " uc", ".", "38", ".", "\n", "Question"];
+    let word = vec![" So", " the", " answer", " is", " Paris", ".", "\n", "Question", ":", " Who", "?"];
     for lookahead in [Lookahead::Tokens(1), Lookahead::Sentence { max_tokens: 64 }] {
         let run = |answer: &Vec<&'static str>| {
             let mut s = Scripted { ids: Vec::new(), prompt: 0, answer: answer.clone(), stop };
@@ -361,11 +363,18 @@ fn an_answer_is_not_cut_at_a_decimal_point() {
         let out = run(&decimal);
         assert_eq!(out.text, " Costs rose. So the answer is $10.5 million.", "{lookahead:?}");
         assert_eq!(out.tokens.len(), 13);
-        assert_eq!(out.generated_tokens, 13, "{lookahead:?}: the digit after `$10.` decoded to see, and kept");
+        let why = "the digit after `$10.` decoded to see, and kept; the newline after `million.` decoded and dropped";
+        assert_eq!(out.generated_tokens, 14, "{lookahead:?}: {why}");
         assert_eq!(out.scores.len(), out.tokens.len());
         let out = run(&year);
         assert_eq!(out.text, " So the answer is 1998.", "{lookahead:?}");
         assert_eq!(out.generated_tokens, 7, "{lookahead:?}: the newline decoded to see the period was no decimal one");
         assert_eq!(out.scores.len(), 6);
+        let out = run(&ident);
+        assert_eq!(out.text, " So the answer is Uc.160+, uc.38.", "{lookahead:?}");
+        assert_eq!(out.generated_tokens, 13, "{lookahead:?}: `160` and `38` kept, the newline decoded and dropped");
+        let out = run(&word);
+        assert_eq!(out.text, " So the answer is Paris.", "{lookahead:?}");
+        assert_eq!(out.generated_tokens, 7, "{lookahead:?}");
     }
 }

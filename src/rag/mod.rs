@@ -17,7 +17,7 @@ use crate::prompt::PromptBuilder;
 use crate::query::QueryFormer;
 use crate::retrieval::{Passage, Retriever};
 use crate::step::TokenStep;
-use crate::text::words::{ends_sentence, may_be_decimal_point};
+use crate::text::words::{ends_sentence, may_be_inside_a_word};
 use crate::trigger::{Decision, GenView, Lookahead, Trigger};
 pub use batch::{Batch, Decoder, Lane};
 
@@ -306,11 +306,11 @@ impl<'a> RagLoop<'a> {
             let text: String = tokens.iter().map(|t| t.text.as_str()).collect();
             let last = texts.len() - 1;
             if text.contains(&self.cfg.answer_pattern) && ends_sentence(&texts, last) {
-                // the answer sentence is done, unless its period may be a decimal point (`$10.` of `$10.5
-                // million`): then the next token decides, by the same sentence rule; one that continues the
-                // number is kept (and judged with the next block), any other ends the answer (dropped, as a stop
-                // token)
-                if !may_be_decimal_point(&texts, last) || tokens.len() >= self.cfg.max_new_tokens {
+                // the answer sentence is done, unless its period may be inside a word (`$10.` of `$10.5
+                // million`, `uc.` of `uc.160+`): then the next token decides, by the same sentence rule; one that
+                // continues the word is kept (and judged with the next block), any other ends the answer (dropped,
+                // as a stop token)
+                if !may_be_inside_a_word(&texts, last) || tokens.len() >= self.cfg.max_new_tokens {
                     break;
                 }
                 let step = s.step(&mut sampler).await?;

@@ -24,7 +24,8 @@
 //! [`crate::trigger::Lookahead::Sentence`] and for truncation at a sentence start); [`sentence_spans`] splits a
 //! token sequence. A sentence ends after a token whose text, trailing whitespace and closing quotes/brackets
 //! removed, ends with `.`, `!` or `?` — unless the period closes an abbreviation or a single capital initial
-//! (`Mr.`, `e.g.`, `J.`), or it sits between two digits (`3.5`, known only once the next token is there) —
+//! (`Mr.`, `e.g.`, `J.`), or it sits inside a word, a letter or digit on both sides (`3.5`, `uc.160`,
+//! `c.1516C>T`, `p.Arg506Ter`; known only once the next token is there) —
 //! and after a token holding a newline once the sentence has some non-blank text. Blank tokens right after a
 //! boundary open the next sentence.
 
@@ -208,10 +209,10 @@ fn closes_sentence<S: AsRef<str>>(texts: &[S], i: usize) -> bool {
             if initial || acronym || ABBREVIATIONS.contains(&lower.as_str()) {
                 return false;
             }
-            // 3.5: a digit before the period and a digit right after it
-            if core.len() == t.len() && before.ends_with(|c: char| c.is_ascii_digit()) {
+            // inside a word: a letter or digit before the period and right after it (3.5, uc.160, p.Arg506Ter)
+            if core.len() == t.len() && before.ends_with(char::is_alphanumeric) {
                 if let Some(next) = texts.get(i + 1) {
-                    if next.as_ref().starts_with(|c: char| c.is_ascii_digit()) {
+                    if next.as_ref().starts_with(char::is_alphanumeric) {
                         return false;
                     }
                 }
@@ -239,16 +240,16 @@ fn boundaries<S: AsRef<str>>(texts: &[S]) -> Vec<bool> {
 }
 
 /// Does a sentence end right after token `i`? Looks at `texts[..=i]` and, when present, `texts[i + 1]`
-/// (the `3.5` rule), so the decode loop can call it on the tokens decoded so far.
+/// (the rule of a period inside a word, `3.5`), so the decode loop can call it on the tokens decoded so far.
 pub fn ends_sentence<S: AsRef<str>>(texts: &[S], i: usize) -> bool {
     let upto = (i + 2).min(texts.len());
     boundaries(&texts[..upto])[i]
 }
 
-/// Could the sentence end [`ends_sentence`] finds after the last token, `texts[i]`, still be a decimal point?
-/// True when a digit as the next token would undo it (the `3.5` rule: `$15.` then `00.`) and no token after it is
-/// known yet: the next token decides.
-pub fn may_be_decimal_point<S: AsRef<str>>(texts: &[S], i: usize) -> bool {
+/// Could the sentence end [`ends_sentence`] finds after the last token, `texts[i]`, still be a period inside a
+/// word (a decimal point, `$15.` then `00`; an identifier, `uc.` then `160`)? True when a digit as the next token
+/// would undo it and no token after it is known yet: the next token decides.
+pub fn may_be_inside_a_word<S: AsRef<str>>(texts: &[S], i: usize) -> bool {
     if i + 1 < texts.len() {
         return false;
     }
@@ -289,17 +290,21 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_period_after_a_digit_may_be_a_decimal_point_until_the_next_token() {
+    fn a_period_may_be_inside_a_word_until_the_next_token() {
         // the decode loop's view: the tokens so far, the last one just decoded
-        assert!(ends_sentence(&[" is", " $", "15", "."], 3) && may_be_decimal_point(&[" is", " $", "15", "."], 3));
-        assert!(may_be_decimal_point(&[" is", " $15."], 1), "digit and period in one token");
+        assert!(ends_sentence(&[" is", " $", "15", "."], 3) && may_be_inside_a_word(&[" is", " $", "15", "."], 3));
+        assert!(may_be_inside_a_word(&[" is", " $15."], 1), "digit and period in one token");
         assert!(!ends_sentence(&[" is", " $", "15", ".", "00"], 3), "3.5 rule once the next token is known");
-        assert!(!may_be_decimal_point(&[" is", " $", "15", ".", " The"], 3), "the next token is known");
+        assert!(!may_be_inside_a_word(&[" is", " $", "15", ".", " The"], 3), "the next token is known");
         assert!(ends_sentence(&[" is", " $", "15", ".", " The"], 3));
-        assert!(!may_be_decimal_point(&[" in", " Paris", "."], 2), "no digit before it");
-        assert!(!may_be_decimal_point(&[" in", " 1889", ".\""], 2), "a closing quote after it");
-        assert!(!may_be_decimal_point(&[" is", " 5", "!"], 2));
-        assert!(!may_be_decimal_point(&["."], 0));
+        // a letter before it: an identifier (uc.160+, p.Arg506Ter) or the end of a word
+        assert!(may_be_inside_a_word(&[" is", " Uc", "."], 2));
+        assert!(!ends_sentence(&[" is", " Uc", ".", "38"], 2) && !ends_sentence(&[" p", ".", "Arg"], 1));
+        assert!(ends_sentence(&[" in", " Paris", ".", " It"], 2) && ends_sentence(&[" in", " Paris", ".", "\n"], 2));
+        assert!(!may_be_inside_a_word(&[" in", " 1889", ".\""], 2), "a closing quote after it");
+        assert!(!may_be_inside_a_word(&[" in", " (1889)", "."], 2), "a bracket before it");
+        assert!(!may_be_inside_a_word(&[" is", " 5", "!"], 2));
+        assert!(!may_be_inside_a_word(&["."], 0));
     }
 
     #[test]
