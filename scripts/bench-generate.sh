@@ -32,8 +32,8 @@
 # - SYNTH_AUTORAG="B1 B2 ...": a third table, `synth autorag` (Algorithm 1, configs/autorag.toml) over the first
 #   SYNTH_QUESTIONS (default 64) BioASQ questions of the training pool (qa/bioasq, retrieving from the index
 #   SYNTH_INDEX, default indexes/bioasq: `ragtime data corpus bioasq --kinds yes_no,span` then `ragtime index`) at
-#   each B: questions/s over the run (wall time with loading) and the kept dialogues. SYNTH_SAMPLES (default 1) is `--samples`;
-#   SYNTH_KEEP=PREFIX keeps each run's output folder as PREFIX-MODEL-bB-PRODUCTS.
+#   each B: questions/s over the run (wall time with loading) and the kept dialogues. SYNTH_SAMPLES (default 1) is
+#   `--samples`; SYNTH_KEEP=PREFIX keeps each run's output folder as PREFIX-MODEL-bB-PRODUCTS.
 # transformers reads ragtime's Hugging Face export of the GGUF (`train autorag --export-base`: the same de-quantized
 # weights, loaded in seconds); HF_FROM=gguf has it read the GGUF itself (it de-quantizes the file and converts the
 # tokenizer in Python: for Qwen2.5-Coder-0.5B that did not finish in the ~100 s a GPU run had left for it).
