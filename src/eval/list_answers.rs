@@ -32,8 +32,13 @@ use super::metrics::{contains_answer, normalize_answer, Scores};
 /// stands equals a gold synonym ("CD4 and CD8 T cells" is one entry where the gold names it so). Empty pieces and
 /// "etc." are dropped. Each entry is a piece of `answer`.
 pub fn answer_entries(answer: &str, gold: &[Vec<String>]) -> Vec<String> {
-    let answer = before_answer_phrase(answer);
     let synonyms: Vec<String> = gold.iter().flatten().map(|s| normalize_answer(s)).filter(|s| !s.is_empty()).collect();
+    entries_given(answer, &synonyms)
+}
+
+/// [`answer_entries`] with the gold synonyms already normalised.
+fn entries_given(answer: &str, synonyms: &[String]) -> Vec<String> {
+    let answer = before_answer_phrase(answer);
     let is_synonym = |piece: &str| synonyms.contains(&normalize_answer(piece));
     let mut out = Vec::new();
     for piece in pieces(answer) {
@@ -165,7 +170,8 @@ pub fn list_scores(prediction: &str, gold: &[Vec<String>]) -> Scores {
     let golds: Vec<Vec<String>> = gold.iter().map(|e| normed(e)).filter(|e| !e.is_empty()).collect();
     let contains =
         if !golds.is_empty() && gold.iter().all(|e| contains_answer(prediction, e) > 0.0) { 1.0 } else { 0.0 };
-    let predicted: Vec<String> = answer_entries(prediction, gold).iter().map(|e| normalize_answer(e)).collect();
+    let predicted: Vec<String> =
+        entries_given(prediction, &golds.concat()).iter().map(|e| normalize_answer(e)).collect();
     if predicted.is_empty() || golds.is_empty() {
         return Scores { contains, ..Scores::default() };
     }

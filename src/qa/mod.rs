@@ -57,11 +57,16 @@ impl AnswerKind {
 impl FromStr for AnswerKind {
     type Err = anyhow::Error;
     fn from_str(s: &str) -> Result<Self> {
-        AnswerKind::ALL.iter().copied().find(|k| k.name() == s).ok_or_else(|| {
-            let names: Vec<_> = AnswerKind::ALL.iter().map(|k| k.name()).collect();
-            anyhow::anyhow!("unknown question kind '{s}' (known: {})", names.join(", "))
-        })
+        by_name(&AnswerKind::ALL, AnswerKind::name, s, "question kind")
     }
+}
+
+/// The one of `all` whose `name` is `s`, or an error naming `what` was asked for and the names known.
+fn by_name<T: Copy>(all: &[T], name: fn(T) -> &'static str, s: &str, what: &str) -> Result<T> {
+    all.iter().copied().find(|&t| name(t) == s).ok_or_else(|| {
+        let names: Vec<_> = all.iter().map(|&t| name(t)).collect();
+        anyhow::anyhow!("unknown {what} '{s}' (known: {})", names.join(", "))
+    })
 }
 
 /// A titled paragraph: a supporting paragraph of a question or a context paragraph shipped with it.
@@ -196,10 +201,7 @@ impl fmt::Display for Layout {
 impl FromStr for Layout {
     type Err = anyhow::Error;
     fn from_str(s: &str) -> Result<Self> {
-        Layout::ALL.iter().copied().find(|l| l.name() == s).ok_or_else(|| {
-            let names: Vec<_> = Layout::ALL.iter().map(|l| l.name()).collect();
-            anyhow::anyhow!("unknown layout '{s}' (known: {})", names.join(", "))
-        })
+        by_name(&Layout::ALL, Layout::name, s, "layout")
     }
 }
 
