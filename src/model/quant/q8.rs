@@ -5,6 +5,16 @@
 /// Input values per scale of the quantized rows (ggml's Q8_0 block).
 pub(super) const BLOCK: usize = 32;
 
+/// Columns per quartet (`super::quartets`): 4 blocks of 32.
+pub(super) const QUARTET: usize = 4 * BLOCK;
+
+/// Where value `k` of block `j` (0..4) of a quartet lies among its 128 bytes, in the quartet copies' weights
+/// (`super::quartets`) and in [`QuartetRows`] alike: `16 (k / 4) + 4 j + k % 4`, so that each 32-bit lane of a
+/// 32-byte load holds 4 values of one block.
+pub(super) fn quartet_pos(j: usize, k: usize) -> usize {
+    16 * (k / 4) + 4 * j + k % 4
+}
+
 /// `n` rows of `cols` values quantized to int8 in blocks of [`BLOCK`].
 pub(super) struct Int8Rows {
     /// `[n, cols]`, each in -127..=127
@@ -68,7 +78,7 @@ impl Int8Rows {
 
 /// `n` rows of `cols` values quantized to int8 in blocks of [`BLOCK`] as [`Int8Rows`] (the same scales and
 /// integers), each 128 values (4 blocks) laid out as the quartet kernels read them
-/// (`super::quartets::quartet_pos`: 4 values of each block per 16 bytes).
+/// ([`quartet_pos`]: 4 values of each block per 16 bytes).
 pub(super) struct QuartetRows {
     /// `[n, cols]` in the quartets' order, each in -127..=127
     pub(super) q: Vec<i8>,
@@ -79,7 +89,7 @@ pub(super) struct QuartetRows {
 impl QuartetRows {
     /// Quantizes each row of `x` (`[n, cols]`, `cols` a multiple of 128).
     pub(super) fn new(x: &[f32], cols: usize) -> QuartetRows {
-        assert!(cols.is_multiple_of(super::quartets::QUARTET) && x.len().is_multiple_of(cols));
+        assert!(cols.is_multiple_of(QUARTET) && x.len().is_multiple_of(cols));
         #[cfg(target_arch = "x86_64")]
         if crate::model::simd::avx2() {
             // SAFETY: AVX2 is present (checked above).
@@ -99,7 +109,6 @@ impl QuartetRows {
     /// The quantization of [`Self::new`], inlined into each build of it.
     #[inline(always)]
     fn quantize(x: &[f32]) -> QuartetRows {
-        use super::quartets::{quartet_pos, QUARTET};
         let mut r = QuartetRows { q: vec![0; x.len()], scale: vec![0.0; x.len() / BLOCK] };
         for (c, (quartet, q)) in x.chunks_exact(QUARTET).zip(r.q.chunks_exact_mut(QUARTET)).enumerate() {
             for (j, block) in quartet.chunks_exact(BLOCK).enumerate() {

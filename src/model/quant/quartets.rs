@@ -20,18 +20,10 @@
 //! (`--cpu-kernels avx2`, gemm built without its AVX-512 kernels) they outran an AVX2 gemm on the de-quantized
 //! weights from 8 to 512 rows (`docs/engine.md`).
 
-use super::q8::{QuartetRows, BLOCK};
+use super::q8::{quartet_pos, QuartetRows, BLOCK, QUARTET};
 #[cfg(target_arch = "x86_64")]
 use super::x86;
 use super::{Layout, QMatrix};
-
-/// Columns per quartet: 4 blocks of 32.
-pub(super) const QUARTET: usize = 4 * BLOCK;
-
-/// Where value `k` of block `j` (0..4) of a quartet lies among its 128 bytes (module doc).
-pub(super) fn quartet_pos(j: usize, k: usize) -> usize {
-    16 * (k / 4) + 4 * j + k % 4
-}
 
 impl QMatrix {
     /// Turns a plain Q8_0 or Q5_0 copy into quartets (module doc) where `--int8-dot` multiplies with AVX2 and not
