@@ -4,7 +4,8 @@
 //!
 //! Everything here is on the wall clock since the process started: lanes answer several questions at once, so
 //! the sum of each item's own time is not the job's rate, and a resumed job's rate is this process's, not the
-//! first one's.
+//! first one's. Items on lanes count when they finish, not when they are written: they are written in input
+//! order (`rag::batch::InOrder`), and one slow item holds back the many that finish after it.
 
 use std::time::Instant;
 

@@ -533,9 +533,9 @@ pub(crate) fn answer_all(
                 Err(e) => PredictionRecord::unanswered(ex, e)?,
             };
             last = std::time::Instant::now();
-            order.push(i, rec, |rec| {
+            order.push(i, rec, |rec, finished| {
                 writer.write(&rec)?;
-                eprintln!("{}", progress.update(&rec));
+                eprintln!("{}", progress.update_on_lanes(&rec, finished));
                 Ok(())
             })
         })?;
@@ -599,21 +599,22 @@ fn run_autorag(args: Args) -> Result<()> {
     let mut progress = Progress::new(examples.len(), writer.len());
     let rag = AutoRag { lm: &lm, retriever: retriever.as_ref(), prompts: &prompts, cfg };
     let todo: Vec<&Example> = examples.iter().filter(|ex| !writer.is_done(&ex.id)).collect();
-    let mut write = |ex: &Example, o: Result<InferOutcome>, trace: Vec<(String, f32)>, seconds: f64| -> Result<()> {
+    // `finished`: questions this process has answered so far (on lanes, written or waiting), for the ETA
+    let mut write = |ex: &Example, o: Result<InferOutcome>, trace: Vec<(String, f32)>, seconds: f64, finished| {
         let rec = match o {
             Ok(o) => autorag_record(ex, &o, trace, seconds),
             Err(e) => PredictionRecord::unanswered(ex, e)?,
         };
         writer.write(&rec)?;
-        eprintln!("{}", progress.update(&rec));
-        Ok(())
+        eprintln!("{}", progress.update_on_lanes(&rec, finished));
+        anyhow::Ok(())
     };
     if args.model.lanes(args.batch) <= 1 {
         let (mut main, mut aux) = (ChatGen::new(&lm), ChatGen::new(&lm));
-        for ex in todo {
+        for (k, ex) in todo.into_iter().enumerate() {
             let t0 = std::time::Instant::now();
             let o = rag.answer(&mut main, &mut aux, &ex.question);
-            write(ex, o, std::mem::take(&mut main.trace), t0.elapsed().as_secs_f64())?;
+            write(ex, o, std::mem::take(&mut main.trace), t0.elapsed().as_secs_f64(), k + 1)?;
         }
     } else {
         // Lanes 2k and 2k+1 are question slot k's: its dialogue and its pseudo-documents. Each slot keeps its
@@ -640,7 +641,9 @@ fn run_autorag(args: Args) -> Result<()> {
                 // written in question order, each with the wall time since the previous question finished
                 let seconds = last.elapsed().as_secs_f64();
                 last = std::time::Instant::now();
-                order.push(i, (ex, o, trace, seconds), |(ex, o, trace, seconds)| write(ex, o, trace, seconds))
+                order.push(i, (ex, o, trace, seconds), |(ex, o, trace, seconds), finished| {
+                    write(ex, o, trace, seconds, finished)
+                })
             },
         )?;
         eprintln!("{}", batch.summary("sequences"));

@@ -94,7 +94,7 @@ fn synthesize_on_lanes<'l, Q: Decoder>(
     lanes_per_slot: usize,
     qgen: impl Fn(usize) -> ChatGen<'l, Q>,
     todo: &[&Example],
-    mut done: impl FnMut(&Example, Result<Synthesized>) -> Result<()>,
+    mut done: impl FnMut(&Example, Result<Synthesized>, usize) -> Result<()>,
 ) -> Result<()> {
     let generators =
         (0..batch.lanes() / lanes_per_slot).map(|k| (ChatGen::on(teacher, batch.lane(lanes_per_slot * k)), qgen(k)));
@@ -110,7 +110,7 @@ fn synthesize_on_lanes<'l, Q: Decoder>(
                 ((t, q), (i, ex, r.with_context(|| format!("question '{}'", ex.id))))
             })
         },
-        |(i, ex, r)| order.push(i, (ex, r), |(ex, r)| done(ex, r)),
+        |(i, ex, r)| order.push(i, (ex, r), |(ex, r), finished| done(ex, r, finished)),
     )
 }
 
@@ -242,12 +242,12 @@ pub fn run(args: Args) -> Result<()> {
     let todo: Vec<&Example> = examples.iter().filter(|e| !store.is_done(&e.id)).collect();
     // the rate of this process on the wall clock (questions on lanes overlap, so s/q is no rate)
     let (clock, left) = (ragtime::progress::Clock::new(), todo.len());
-    let mut done_now = 0usize;
-    let mut record = |ex: &Example, r: Result<Synthesized>| -> Result<()> {
+    // `finished`: questions this process has synthesized so far, this one and those on lanes that wait for a
+    // slower one before them (written in question order), which the rate counts
+    let mut record = |ex: &Example, r: Result<Synthesized>, finished: usize| -> Result<()> {
         let (attempt, dialogues) = r?;
         store.record(&attempt, &dialogues)?;
-        done_now += 1;
-        let (per_s, eta) = clock.rate(done_now, left.saturating_sub(done_now));
+        let (per_s, eta) = clock.rate(finished, left.saturating_sub(finished));
         eprintln!(
             "{} | {:.2} q/min, ETA {} | {}: {} ({} iterations, answer {:?})",
             store.stats().line(total),
@@ -262,9 +262,9 @@ pub fn run(args: Args) -> Result<()> {
     };
     if args.model.lanes(args.batch) <= 1 {
         let (mut tgen, mut qgen) = (ChatGen::new(&teacher), ChatGen::new(query_lm));
-        for ex in todo {
+        for (k, ex) in todo.into_iter().enumerate() {
             let r = synth.synthesize(&mut tgen, &mut qgen, ex).with_context(|| format!("question '{}'", ex.id));
-            record(ex, r)?;
+            record(ex, r, k + 1)?;
         }
     } else if query_own.is_none() {
         // one model: slot k's teacher turns on lane 2k, its queries on lane 2k + 1

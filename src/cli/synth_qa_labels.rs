@@ -114,7 +114,7 @@ pub fn run(a: Args) -> Result<()> {
     let mut progress = Progress::new(examples_all.len(), examples_all.len() - todo.len());
     let mut order = InOrder::default();
     rag.answer_on_lanes(&batch, triggers, qf.as_ref(), todo.iter().map(|ex| ex.question.as_str()), |i, o| {
-        order.push(i, (todo[i], o), |(ex, o): (&Example, Result<Outcome>)| {
+        order.push(i, (todo[i], o), |(ex, o): (&Example, Result<Outcome>), finished| {
             let rows: Vec<HalluExample> = match o {
                 Ok(o) => examples(ex, &o, hidden),
                 Err(e) if e.downcast_ref::<ragtime::model::ContextOverflow>().is_some() => {
@@ -123,7 +123,7 @@ pub fn run(a: Args) -> Result<()> {
                 }
                 Err(e) => return Err(e.context(format!("question '{}'", ex.id))),
             };
-            let line = progress.update(&rows);
+            let line = progress.update(&rows, finished);
             store.add_article(&ex.id, rows)?;
             eprintln!("{line}");
             Ok(())

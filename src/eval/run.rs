@@ -312,13 +312,21 @@ impl Progress {
     /// `[12/250] EM 0.417 F1 0.512 acc - | 1.25 retrievals/q | 3.20 s/q | ETA 12m 46s` (averages over the
     /// predictions made by this process; s/q is each question's own time, which lanes answering several
     /// questions at once overlap, so the ETA comes from the wall-clock time since the process started).
+    /// One question at a time: it has just finished.
     pub fn update(&mut self, r: &PredictionRecord) -> String {
-        let wall = self.clock.elapsed();
-        self.update_at(r, wall)
+        self.update_on_lanes(r, self.updates + 1)
     }
 
-    /// [`Progress::update`] with `wall` seconds since the start.
-    pub fn update_at(&mut self, r: &PredictionRecord, wall: f64) -> String {
+    /// [`Progress::update`] for a question answered on lanes, written in question order: `finished` questions of
+    /// this process have been answered by now, this one and those that wait for a slower one before them; the
+    /// ETA counts them all.
+    pub fn update_on_lanes(&mut self, r: &PredictionRecord, finished: usize) -> String {
+        let wall = self.clock.elapsed();
+        self.update_at(r, wall, finished)
+    }
+
+    /// [`Progress::update_on_lanes`] with `wall` seconds since the start.
+    pub fn update_at(&mut self, r: &PredictionRecord, wall: f64, finished: usize) -> String {
         self.done += 1;
         self.updates += 1;
         let k = self.updates as f64;
@@ -331,7 +339,9 @@ impl Progress {
         self.retrievals += r.retrievals.len();
         self.seconds += r.seconds;
         let acc = if self.acc_n == 0 { "-".to_string() } else { format!("{:.3}", self.acc / self.acc_n as f64) };
-        let (_, left) = crate::progress::rate_at(wall, self.updates, self.total.saturating_sub(self.done));
+        let finished = finished.max(self.updates);
+        let left = self.total.saturating_sub(self.done - self.updates + finished);
+        let (_, left) = crate::progress::rate_at(wall, finished, left);
         format!(
             "[{}/{}] EM {:.3} F1 {:.3} acc {acc} | {:.2} retrievals/q | {:.2} s/q | ETA {}",
             self.done,
@@ -616,16 +626,26 @@ pub(crate) mod tests {
         // F1 6/7, 1 retrieval, 0.5 s). EM 1/2, F1 (1 + 6/7)/2 = 13/14 = 0.929, 1.5 retrievals/q, 1 s/q; answered
         // on lanes at once, both done 1.5 s after the start: 0.75 s each, 2 questions left -> ETA 1.5 s -> 2 s.
         let mut p = Progress::new(14, 10);
-        p.update_at(&recs[0], 1.5);
-        let line = p.update_at(&recs[1], 1.5);
+        p.update_at(&recs[0], 1.5, 1);
+        let line = p.update_at(&recs[1], 1.5, 2);
         assert_eq!(line, "[12/14] EM 0.500 F1 0.929 acc - | 1.50 retrievals/q | 1.00 s/q | ETA 0m 02s");
-        let line = p.update_at(&recs[1], 30.0);
+        let line = p.update_at(&recs[1], 30.0, 3);
         assert!(line.ends_with("ETA 0m 10s"), "30 s for 3 questions, one left: {line}");
         let mut p = Progress::new(14, 10);
-        p.update_at(&recs[0], 1.0);
-        p.update_at(&recs[1], 2.0);
-        let line = p.update_at(&recs[2], 3.0);
+        p.update_at(&recs[0], 1.0, 1);
+        p.update_at(&recs[1], 2.0, 2);
+        let line = p.update_at(&recs[2], 3.0, 3);
         assert!(line.starts_with("[13/14] EM 0.667") && line.contains("acc 1.000"), "{line}");
+        // On lanes: the first question is written 20 s in, when 3 of the 4 left have finished (two waited for
+        // it): 20 / 3 s each, one to go -> ETA 6.7 s -> 7 s (counting the one written: 60 s).
+        let mut p = Progress::new(14, 10);
+        let line = p.update_at(&recs[0], 20.0, 3);
+        assert!(line.starts_with("[11/14]") && line.ends_with("ETA 0m 07s"), "{line}");
+        // a count below the written ones (one lane) counts those
+        let mut p = Progress::new(14, 10);
+        p.update_at(&recs[0], 1.0, 0);
+        let line = p.update_at(&recs[1], 2.0, 0);
+        assert!(line.ends_with("ETA 0m 02s"), "2 s for 2 questions, 2 left: {line}");
     }
 
     #[test]

@@ -169,21 +169,25 @@ pub struct Batch<'lm> {
 /// files are those of one lane. An output waits here until every one before it has been handed on.
 pub struct InOrder<T> {
     next: usize,
+    arrived: usize,
     waiting: BTreeMap<usize, T>,
 }
 
 impl<T> Default for InOrder<T> {
     fn default() -> Self {
-        InOrder { next: 0, waiting: BTreeMap::new() }
+        InOrder { next: 0, arrived: 0, waiting: BTreeMap::new() }
     }
 }
 
 impl<T> InOrder<T> {
-    /// Takes output `i` and hands on, in order, every output from the next one due up to the first still missing.
-    pub fn push(&mut self, i: usize, out: T, mut hand_on: impl FnMut(T) -> Result<()>) -> Result<()> {
+    /// Takes output `i` and hands on, in order, every output from the next one due up to the first still missing,
+    /// each with the number of outputs that have arrived so far, handed on or waiting: the jobs finished, which a
+    /// progress line's rate counts (one long job holds back the outputs of the many that finish after it).
+    pub fn push(&mut self, i: usize, out: T, mut hand_on: impl FnMut(T, usize) -> Result<()>) -> Result<()> {
         self.waiting.insert(i, out);
+        self.arrived += 1;
         while let Some(o) = self.waiting.remove(&self.next) {
-            hand_on(o)?;
+            hand_on(o, self.arrived)?;
             self.next += 1;
         }
         Ok(())
@@ -522,15 +526,16 @@ mod tests {
         let (mut order, mut out) = (InOrder::default(), Vec::new());
         for (i, x) in [(2, 'c'), (0, 'a'), (3, 'd'), (1, 'b')] {
             order
-                .push(i, x, |x| {
-                    out.push(x);
+                .push(i, x, |x, arrived| {
+                    out.push((x, arrived));
                     Ok(())
                 })
                 .unwrap();
             if i == 0 {
-                assert_eq!(out, ['a'], "0 handed on at once, 2 still waits for 1");
+                assert_eq!(out, [('a', 2)], "0 handed on at once, 2 still waits for 1");
             }
         }
-        assert_eq!(out, ['a', 'b', 'c', 'd']);
+        // 'b' came fourth and freed 'c' and 'd', which had arrived before it
+        assert_eq!(out, [('a', 2), ('b', 4), ('c', 4), ('d', 4)]);
     }
 }

@@ -319,13 +319,17 @@ impl Progress {
         Progress { clock: crate::progress::Clock::new(), total, done_before, articles: 0, examples: 0, hallucinated: 0 }
     }
 
-    pub fn update(&mut self, examples: &[HalluExample]) -> String {
+    /// Adds the next article's examples (articles are written in input order) and returns the progress line;
+    /// `finished`: the articles this process has done so far, this one and those on lanes that wait for a slower
+    /// one before them, which the ETA counts.
+    pub fn update(&mut self, examples: &[HalluExample], finished: usize) -> String {
         self.articles += 1;
         self.examples += examples.len();
         self.hallucinated += examples.iter().filter(|e| e.label == 1).count();
         let secs = self.clock.elapsed();
-        let left = self.total.saturating_sub(self.done_before + self.articles);
-        let (_, eta) = crate::progress::rate_at(secs, self.articles, left);
+        let finished = finished.max(self.articles);
+        let left = self.total.saturating_sub(self.done_before + finished);
+        let (_, eta) = crate::progress::rate_at(secs, finished, left);
         let (rate, _) = crate::progress::rate_at(secs, self.examples, 0);
         let pct = if self.examples > 0 { 100.0 * self.hallucinated as f64 / self.examples as f64 } else { 0.0 };
         format!(
@@ -393,9 +397,9 @@ pub fn run(
             Some(Box::pin(async move { (i, a, synth.article_with(&mut decoder, a).await) }))
         },
         |(i, a, ex)| {
-            order.push(i, (a, ex), |(a, ex): (&Article, Result<Vec<HalluExample>>)| {
+            order.push(i, (a, ex), |(a, ex): (&Article, Result<Vec<HalluExample>>), finished| {
                 let ex = ex.with_context(|| format!("article {} ({})", a.id, a.title))?;
-                let line = progress.update(&ex);
+                let line = progress.update(&ex, finished);
                 store.add_article(&a.id, ex)?;
                 log(&line);
                 Ok(())
