@@ -323,10 +323,15 @@ impl Progress {
     /// `finished`: the articles this process has done so far, this one and those on lanes that wait for a slower
     /// one before them, which the ETA counts.
     pub fn update(&mut self, examples: &[HalluExample], finished: usize) -> String {
+        let secs = self.clock.elapsed();
+        self.update_at(examples, finished, secs)
+    }
+
+    /// [`Progress::update`] `secs` seconds after the start.
+    fn update_at(&mut self, examples: &[HalluExample], finished: usize, secs: f64) -> String {
         self.articles += 1;
         self.examples += examples.len();
         self.hallucinated += examples.iter().filter(|e| e.label == 1).count();
-        let secs = self.clock.elapsed();
         let finished = finished.max(self.articles);
         let left = self.total.saturating_sub(self.done_before + finished);
         let (_, eta) = crate::progress::rate_at(secs, finished, left);
@@ -420,6 +425,24 @@ mod tests {
 
     fn article(text: &str) -> Article {
         Article { id: "7".into(), url: String::new(), title: "Ada Lovelace".into(), text: text.into() }
+    }
+
+    #[test]
+    fn progress_line_by_hand() {
+        let ex = |label| HalluExample { label, ..Default::default() };
+        // Resumed after 2 of 10 articles. The first new one (3 examples, 1 hallucinated) is written 12 s in, when
+        // 4 have finished on lanes (three wait for it): 3 s each, 10 - 2 - 4 = 4 to go -> ETA 12 s; 3 examples
+        // in 12 s -> 0.25 examples/s.
+        let mut p = Progress::new(10, 2);
+        let line = p.update_at(&[ex(1), ex(0), ex(0)], 4, 12.0);
+        assert_eq!(line, "[3/10] 3 examples this run (33.3% hallucinated), 0.25 examples/s, ETA 0m 12s");
+        // the three that waited are written at once (nothing new has finished), then a fifth article without
+        // examples, 20 s in: 4 s each, 3 to go -> 12 s; 6 examples in 20 s
+        for _ in 0..3 {
+            assert!(p.update_at(&[ex(1)], 4, 12.0).ends_with("ETA 0m 12s"));
+        }
+        let line = p.update_at(&[], 5, 20.0);
+        assert_eq!(line, "[7/10] 6 examples this run (66.7% hallucinated), 0.30 examples/s, ETA 0m 12s");
     }
 
     #[test]
