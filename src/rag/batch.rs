@@ -169,13 +169,12 @@ pub struct Batch<'lm> {
 /// files are those of one lane. An output waits here until every one before it has been handed on.
 pub struct InOrder<T> {
     next: usize,
-    arrived: usize,
     waiting: BTreeMap<usize, T>,
 }
 
 impl<T> Default for InOrder<T> {
     fn default() -> Self {
-        InOrder { next: 0, arrived: 0, waiting: BTreeMap::new() }
+        InOrder { next: 0, waiting: BTreeMap::new() }
     }
 }
 
@@ -185,9 +184,10 @@ impl<T> InOrder<T> {
     /// progress line's rate counts (one long job holds back the outputs of the many that finish after it).
     pub fn push(&mut self, i: usize, out: T, mut hand_on: impl FnMut(T, usize) -> Result<()>) -> Result<()> {
         self.waiting.insert(i, out);
-        self.arrived += 1;
+        // every output that has arrived is handed on (those before `next`) or waiting
+        let arrived = self.next + self.waiting.len();
         while let Some(o) = self.waiting.remove(&self.next) {
-            hand_on(o, self.arrived)?;
+            hand_on(o, arrived)?;
             self.next += 1;
         }
         Ok(())
