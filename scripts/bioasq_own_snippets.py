@@ -33,6 +33,10 @@ def main():
     for f in files:
         for q in json.load(open(f))["questions"]:
             own.setdefault(q["id"], set()).update(squash(s["text"]) for s in q.get("snippets", []))
+    for run in runs:
+        path = os.path.join(run, "predictions.jsonl")
+        if not os.path.isfile(path):
+            sys.exit(f"{path}: no such file (give eval run directories)")
     if not os.path.isfile(corpus_path):
         sys.exit(f"{corpus_path}: no such file (`ragtime data corpus bioasq-list --out FILE` writes it)")
     corpus = {}
@@ -42,10 +46,7 @@ def main():
     print("| run | questions | first retrieval holds an own snippet | own snippets among its passages |")
     print("|---|---:|---:|---:|")
     for run in runs:
-        path = os.path.join(run, "predictions.jsonl")
-        if not os.path.isfile(path):
-            sys.exit(f"{path}: no such file (give eval run directories)")
-        records = [json.loads(line) for line in open(path)]
+        records = [json.loads(line) for line in open(os.path.join(run, "predictions.jsonl"))]
         questions = with_own = own_passages = passages = 0
         for r in records:
             questions += 1
