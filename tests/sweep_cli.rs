@@ -337,4 +337,19 @@ fn sweep_refines_toward_a_budget_between_its_grid_points() {
     // a rerun measures nothing new and doubles no line
     sweep(&args);
     assert_eq!(read_records(&out.join("sweep.jsonl")).unwrap(), all);
+    // a budget beyond every rate measured is still picked (the nearest), with a warning that says so
+    let far = format!("{}", r4 + 5.0);
+    let mut a = vec!["sweep".to_string()];
+    a.extend(model_args(&s));
+    a.extend(common::strings(&["--triggers", "fixed-length", "--grid", "fixed-length=4,128", "--batch", "2"]));
+    a.extend(common::strings(&["--budgets", &far, "--pick", "--calibrated", cal.to_str().unwrap(), "--out"]));
+    a.push(out.display().to_string());
+    let err = String::from_utf8_lossy(&common::run_ok(&a).stderr).into_owned();
+    assert!(
+        err.contains(&format!("warning: pick: fixed-length on tinyqa at budget {far}: the nearest setting")),
+        "{err}"
+    );
+    assert!(err.contains("every setting swept gives fewer retrievals/question than"), "{err}");
+    assert!(err.contains("widen --grid to bracket it"), "{err}");
+    assert!(Calibrated::load(&cal).unwrap().unwrap().lookup("fixed-length", "tinyqa", r4 + 5.0).is_some());
 }

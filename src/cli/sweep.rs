@@ -80,7 +80,8 @@ pub struct Args {
     /// values in (0, 1), in logs for other positive ones), until one comes within `--tolerance` of it.
     #[arg(long, default_value_t = 0, value_parser = super::ranges::int::<0, 50>)]
     pub refine: usize,
-    /// Retrievals per question within which `--refine` takes a budget as met.
+    /// Retrievals per question within which `--refine` takes a budget as met; `--pick` warns of a point farther
+    /// from its budget.
     #[arg(long, default_value_t = 0.1, value_parser = super::ranges::non_negative)]
     pub tolerance: f64,
     /// Write each controller's operating points for `--budgets` to `--calibrated`.
@@ -389,6 +390,9 @@ pub fn run(args: Args) -> Result<()> {
                 p.retrievals_per_question,
                 p.f1
             );
+        }
+        for note in points.iter().filter_map(|p| refine::off_budget(&records, p, args.tolerance)) {
+            eprintln!("warning: pick: {note}");
         }
         file.merge(points, command);
         file.save(&calibrated_file)?;

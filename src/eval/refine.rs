@@ -15,7 +15,7 @@
 //! digits. Values are the swept key's own: a float, an integer, or a string whose part after the last `:` is a
 //! number (`threshold:0.999`); other strings (`radio`) are left out of the search.
 
-use super::sweep::SweepRecord;
+use super::sweep::{CalibratedPoint, SweepRecord};
 use crate::detector::mlp::log_odds;
 
 /// A swept value read as a number, with what it takes to write another value of its kind.
@@ -112,6 +112,40 @@ pub fn next(records: &[SweepRecord], controller: &str, budget: f64, tolerance: f
         Some(text) => Next::Probe(lo.with(&text)),
         None => Next::NoRoom { below: lo.x, above: hi.x },
     }
+}
+
+/// Why a picked point lies more than `tolerance` from its budget, and what would bring one nearer; `None` when it
+/// lies within. `sweep --pick` writes the nearest setting whatever its distance, so a grid that never reaches a
+/// budget would otherwise pass unnoticed: "budget 1" read at 0.33 retrievals per question.
+pub fn off_budget(records: &[SweepRecord], p: &CalibratedPoint, tolerance: f64) -> Option<String> {
+    let gap = (p.retrievals_per_question - p.budget).abs();
+    if gap <= tolerance + 1e-9 {
+        return None;
+    }
+    let why = match next(records, &p.trigger, p.budget, tolerance) {
+        Next::Outside { .. } => format!(
+            "every setting swept gives {} retrievals/question than {}; widen --grid to bracket it",
+            if p.retrievals_per_question > p.budget { "more" } else { "fewer" },
+            p.budget
+        ),
+        Next::Probe(v) => {
+            format!("two settings swept bracket it; --refine N measures between them (next: {}={v})", p.key)
+        }
+        Next::NoRoom { below, above } => {
+            format!("nothing of its kind lies between {below} and {above}, the settings that bracket it")
+        }
+        Next::Met(_) | Next::NoGrid => "no setting swept comes nearer".to_string(),
+    };
+    Some(format!(
+        "{} on {} at budget {}: the nearest setting, {}, gives {:.2} retrievals/question, {:.2} from the budget \
+         (--tolerance {tolerance}): {why}",
+        p.trigger,
+        p.dataset,
+        p.budget,
+        p.override_spec(),
+        p.retrievals_per_question,
+        gap
+    ))
 }
 
 /// The midpoint of `lo < hi` in the scale their values call for, written with the fewest digits that keep it
@@ -260,6 +294,25 @@ mod tests {
             .map(|&(v, r)| SweepRecord { controller: "fixed".into(), ..rec(toml::Value::Integer(v), r) })
             .collect();
         assert_eq!(next(&fl, "fixed", 1.0, 0.1), Next::NoRoom { below: 31.0, above: 32.0 });
+    }
+
+    /// The picks of the grid above, each worked by hand: budget 2 is met (1.9 within 0.1); budget 1's nearest
+    /// setting (0.9999, 0.3) is 0.7 away and the grid brackets it (next probe 0.9997); budget 5's nearest (0.99,
+    /// 3.1) is 1.9 away and every setting gives fewer retrievals.
+    #[test]
+    fn a_pick_far_from_its_budget_says_why() {
+        let recs = vec![rec(s("threshold:0.99"), 3.1), rec(s("threshold:0.999"), 1.9), rec(s("threshold:0.9999"), 0.3)];
+        let picks = super::super::sweep::pick(&recs, &[1.0, 2.0, 5.0], "hotpotqa", "valid");
+        let notes: Vec<Option<String>> = picks.iter().map(|p| off_budget(&recs, p, 0.1)).collect();
+        assert_eq!(notes[1], None);
+        let one = notes[0].as_deref().unwrap();
+        assert!(one.contains("trigger.rule=\"threshold:0.9999\", gives 0.30 retrievals/question, 0.70 from"), "{one}");
+        assert!(one.contains("--refine N measures between them (next: trigger.rule=\"threshold:0.9997\")"), "{one}");
+        let five = notes[2].as_deref().unwrap();
+        assert!(five.contains("gives 3.10 retrievals/question, 1.90 from the budget"), "{five}");
+        assert!(five.contains("every setting swept gives fewer retrievals/question than 5; widen --grid"), "{five}");
+        // a looser tolerance takes budget 1 as near enough
+        assert_eq!(off_budget(&recs, &picks[0], 1.0), None);
     }
 
     /// A search run to the end on a made-up monotone rate, rate(t) = 30 (1 - t)^(1/4): from a grid of two
