@@ -5,7 +5,7 @@
 #
 #   scripts/detector-ablation.sh DATA[,DATA...] [OUT]     (OUT: where the checkpoints go; default runs/ablation-<name>)
 #
-# Feature sets (src/synth/store, docs/detector.md): the mean over layers at the last prompt token (MIND's
+# Feature sets (src/labels, docs/detector.md): the mean over layers at the last prompt token (MIND's
 # default), the last layer there, the last layer and the layer mean over the generated entity, single scalars
 # (entropies), and the concatenation of the two last-token states.
 set -euo pipefail

@@ -6,7 +6,7 @@
 //!
 //!     cargo run --release --example fake_label_store -- OUT ROWS HIDDEN
 
-use ragtime::synth::store::{HalluExample, HalluStore};
+use ragtime::labels::{HalluExample, HalluStore};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 

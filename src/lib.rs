@@ -6,6 +6,7 @@
 //! - [`encoder`]: sentence encoders (BERT from a sentence-transformers folder) for dense retrieval.
 //! - [`corpus`]: readers for text collections (WikiExtractor dumps, ...).
 //! - [`step`]: what the decoder hands a controller for every generated token.
+//! - [`synth`] (hallucination labels), [`labels`] (their Parquet store), [`detector`] (the MLP trained on them).
 //! - [`trigger`] (when to retrieve), [`query`] (what to ask), [`retrieval`] (where from).
 //! - [`progress`]: rate and time left of a long job, for its progress lines.
 //! - [`shard`]: the shard contract of the long jobs (which items a shard takes, markers, the scan before a merge).
@@ -23,6 +24,7 @@ pub mod encoder;
 pub mod entities;
 pub mod eval;
 pub mod io;
+pub mod labels;
 pub mod model;
 pub mod progress;
 pub mod prompt;

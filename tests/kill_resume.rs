@@ -210,7 +210,7 @@ fn synth_killed_and_resumed_writes_the_rows_of_an_uninterrupted_run() {
     }
     run_ok(&args(&out));
     let rows = |d: &Path| {
-        let mut r = ragtime::synth::store::read_all(d).unwrap();
+        let mut r = ragtime::labels::read_all(d).unwrap();
         r.sort_by(|a, b| {
             (&a.article_id, a.trunc_offset, &a.template).cmp(&(&b.article_id, b.trunc_offset, &b.template))
         });

@@ -7,8 +7,8 @@ mod common;
 
 use std::path::Path;
 
+use ragtime::labels::read_all;
 use ragtime::model::Arch;
-use ragtime::synth::store::read_all;
 
 /// Whether the binary succeeded, and its stderr.
 fn ragtime(args: &[&str]) -> (bool, String) {
@@ -16,7 +16,7 @@ fn ragtime(args: &[&str]) -> (bool, String) {
     (ok, err)
 }
 
-fn rows(dir: &Path) -> Vec<ragtime::synth::store::HalluExample> {
+fn rows(dir: &Path) -> Vec<ragtime::labels::HalluExample> {
     let mut r = read_all(dir).unwrap();
     r.sort_by(|a, b| (&a.article_id, a.trunc_offset).cmp(&(&b.article_id, b.trunc_offset)));
     r

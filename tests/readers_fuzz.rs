@@ -654,7 +654,7 @@ proptest! {
 fn hallu_seed() -> &'static Vec<(PathBuf, Vec<u8>)> {
     static SEED: OnceLock<Vec<(PathBuf, Vec<u8>)>> = OnceLock::new();
     SEED.get_or_init(|| {
-        use ragtime::synth::store::{HalluExample, HalluStore};
+        use ragtime::labels::{HalluExample, HalluStore};
         let dir = tempfile::tempdir().unwrap();
         let mut s = HalluStore::open(dir.path(), "m", 4).unwrap().with_flush_every(2);
         for a in 0..4usize {
@@ -712,11 +712,11 @@ proptest! {
         } else {
             restore(dir.path(), files, target, &muts, 0);
         }
-        let _ = ragtime::synth::store::load_manifest(dir.path());
-        let _ = ragtime::synth::store::read_all(dir.path());
-        let _ = ragtime::synth::store::read_features(dir.path(), &["entropy_last", "hidden_mean_entity"]);
+        let _ = ragtime::labels::load_manifest(dir.path());
+        let _ = ragtime::labels::read_all(dir.path());
+        let _ = ragtime::labels::read_features(dir.path(), &["entropy_last", "hidden_mean_entity"]);
         // resuming a store reads the same files
-        let _ = ragtime::synth::store::HalluStore::open(dir.path(), "m", 4);
+        let _ = ragtime::labels::HalluStore::open(dir.path(), "m", 4);
     }
 }
 
@@ -995,13 +995,13 @@ fn hallu_manifest_counts_do_not_size_allocations() {
     let mut m: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
     m["examples"] = serde_json::json!(u64::MAX / 2);
     std::fs::write(&path, m.to_string()).unwrap();
-    assert_eq!(ragtime::synth::store::read_all(dir.path()).unwrap().len(), 3);
-    assert_eq!(ragtime::synth::store::read_features(dir.path(), &["entropy_last"]).unwrap().len(), 3);
+    assert_eq!(ragtime::labels::read_all(dir.path()).unwrap().len(), 3);
+    assert_eq!(ragtime::labels::read_features(dir.path(), &["entropy_last"]).unwrap().len(), 3);
     m["hidden"] = serde_json::json!(1u64 << 63);
     std::fs::write(&path, m.to_string()).unwrap();
     let e = format!(
         "{:#}",
-        ragtime::synth::store::read_features(dir.path(), &["entropy_last", "hidden_mean_last", "hidden_final_last"])
+        ragtime::labels::read_features(dir.path(), &["entropy_last", "hidden_mean_last", "hidden_final_last"])
             .unwrap_err()
     );
     assert!(e.contains("_manifest.json"), "{e}");

@@ -268,7 +268,7 @@ fn sharded_synth_hallucination_merges_into_the_dataset_of_one_process() {
     run_shards(&args(&sharded), 4);
     let merged = root.join("merged");
     run_ok(&s(&["merge", p(&sharded), "--out", p(&merged), "-q"]));
-    let (a, b) = (ragtime::synth::store::read_all(&whole).unwrap(), ragtime::synth::store::read_all(&merged).unwrap());
+    let (a, b) = (ragtime::labels::read_all(&whole).unwrap(), ragtime::labels::read_all(&merged).unwrap());
     assert!(!a.is_empty());
     assert!(a == b, "the same rows in the same order, features bit for bit");
     let (ma, mb) = (json(&whole.join("_manifest.json")), json(&merged.join("_manifest.json")));

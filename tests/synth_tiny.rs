@@ -10,9 +10,9 @@ use std::collections::HashMap;
 use ragtime::corpus::wikiextractor::Article;
 use ragtime::device::DeviceKind;
 use ragtime::entities::{CombinedExtractor, Resources};
+use ragtime::labels::{read_all, HalluExample, HalluStore};
 use ragtime::model::{random_weights, Arch, EngineKind, Lm, MemoryWeights, ModelConfig, Tokenizer};
 use ragtime::synth::hallucination::{run, SynthConfig, Synthesizer, Template};
-use ragtime::synth::store::{read_all, HalluExample, HalluStore};
 
 fn articles() -> Vec<Article> {
     let a = |id: &str, title: &str, body: &str| Article {

@@ -47,8 +47,8 @@ pub fn run(a: Args) -> Result<()> {
     let parts: Vec<PathBuf> = set.parts.iter().map(|(p, _)| p.clone()).collect();
     let order = set.input_order();
     let line = match set.kind.as_str() {
-        k if k == ragtime::synth::store::OUTPUT_KIND => {
-            use ragtime::synth::store::{merge::merge, MANIFEST, OUTPUT_KIND};
+        k if k == ragtime::labels::OUTPUT_KIND => {
+            use ragtime::labels::{merge::merge, MANIFEST, OUTPUT_KIND};
             let _lock = ragtime::io::claim_output_dir(&out, "--out", OUTPUT_KIND, MANIFEST)?;
             let config = synth_config(&parts[0])?;
             let recorded = set.job["flush_every"].as_u64().or(config["flush_every"].as_u64());
@@ -61,7 +61,7 @@ pub fn run(a: Args) -> Result<()> {
                 m.examples,
                 m.hallucinated,
                 100.0 * m.hallucinated_rate,
-                ragtime::synth::store::template_agreement(&out)?
+                ragtime::labels::template_agreement(&out)?
             )
         }
         k if k == ragtime::eval::run::OUTPUT_KIND => {

@@ -11,9 +11,9 @@ use ragtime::corpus::wikiextractor::read_dump;
 use ragtime::entities::compare::DEFAULT_GLOVE_THRESHOLD;
 use ragtime::entities::wordnet::WordNet;
 use ragtime::entities::{CombinedExtractor, Resources};
+use ragtime::labels::HalluStore;
 use ragtime::shard::{Shard, ShardRun};
 use ragtime::synth::hallucination::{record_config, run as synthesize, SynthConfig, Synthesizer, Template};
-use ragtime::synth::store::HalluStore;
 
 use super::model_args::ModelArgs;
 
@@ -90,7 +90,7 @@ pub fn run(a: Args) -> Result<()> {
         seed: a.seed,
     };
     // the output before the model loads: a wrong --out fails at once
-    use ragtime::synth::store::{MANIFEST, OUTPUT_KIND};
+    use ragtime::labels::{MANIFEST, OUTPUT_KIND};
     let shard = Shard::resolve(a.shard)?;
     let (out, shard_run, order) = match shard {
         None => (a.out.clone(), None, vec![]),
@@ -137,7 +137,7 @@ pub fn run(a: Args) -> Result<()> {
         m.faithful,
         m.rules.iter().map(|(k, v)| format!("{k} {v}")).collect::<Vec<_>>().join(", ")
     );
-    println!("templates: {}", ragtime::synth::store::template_agreement(&out)?);
+    println!("templates: {}", ragtime::labels::template_agreement(&out)?);
     Ok(())
 }
 

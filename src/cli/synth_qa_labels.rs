@@ -8,12 +8,12 @@ use std::path::PathBuf;
 use anyhow::{bail, Result};
 use clap::Args as ClapArgs;
 
+use ragtime::labels::{HalluExample, HalluStore, MANIFEST, OUTPUT_KIND};
 use ragtime::qa::Example;
 use ragtime::rag::batch::InOrder;
 use ragtime::rag::{Batch, Outcome, RagLoop};
 use ragtime::synth::hallucination::Progress;
 use ragtime::synth::qa_labels::{examples, TEMPLATE};
-use ragtime::synth::store::{HalluExample, HalluStore, MANIFEST, OUTPUT_KIND};
 
 use super::eval::Method;
 use super::model_args::ModelArgs;

@@ -10,7 +10,7 @@ use ragtime::detector::stream::train_stream;
 use ragtime::detector::train::{train, Split, TrainConfig};
 use ragtime::detector::Detector;
 use ragtime::device::{train_on, DeviceKind, TrainJob};
-use ragtime::synth::store::{feature_columns, load_manifest, read_features_many, FeatureStream, FeatureTable};
+use ragtime::labels::{feature_columns, load_manifest, read_features_many, FeatureStream, FeatureTable};
 
 #[derive(Args, Debug)]
 pub struct TrainArgs {

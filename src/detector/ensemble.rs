@@ -83,7 +83,7 @@ mod tests {
     use super::*;
     use crate::detector::mlp::{LinearWeights, MlpWeights};
     use crate::detector::tests::entropy_detector;
-    use crate::synth::store::FeatureTable;
+    use crate::labels::FeatureTable;
 
     /// [`entropy_detector`] with its output bias moved by `shift` on the hallucinated logit: margin
     /// `2e - 1 + shift` for entropy `e >= 0`.
@@ -187,7 +187,7 @@ mod tests {
         use burn::backend::{Autodiff, Flex};
         let (data, cfg) = crate::detector::train::tests::gaussian_setup();
         let names = ["hidden_mean_last"];
-        let t = crate::synth::store::read_features(data.path(), &names).unwrap();
+        let t = crate::labels::read_features(data.path(), &names).unwrap();
         let device = Default::default();
         let nets: Vec<Detector> = (0..3)
             .map(|k| {
@@ -206,7 +206,7 @@ mod tests {
             assert!((d.margin(t.row(r)) as f64 - mean).abs() < 1e-5, "row {r}");
         }
         assert!(report.best[&Split::Test].roc_auc > 0.9, "{report:?}");
-        let stream = crate::synth::store::FeatureStream::open(&[data.path().to_path_buf()], &names).unwrap();
+        let stream = crate::labels::FeatureStream::open(&[data.path().to_path_buf()], &names).unwrap();
         assert_eq!(d.evaluate_stream(&stream).unwrap(), d.evaluate(&t).unwrap());
     }
 

@@ -160,10 +160,7 @@ impl Detector {
             ensure!(n.mean.len() == input && n.std.len() == input, "normalisation has the wrong width");
         }
         for (name, width) in &info.columns {
-            ensure!(
-                crate::synth::store::FEATURE_COLUMNS.iter().any(|(n, _)| n == name),
-                "unknown feature column {name:?}"
-            );
+            ensure!(crate::labels::FEATURE_COLUMNS.iter().any(|(n, _)| n == name), "unknown feature column {name:?}");
             let expect = if name.starts_with("hidden_") { info.hidden } else { 1 };
             ensure!(*width == expect, "feature {name:?} has width {width}, expected {expect}");
         }
@@ -243,7 +240,7 @@ impl Detector {
     /// [`train::split_of`] — the split training draws, so on its own store `test` is the unseen articles — and
     /// one over all rows (on a store of another label source every row is unseen). Refuses a store of another
     /// model or with other feature columns.
-    pub fn evaluate(&self, t: &crate::synth::store::FeatureTable) -> Result<Vec<(&'static str, metrics::Metrics)>> {
+    pub fn evaluate(&self, t: &crate::labels::FeatureTable) -> Result<Vec<(&'static str, metrics::Metrics)>> {
         self.check_rows(&t.model_id, t.hidden, &t.columns)?;
         let mut scored = Scored::default();
         for i in 0..t.len() {
@@ -254,10 +251,7 @@ impl Detector {
 
     /// [`Detector::evaluate`] on rows read shard by shard from disk: memory is one shard and a label and a score
     /// per row.
-    pub fn evaluate_stream(
-        &self,
-        s: &crate::synth::store::FeatureStream,
-    ) -> Result<Vec<(&'static str, metrics::Metrics)>> {
+    pub fn evaluate_stream(&self, s: &crate::labels::FeatureStream) -> Result<Vec<(&'static str, metrics::Metrics)>> {
         self.check_rows(&s.model_id, s.hidden, &s.columns)?;
         let mut scored = Scored::default();
         s.for_each(&s.in_order(), |b| {
@@ -488,7 +482,7 @@ pub(crate) mod tests {
     fn evaluate_scores_every_row_and_each_split() {
         let d = entropy_detector();
         let ids: Vec<String> = (0..4).map(|i| format!("q{i}")).collect();
-        let mut t = crate::synth::store::FeatureTable {
+        let mut t = crate::labels::FeatureTable {
             model_id: "toy".into(),
             hidden: 3,
             columns: vec![("entropy_last".into(), 1)],

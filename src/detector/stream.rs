@@ -15,7 +15,7 @@ use rand::{Rng, SeedableRng};
 
 use super::metrics::Metrics;
 use super::train::{check_config, predict, split_of, Index, Moments, Run, Split, TrainConfig, Trained};
-use crate::synth::store::FeatureStream;
+use crate::labels::FeatureStream;
 
 /// Trains on `stream` without holding its rows: memory is one shard plus a shuffle buffer of `buffer` rows,
 /// whatever the number of rows. Each epoch visits the shards in a new seeded order and passes the train rows
@@ -172,7 +172,7 @@ mod tests {
     use super::*;
     use crate::detector::train::tests::gaussian_setup;
     use crate::detector::train::train;
-    use crate::synth::store::read_features;
+    use crate::labels::read_features;
     use burn::backend::{Autodiff, Flex};
 
     /// Every row leaves the shuffle buffer exactly once; a buffer of one keeps the stream's order; a buffer as
@@ -218,7 +218,7 @@ mod tests {
         let (data, cfg) = gaussian_setup();
         let device = Default::default();
         let table = read_features(data.path(), &["hidden_mean_last"]).unwrap();
-        let stream = crate::synth::store::FeatureStream::open(&[data.path()], &["hidden_mean_last"]).unwrap();
+        let stream = crate::labels::FeatureStream::open(&[data.path()], &["hidden_mean_last"]).unwrap();
         assert_eq!(stream.shards.len(), 3, "150 articles flushed every 50");
         let memory = train::<Autodiff<Flex>>(&table, &cfg, &device, &mut |_| {}).unwrap();
         let streamed = train_stream::<Autodiff<Flex>>(&stream, 1000, &cfg, &device, &mut |_| {}).unwrap();

@@ -1,4 +1,4 @@
-//! Training MIND's detector on a [`crate::synth::store`] dataset held in memory; [`super::stream`] trains on
+//! Training MIND's detector on a [`crate::labels`] dataset held in memory; [`super::stream`] trains on
 //! one read from disk shard by shard, with the same splits, weights, network and selection.
 //!
 //! Faithful to MIND by default ([`TrainConfig::default`]): the MLP of [`super::mlp`] (dropout 0.2, 256 -> 128
@@ -38,12 +38,12 @@ use sha2::{Digest, Sha256};
 use super::metrics::Metrics;
 use super::mlp::{Mlp, MlpConfig};
 use super::{Detector, DetectorInfo, Norm, FORMAT};
-use crate::synth::store::FeatureTable;
+use crate::labels::FeatureTable;
 
 /// Hyper-parameters; the defaults are MIND's.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TrainConfig {
-    /// Feature columns to concatenate (names from [`crate::synth::store::FEATURE_COLUMNS`]).
+    /// Feature columns to concatenate (names from [`crate::labels::FEATURE_COLUMNS`]).
     pub features: Vec<String>,
     pub hidden_layers: Vec<usize>,
     pub dropout: f64,
@@ -511,7 +511,7 @@ pub(super) mod tests {
             }
         }
     }
-    use crate::synth::store::{read_features, HalluExample, HalluStore};
+    use crate::labels::{read_features, HalluExample, HalluStore};
     use burn::backend::{Autodiff, Flex};
     use rand::Rng;
 

@@ -44,10 +44,10 @@ use crate::corpus::wikiextractor::Article;
 use crate::entities::{
     char_to_byte, compare_entities, entity_at_start, synthesis_candidates, Entity, EntityExtractor, Resources,
 };
+use crate::labels::{HalluExample, HalluStore, Manifest};
 use crate::model::{Lm, Message, Sampler, Session};
 use crate::rag::batch::{block_on, feed_prompt, Batch, Decoder, InOrder};
 use crate::step::TokenStep;
-use crate::synth::store::{HalluExample, HalluStore, Manifest};
 use crate::text::sentences::sentence_spans;
 
 /// Prompt template of a continuation.

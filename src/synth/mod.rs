@@ -4,8 +4,8 @@
 //! - [`hallucination`]: the synthesis pipeline (`ragtime synth hallucination`): truncate, continue, compare, label.
 //! - [`qa_labels`]: the second label source (`ragtime synth qa-labels`): closed-book answers to training questions,
 //!   each sentence labelled by whether the answer was wrong.
-//! - [`store`]: the resumable Parquet dataset the synthesis loop writes and the detector trainer reads.
+//!
+//! The labelled examples go to [`crate::labels`], the store the detector trainer reads.
 
 pub mod hallucination;
 pub mod qa_labels;
-pub mod store;

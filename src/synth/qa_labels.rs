@@ -23,10 +23,10 @@
 //! their specs).
 
 use crate::eval::run::PredictionRecord;
+use crate::labels::HalluExample;
 use crate::qa::Example;
 use crate::rag::Outcome;
 use crate::synth::hallucination::mean_rows;
-use crate::synth::store::HalluExample;
 use crate::text::words::token_sentences;
 
 /// `template` of QA-label rows.

@@ -385,7 +385,7 @@ pub fn model_args(s: &Setup) -> Vec<String> {
 /// A label store of `articles` articles with 10 random rows each (model "tiny", hidden 64, every hidden column the
 /// same vector `v`), labelled `v[0] + v[1] > 0`: learnable, and seconds to train on.
 pub fn write_toy_label_store(dir: &Path, articles: usize) {
-    use ragtime::synth::store::{HalluExample, HalluStore};
+    use ragtime::labels::{HalluExample, HalluStore};
     let mut store = HalluStore::open(dir, "tiny", 64).unwrap();
     let mut x = 0x9E37_79B9_7F4A_7C15u64;
     let mut rnd = || {

@@ -1,4 +1,7 @@
-//! Resumable Parquet store for synthetic hallucination examples (MIND's pseudo-training data).
+//! The hallucination-label store: resumable Parquet shards of labelled examples with the model's internal states
+//! (MIND's pseudo-training data), which `synth hallucination` and `synth qa-labels` write ([`crate::synth`]) and the
+//! detector trains on ([`crate::detector`]). It depends on neither, so the learned trigger that loads a detector
+//! does not reach back into the synthesis pipeline.
 //!
 //! # Layout of a dataset directory
 //!
