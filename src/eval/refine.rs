@@ -89,10 +89,10 @@ pub fn next(records: &[SweepRecord], controller: &str, budget: f64, tolerance: f
     if pts.len() < 2 {
         return Next::NoGrid;
     }
-    // the nearest within tolerance (to 1e-9, as `pick` compares distances), the first among equals
+    // the nearest within tolerance, the first among equals
     let within = pts
         .iter()
-        .filter(|p| (p.2 - budget).abs() <= tolerance + 1e-9)
+        .filter(|p| within_tolerance(p.2, budget, tolerance))
         .min_by(|a, b| (a.2 - budget).abs().total_cmp(&(b.2 - budget).abs()).then(a.0.cmp(&b.0)));
     if let Some(p) = within {
         return Next::Met(p.0);
@@ -114,14 +114,20 @@ pub fn next(records: &[SweepRecord], controller: &str, budget: f64, tolerance: f
     }
 }
 
+/// Whether a measured rate lies within `tolerance` of `budget` (to 1e-9, as `pick` compares distances, so 1.1 is
+/// within 0.1 of 1.0 despite binary rounding).
+fn within_tolerance(rate: f64, budget: f64, tolerance: f64) -> bool {
+    (rate - budget).abs() <= tolerance + 1e-9
+}
+
 /// Why a picked point lies more than `tolerance` from its budget, and what would bring one nearer; `None` when it
 /// lies within. `sweep --pick` writes the nearest setting whatever its distance, so a grid that never reaches a
 /// budget would otherwise pass unnoticed: "budget 1" read at 0.33 retrievals per question.
 pub fn off_budget(records: &[SweepRecord], p: &CalibratedPoint, tolerance: f64) -> Option<String> {
-    let gap = (p.retrievals_per_question - p.budget).abs();
-    if gap <= tolerance + 1e-9 {
+    if within_tolerance(p.retrievals_per_question, p.budget, tolerance) {
         return None;
     }
+    let gap = (p.retrievals_per_question - p.budget).abs();
     let why = match next(records, &p.trigger, p.budget, tolerance) {
         Next::Outside { .. } => format!(
             "every setting swept gives {} retrievals/question than {}; widen --grid to bracket it",
