@@ -8,8 +8,14 @@
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::LazyLock;
 
 use regex::Regex;
+
+/// A long flag, `--name`.
+static FLAG: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"--[a-z0-9][a-z0-9-]*").unwrap());
+/// Where a command starts: the word `ragtime` (alone or at the end of a path) and the subcommand after it.
+static START: LazyLock<Regex> = LazyLock::new(|| Regex::new(r#"(?:^|[\s`(/"'])ragtime\s+([a-z]\S*)"#).unwrap());
 
 /// What one (sub)command's `--help` offers.
 #[derive(Debug, Clone, Default)]
@@ -21,8 +27,7 @@ struct Help {
 impl Help {
     /// Read from `--help` text: every `--flag` it mentions, and the names listed under `Commands:`.
     fn parse(text: &str) -> Help {
-        let flag = Regex::new(r"--[a-z0-9][a-z0-9-]*").unwrap();
-        let flags = flag.find_iter(text).map(|m| m.as_str().to_string()).collect();
+        let flags = FLAG.find_iter(text).map(|m| m.as_str().to_string()).collect();
         let subcommands = text
             .split_once("Commands:\n")
             .map(|(_, rest)| {
@@ -41,7 +46,6 @@ impl Help {
 /// the words after `ragtime` up to the end of the command (a shell separator, a redirection, a comment or the end
 /// of inline code).
 fn commands(text: &str) -> Vec<(usize, Vec<String>)> {
-    let start = Regex::new(r#"(?:^|[\s`(/"'])ragtime\s+([a-z]\S*)"#).unwrap();
     let mut out = Vec::new();
     let mut number = 0;
     let mut lines = text.lines().peekable();
@@ -60,7 +64,7 @@ fn commands(text: &str) -> Vec<(usize, Vec<String>)> {
                 None => break,
             }
         }
-        for m in start.captures_iter(&line) {
+        for m in START.captures_iter(&line) {
             let from = m.get(1).unwrap().start();
             let rest = &line[from..];
             let end = rest.find(['`', ';', '|', '&', ')', '>', '<']).unwrap_or(rest.len());
@@ -127,10 +131,9 @@ fn problems(words: &[String], help: &mut dyn FnMut(&[String]) -> Help, shipped: 
             _ => {}
         }
     }
-    let name = Regex::new(r"^--[a-z0-9][a-z0-9-]*").unwrap();
     let mut found = Vec::new();
     for (i, w) in rest.iter().enumerate() {
-        let Some(flag) = name.find(w).map(|m| m.as_str()) else { continue };
+        let Some(flag) = FLAG.find(w).filter(|m| m.start() == 0).map(|m| m.as_str()) else { continue };
         if !h.flags.contains(flag) {
             found.push(format!("no flag {flag}"));
             continue;
