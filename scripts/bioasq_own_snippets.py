@@ -58,7 +58,8 @@ def main():
             own_passages += sum(hits)
             passages += len(ids)
         share = own_passages / passages if passages else 0.0
-        print(f"| {run} | {questions} | {with_own} ({with_own / questions:.0%}) | {share:.0%} |")
+        held = with_own / questions if questions else 0.0
+        print(f"| {run} | {questions} | {with_own} ({held:.0%}) | {share:.0%} |")
 
 
 if __name__ == "__main__":
