@@ -292,8 +292,11 @@ fn safetensors_seed() -> &'static Vec<(PathBuf, Vec<u8>)> {
     SEED.get_or_init(|| {
         let dir = tempfile::tempdir().unwrap();
         let cfg = ModelConfig::tiny(Arch::Qwen2, 64);
-        std::fs::write(dir.path().join("config.json"), serde_json::to_string_pretty(&cfg.to_hf_config()).unwrap())
-            .unwrap();
+        std::fs::write(
+            dir.path().join("config.json"),
+            serde_json::to_string_pretty(&cfg.to_hf_config().unwrap()).unwrap(),
+        )
+        .unwrap();
         write_safetensors(&dir.path().join("model.safetensors"), &random_weights(&cfg, 3), None).unwrap();
         common::snapshot(dir.path())
     })
@@ -331,7 +334,7 @@ proptest! {
         limit_memory();
         let dir = tempfile::tempdir().unwrap();
         let cfg = ModelConfig::tiny(Arch::Qwen2, 64);
-        std::fs::write(dir.path().join("config.json"), cfg.to_hf_config().to_string()).unwrap();
+        std::fs::write(dir.path().join("config.json"), cfg.to_hf_config().unwrap().to_string()).unwrap();
         let mut bytes = (len % 512).to_le_bytes().to_vec();
         bytes.extend(body);
         std::fs::write(dir.path().join("model.safetensors"), &bytes).unwrap();

@@ -17,7 +17,8 @@ fn tokenizer_path() -> std::path::PathBuf {
 fn tiny(arch: Arch, dir: &std::path::Path) -> (Lm, Lm) {
     let cfg = ModelConfig::tiny(arch, 49152);
     let w = random_weights(&cfg, 7);
-    std::fs::write(dir.join("config.json"), serde_json::to_string_pretty(&cfg.to_hf_config()).unwrap()).unwrap();
+    std::fs::write(dir.join("config.json"), serde_json::to_string_pretty(&cfg.to_hf_config().unwrap()).unwrap())
+        .unwrap();
     write_safetensors(&dir.join("model.safetensors"), &w, None).unwrap();
     std::fs::copy(tokenizer_path(), dir.join("tokenizer.json")).unwrap();
     let from_disk = Lm::load(dir, DeviceKind::Cpu, None).unwrap();

@@ -268,6 +268,9 @@ fn open_base(
             cfg.vocab_size
         );
     }
+    // checkpoints and exports are Hugging Face folders: a model whose config.json cannot be written fails here,
+    // before training, not at its first checkpoint
+    cfg.to_hf_config().with_context(|| format!("{}: cannot be saved as a Hugging Face folder", model.display()))?;
     let mut tok = tok;
     if tok.bos_id.is_none() {
         tok.bos_id = cfg.bos_token_id;

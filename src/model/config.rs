@@ -4,6 +4,7 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 
+use super::rope::RopeScaling;
 use super::ModelError;
 
 /// The decoder families ragtime runs: they differ only in biases and in how GGUF stores Q/K.
@@ -41,6 +42,9 @@ pub struct ModelConfig {
     pub vocab_size: usize,
     pub max_position_embeddings: usize,
     pub rope_theta: f32,
+    /// How the checkpoint rescales RoPE's frequencies ([`RopeScaling`]); `None`: plain `theta^(-2i/d)`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rope_scaling: Option<RopeScaling>,
     pub rms_norm_eps: f32,
     pub tie_word_embeddings: bool,
     pub bos_token_id: Option<u32>,
@@ -86,17 +90,7 @@ impl ModelConfig {
             .and_then(|x| x.as_f64())
             .or_else(|| v.get("rope_parameters").and_then(|r| r.get("rope_theta")).and_then(|x| x.as_f64()))
             .unwrap_or(10000.0) as f32;
-        if let Some(scaling) = v.get("rope_scaling").filter(|s| !s.is_null()) {
-            let kind = scaling.get("rope_type").or_else(|| scaling.get("type")).and_then(|x| x.as_str()).unwrap_or("?");
-            if kind != "default" {
-                return Err(ModelError::Unsupported {
-                    file: path.display().to_string(),
-                    what: format!("rope_scaling type '{kind}'"),
-                    supported: "default".into(),
-                }
-                .into());
-            }
-        }
+        let rope_scaling = hf_rope_scaling(&v, path)?;
         let eos_token_ids = match v.get("eos_token_id") {
             Some(serde_json::Value::Number(n)) => vec![n.as_u64().unwrap_or(0) as u32],
             Some(serde_json::Value::Array(a)) => a.iter().filter_map(|x| x.as_u64()).map(|x| x as u32).collect(),
@@ -113,6 +107,7 @@ impl ModelConfig {
             vocab_size: get("vocab_size")?,
             max_position_embeddings: v.get("max_position_embeddings").and_then(|x| x.as_u64()).unwrap_or(4096) as usize,
             rope_theta,
+            rope_scaling,
             rms_norm_eps: v.get("rms_norm_eps").and_then(|x| x.as_f64()).unwrap_or(1e-6) as f32,
             tie_word_embeddings: v.get("tie_word_embeddings").and_then(|x| x.as_bool()).unwrap_or(false),
             bos_token_id: v.get("bos_token_id").and_then(|x| x.as_u64()).map(|x| x as u32),
@@ -163,16 +158,30 @@ impl ModelConfig {
                 return Err(bad(k, v.to_string(), "expected a finite number above 0".into()));
             }
         }
+        if let Some(s) = &self.rope_scaling {
+            s.check(self.head_dim).map_err(|(k, value, detail)| bad(k, value, detail))?;
+        }
         Ok(())
     }
 
-    /// The `config.json` transformers expects for these weights.
-    pub fn to_hf_config(&self) -> serde_json::Value {
+    /// The `config.json` transformers expects for these weights. A RoPE scaling that `config.json` cannot state
+    /// (GGUF's per-frequency factors) is an error: written without it, the file would load as another model.
+    pub fn to_hf_config(&self) -> Result<serde_json::Value, ModelError> {
         let (archs, model_type) = match self.arch {
             Arch::Llama => ("LlamaForCausalLM", "llama"),
             Arch::Qwen2 => ("Qwen2ForCausalLM", "qwen2"),
         };
-        serde_json::json!({
+        let rope_scaling = match &self.rope_scaling {
+            None => serde_json::Value::Null,
+            Some(s) => s.to_hf().ok_or_else(|| ModelError::Unsupported {
+                file: "config.json".into(),
+                what: "RoPE scaled by per-frequency factors (a GGUF's rope_freqs.weight)".into(),
+                supported: "config.json states linear and llama3 scaling by their parameters; start from the \
+                            model's Hugging Face folder, whose config.json has them"
+                    .into(),
+            })?,
+        };
+        Ok(serde_json::json!({
             "architectures": [archs],
             "model_type": model_type,
             "hidden_size": self.hidden_size,
@@ -184,6 +193,7 @@ impl ModelConfig {
             "vocab_size": self.vocab_size,
             "max_position_embeddings": self.max_position_embeddings,
             "rope_theta": self.rope_theta,
+            "rope_scaling": rope_scaling,
             "rms_norm_eps": self.rms_norm_eps,
             "tie_word_embeddings": self.tie_word_embeddings,
             "hidden_act": "silu",
@@ -191,7 +201,7 @@ impl ModelConfig {
             "bos_token_id": self.bos_token_id,
             "eos_token_id": if self.eos_token_ids.len() == 1 { serde_json::json!(self.eos_token_ids[0]) } else { serde_json::json!(self.eos_token_ids) },
             "torch_dtype": "float32",
-        })
+        }))
     }
 
     /// A tiny configuration for tests (random weights).
@@ -207,6 +217,7 @@ impl ModelConfig {
             vocab_size,
             max_position_embeddings: 2048,
             rope_theta: 10000.0,
+            rope_scaling: None,
             rms_norm_eps: 1e-5,
             tie_word_embeddings: true,
             bos_token_id: None,
@@ -215,9 +226,66 @@ impl ModelConfig {
     }
 }
 
+/// A `config.json`'s RoPE scaling: `rope_scaling` (or, in the newer layout, `rope_parameters`) with `rope_type`
+/// (or `type`) `linear` or `llama3`; `default` or none: no scaling. Any other type is refused by name.
+fn hf_rope_scaling(v: &serde_json::Value, path: &Path) -> Result<Option<RopeScaling>> {
+    let Some(s) = v.get("rope_scaling").filter(|s| !s.is_null()).or_else(|| v.get("rope_parameters")) else {
+        return Ok(None);
+    };
+    let kind = s.get("rope_type").or_else(|| s.get("type")).and_then(|x| x.as_str()).unwrap_or("default");
+    let num = |k: &str| -> Result<f64> {
+        s.get(k)
+            .and_then(|x| x.as_f64())
+            .with_context(|| format!("{}: rope_scaling of type '{kind}' lacks the number '{k}'", path.display()))
+    };
+    Ok(match kind {
+        "default" => None,
+        "linear" => Some(RopeScaling::Linear { factor: num("factor")? as f32 }),
+        "llama3" => Some(RopeScaling::Llama3 {
+            factor: num("factor")? as f32,
+            low_freq_factor: num("low_freq_factor")? as f32,
+            high_freq_factor: num("high_freq_factor")? as f32,
+            // transformers falls back to max_position_embeddings
+            original_max_position_embeddings: match s.get("original_max_position_embeddings") {
+                Some(_) => num("original_max_position_embeddings")? as usize,
+                None => v.get("max_position_embeddings").and_then(|x| x.as_u64()).unwrap_or(0) as usize,
+            },
+        }),
+        other => {
+            return Err(ModelError::Unsupported {
+                file: path.display().to_string(),
+                what: format!("rope_scaling type '{other}'"),
+                supported: "default, linear, llama3".into(),
+            }
+            .into())
+        }
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A config.json ragtime writes (checkpoints, exports) reads back with the same RoPE scaling.
+    #[test]
+    fn rope_scaling_round_trips_through_config_json() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("config.json");
+        for scaling in [
+            None,
+            Some(RopeScaling::Linear { factor: 4.0 }),
+            Some(RopeScaling::Llama3 {
+                factor: 32.0,
+                low_freq_factor: 1.0,
+                high_freq_factor: 4.0,
+                original_max_position_embeddings: 8192,
+            }),
+        ] {
+            let c = ModelConfig { rope_scaling: scaling, ..ModelConfig::tiny(Arch::Llama, 10) };
+            std::fs::write(&p, c.to_hf_config().unwrap().to_string()).unwrap();
+            assert_eq!(ModelConfig::from_hf_config(&p).unwrap(), c);
+        }
+    }
 
     fn hf_config(dir: &Path, fields: &str) -> std::path::PathBuf {
         let p = dir.join("config.json");
@@ -250,6 +318,10 @@ mod tests {
             assert!(e.contains("config.json") && e.contains(want), "{fields}: {e}");
         }
         let mut c = ModelConfig::tiny(Arch::Llama, 10);
+        c.rope_scaling = Some(RopeScaling::Factors { factors: vec![1.0, 2.0] });
+        let e = c.validate("m", |k| k.to_string()).unwrap_err().to_string();
+        assert!(e.contains("m: rope_freqs = 2 factors: expected one factor per rotated pair: head_dim / 2 = 4"), "{e}");
+        c.rope_scaling = None;
         c.rms_norm_eps = f32::NAN;
         assert!(c.validate("m", |k| k.to_string()).unwrap_err().to_string().contains("m: rms_norm_eps = NaN"));
     }

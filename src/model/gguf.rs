@@ -16,6 +16,7 @@ use candle_core::quantized::gguf_file::{Content, Value};
 
 use super::config::{Arch, ModelConfig};
 use super::params::gguf_name;
+use super::rope::RopeScaling;
 use super::weights::{HostTensor, WeightSource};
 
 pub struct GgufFile {
@@ -130,6 +131,7 @@ impl GgufFile {
             vocab_size,
             max_position_embeddings: meta_u64(&content, &format!("{a}.context_length")).unwrap_or(4096) as usize,
             rope_theta: meta_f32(&content, &format!("{a}.rope.freq_base")).unwrap_or(10000.0),
+            rope_scaling: rope_scaling(&content, path, a, head_dim)?,
             rms_norm_eps: meta_f32(&content, &format!("{a}.attention.layer_norm_rms_epsilon")).unwrap_or(1e-5),
             tie_word_embeddings: !content.tensor_infos.contains_key("output.weight"),
             bos_token_id: meta_u64(&content, "tokenizer.ggml.bos_token_id").map(|x| x as u32),
@@ -215,6 +217,54 @@ impl GgufFile {
     }
 }
 
+/// The file's RoPE scaling ([`RopeScaling`]): `{arch}.rope.scaling.type` `linear` (or the older
+/// `{arch}.rope.scale_linear`) with its factor, and the per-frequency divisors of the tensor `rope_freqs.weight`
+/// (how llama.cpp's converter stores Llama 3.1's `llama3` scaling); both where both are given. Other scaling types
+/// (`yarn`, `longrope`) and rotating fewer dimensions than a head has are refused by name.
+fn rope_scaling(content: &Content, path: &Path, a: &str, head_dim: usize) -> Result<Option<RopeScaling>> {
+    let unsupported = |what: String, supported: &str| -> anyhow::Error {
+        super::ModelError::Unsupported { file: path.display().to_string(), what, supported: supported.into() }.into()
+    };
+    if let Some(rotated) = meta_u64(content, &format!("{a}.rope.dimension_count")) {
+        if rotated != head_dim as u64 {
+            let hd = head_dim;
+            let what = format!("RoPE on {rotated} of a head's {hd} dimensions ({a}.rope.dimension_count)");
+            return Err(unsupported(what, "every dimension of the head"));
+        }
+    }
+    let kind = content.metadata.get(&format!("{a}.rope.scaling.type")).and_then(|v| v.to_string().ok().cloned());
+    let linear = match kind.as_deref() {
+        None | Some("none") => meta_f32(content, &format!("{a}.rope.scale_linear")).filter(|&f| f != 1.0),
+        Some("linear") => Some(meta_f32(content, &format!("{a}.rope.scaling.factor")).with_context(|| {
+            format!("{}: {a}.rope.scaling.type is linear but {a}.rope.scaling.factor is missing", path.display())
+        })?),
+        Some(other) => {
+            let what = format!("RoPE scaling type '{other}' ({a}.rope.scaling.type)");
+            return Err(unsupported(what, "none, linear, and per-frequency factors in rope_freqs.weight"));
+        }
+    };
+    let factors = match content.tensor_infos.get("rope_freqs.weight") {
+        None => None,
+        Some(info) => {
+            let file = File::open(path).with_context(|| format!("{}: cannot open", path.display()))?;
+            let t = info
+                .read(&mut BufReader::new(file), content.tensor_data_offset, &candle_core::Device::Cpu)
+                .and_then(|q| q.dequantize(&candle_core::Device::Cpu))
+                .and_then(|t| t.flatten_all())
+                .and_then(|t| t.to_dtype(candle_core::DType::F32))
+                .and_then(|t| t.to_vec1::<f32>())
+                .map_err(|e| anyhow::anyhow!("{}: tensor 'rope_freqs.weight': {e}", path.display()))?;
+            Some(t)
+        }
+    };
+    Ok(match (factors, linear) {
+        (Some(f), Some(l)) => Some(RopeScaling::Factors { factors: f.iter().map(|x| x * l).collect() }),
+        (Some(factors), None) => Some(RopeScaling::Factors { factors }),
+        (None, Some(factor)) => Some(RopeScaling::Linear { factor }),
+        (None, None) => None,
+    })
+}
+
 /// The GGUF metadata key that holds a Hugging Face `config.json` key, for error messages.
 fn gguf_key(arch: &str, hf: &str) -> String {
     let k = match hf {
@@ -226,6 +276,8 @@ fn gguf_key(arch: &str, hf: &str) -> String {
         "head_dim" => "attention.key_length",
         "max_position_embeddings" => "context_length",
         "rope_theta" => "rope.freq_base",
+        "rope_scaling.factor" => "rope.scaling.factor",
+        "rope_freqs" => return "rope_freqs.weight".to_string(),
         "rms_norm_eps" => "attention.layer_norm_rms_epsilon",
         "vocab_size" => return "tokenizer.ggml.tokens (its length)".to_string(),
         other => other,

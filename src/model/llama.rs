@@ -4,8 +4,9 @@
 //! comments.
 //!
 //! Matches Hugging Face transformers' `LlamaForCausalLM` / `Qwen2ForCausalLM` in float32:
-//! RMSNorm `x * rsqrt(mean(x^2) + eps) * w`, rotate-half RoPE with `inv_freq = theta^(-2i/d)`, grouped-query
-//! attention with softmax in f32, SwiGLU MLP `down(silu(gate(x)) * up(x))`, optional tied `lm_head`.
+//! RMSNorm `x * rsqrt(mean(x^2) + eps) * w`, rotate-half RoPE with `inv_freq = theta^(-2i/d)` (scaled as the
+//! checkpoint says: [`super::rope`]), grouped-query attention with softmax in f32, SwiGLU MLP
+//! `down(silu(gate(x)) * up(x))`, optional tied `lm_head`.
 
 use burn::module::{Module, ModuleMapper, Param};
 use burn::prelude::Backend;
@@ -148,26 +149,7 @@ pub struct Rope<B: Backend> {
     pub sin: Tensor<B, 2>,
 }
 
-/// RoPE's `cos` and `sin` tables, `[max_pos, head_dim]` each, computed on the host as transformers does.
-pub fn rope_tables(cfg: &ModelConfig, max_pos: usize) -> (Vec<f32>, Vec<f32>) {
-    let hd = cfg.head_dim;
-    let half = hd / 2;
-    let mut cos = vec![0f32; max_pos * hd];
-    let mut sin = vec![0f32; max_pos * hd];
-    for i in 0..half {
-        // transformers: inv_freq = 1 / theta ** (arange(0, d, 2) / d), computed in float32
-        let inv_freq = 1.0f32 / cfg.rope_theta.powf((2 * i) as f32 / hd as f32);
-        for p in 0..max_pos {
-            let angle = p as f32 * inv_freq;
-            let (s, c) = angle.sin_cos();
-            cos[p * hd + i] = c;
-            cos[p * hd + i + half] = c;
-            sin[p * hd + i] = s;
-            sin[p * hd + i + half] = s;
-        }
-    }
-    (cos, sin)
-}
+pub use super::rope::rope_tables;
 
 impl<B: Backend> Rope<B> {
     pub fn new(cfg: &ModelConfig, max_pos: usize, device: &B::Device) -> Self {

@@ -22,6 +22,7 @@ pub mod peft;
 pub mod quant;
 pub mod quantize;
 pub mod reduce;
+pub mod rope;
 pub mod safetensors;
 pub mod sampling;
 pub mod simd;

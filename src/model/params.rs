@@ -145,6 +145,7 @@ mod tests {
             vocab_size: 10,
             max_position_embeddings: 32,
             rope_theta: 10000.0,
+            rope_scaling: None,
             rms_norm_eps: 1e-5,
             tie_word_embeddings: false,
             bos_token_id: None,

@@ -112,7 +112,7 @@ pub(super) fn save_checkpoint<AB: AutodiffBackend>(
         }
         None => {
             write_tensors(&tmp.join("model.safetensors"), &export_llama(&inner))?;
-            std::fs::write(tmp.join("config.json"), serde_json::to_string_pretty(&model_cfg.to_hf_config())?)?;
+            std::fs::write(tmp.join("config.json"), serde_json::to_string_pretty(&model_cfg.to_hf_config()?)?)?;
         }
     }
     write_tensors(&tmp.join("optimizer.safetensors"), &opt.state_tensors())?;

@@ -25,12 +25,19 @@ pub use crate::model::safetensors::read_tensors;
 
 /// `config.json` for the exported weights: [`ModelConfig::to_hf_config`] with the float fields written as
 /// their shortest decimal (`1e-5`, not the f32 widening `9.999999747378752e-6`).
-pub fn hf_config(cfg: &ModelConfig) -> serde_json::Value {
-    let mut v = cfg.to_hf_config();
+pub fn hf_config(cfg: &ModelConfig) -> Result<serde_json::Value> {
+    let mut v = cfg.to_hf_config()?;
     let short = |x: f32| -> serde_json::Value { serde_json::json!(format!("{x}").parse::<f64>().unwrap_or(x as f64)) };
     v["rms_norm_eps"] = short(cfg.rms_norm_eps);
     v["rope_theta"] = short(cfg.rope_theta);
-    v
+    if let Some(scaling) = v["rope_scaling"].as_object_mut() {
+        for k in ["factor", "low_freq_factor", "high_freq_factor"] {
+            if let Some(x) = scaling.get(k).and_then(|x| x.as_f64()) {
+                scaling.insert(k.to_string(), short(x as f32));
+            }
+        }
+    }
+    Ok(v)
 }
 
 /// ChatML as a Jinja template (SmolLM2 / Qwen2 style), inserting `default_system` when the conversation has no
@@ -66,7 +73,7 @@ pub fn export_hf<B: Backend>(
 ) -> Result<()> {
     std::fs::create_dir_all(out).with_context(|| format!("{}: cannot create", out.display()))?;
     write_tensors(&out.join("model.safetensors"), &export_llama(model))?;
-    std::fs::write(out.join("config.json"), serde_json::to_string_pretty(&hf_config(cfg))?)?;
+    std::fs::write(out.join("config.json"), serde_json::to_string_pretty(&hf_config(cfg)?)?)?;
     // The source may be read-only (shared data): replace any earlier copy and make ours writable.
     let tj = out.join("tokenizer.json");
     if crate::io::exists(&tj)? {

@@ -192,7 +192,7 @@ pub struct CpuEngine {
     /// `[d]`
     norm: Vec<f32>,
     lm_head: Head,
-    /// `[max_pos, hd]` each (see [`crate::model::llama::rope_tables`]).
+    /// `[max_pos, hd]` each (see [`crate::model::rope::rope_tables`]).
     cos: Vec<f32>,
     sin: Vec<f32>,
     max_pos: usize,
@@ -245,7 +245,7 @@ impl CpuEngine {
         } else {
             Head::Own(Weight::load(src, params::LM_HEAD, [cfg.vocab_size, d])?)
         };
-        let (cos, sin) = crate::model::llama::rope_tables(cfg, max_pos);
+        let (cos, sin) = crate::model::rope::rope_tables(cfg, max_pos);
         Ok(CpuEngine {
             cfg: cfg.clone(),
             embed,

@@ -1,0 +1,213 @@
+//! Rotary position embeddings (RoPE, Su et al. 2021) and the frequency scalings long-context checkpoints ship
+//! with. Position `p` rotates the pair `(i, i + d/2)` of every query and key head by the angle `p * inv_freq[i]`,
+//! `inv_freq[i] = theta^(-2i/d)` (rotate-half, as transformers). A scaling only changes `inv_freq`:
+//!
+//! - `linear` (position interpolation, Chen et al. 2023): every frequency divided by `factor`;
+//! - `llama3` (Llama 3.1 and 3.2): frequencies whose wavelength `2 pi / inv_freq` exceeds
+//!   `original_max_position_embeddings / low_freq_factor` divided by `factor`, those shorter than
+//!   `original_max_position_embeddings / high_freq_factor` kept, the ones between blended linearly in
+//!   `original_max_position_embeddings / wavelength` (transformers' `_compute_llama3_parameters`);
+//! - per-frequency divisors, as llama.cpp's GGUF converter stores `llama3` (the tensor `rope_freqs.weight`, one
+//!   factor per pair: `inv_freq[i] / factors[i]`).
+//!
+//! Scalings that also change the attention scale or depend on the sequence length (`yarn`, `longrope`,
+//! `dynamic`) are refused at load ([`super::config`], [`super::gguf`]).
+
+/// How a checkpoint rescales RoPE's frequencies (`None` in [`super::ModelConfig`]: the plain `theta^(-2i/d)`).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "rope_type", rename_all = "lowercase")]
+pub enum RopeScaling {
+    /// transformers' `linear`: `inv_freq / factor`.
+    Linear { factor: f32 },
+    /// transformers' `llama3`.
+    Llama3 { factor: f32, low_freq_factor: f32, high_freq_factor: f32, original_max_position_embeddings: usize },
+    /// One divisor per rotated pair (`head_dim / 2` of them), as GGUF's `rope_freqs.weight`.
+    Factors { factors: Vec<f32> },
+}
+
+impl RopeScaling {
+    /// Checks the values once, at load: `Err(key, value, what was expected)`.
+    pub fn check(&self, head_dim: usize) -> Result<(), (&'static str, String, String)> {
+        let positive = |k: &'static str, v: f32| {
+            if v.is_finite() && v > 0.0 {
+                Ok(())
+            } else {
+                Err((k, v.to_string(), "expected a finite number above 0".to_string()))
+            }
+        };
+        match self {
+            RopeScaling::Linear { factor } => positive("rope_scaling.factor", *factor),
+            RopeScaling::Llama3 { factor, low_freq_factor, high_freq_factor, original_max_position_embeddings } => {
+                positive("rope_scaling.factor", *factor)?;
+                positive("rope_scaling.low_freq_factor", *low_freq_factor)?;
+                positive("rope_scaling.high_freq_factor", *high_freq_factor)?;
+                if high_freq_factor <= low_freq_factor {
+                    let detail = format!("expected more than rope_scaling.low_freq_factor = {low_freq_factor}");
+                    return Err(("rope_scaling.high_freq_factor", high_freq_factor.to_string(), detail));
+                }
+                if *original_max_position_embeddings == 0 {
+                    let k = "rope_scaling.original_max_position_embeddings";
+                    return Err((k, "0".into(), "expected 1 or more".into()));
+                }
+                Ok(())
+            }
+            RopeScaling::Factors { factors } => {
+                if factors.len() != head_dim / 2 {
+                    let detail = format!("expected one factor per rotated pair: head_dim / 2 = {}", head_dim / 2);
+                    return Err(("rope_freqs", format!("{} factors", factors.len()), detail));
+                }
+                factors.iter().try_for_each(|&f| positive("rope_freqs", f))
+            }
+        }
+    }
+
+    /// Scales `inv_freq` (the plain `theta^(-2i/d)`, one per rotated pair) in place, in f32 as transformers.
+    pub fn apply(&self, inv_freq: &mut [f32]) {
+        match self {
+            RopeScaling::Linear { factor } => inv_freq.iter_mut().for_each(|f| *f /= factor),
+            RopeScaling::Llama3 { factor, low_freq_factor, high_freq_factor, original_max_position_embeddings } => {
+                let old = *original_max_position_embeddings as f32;
+                let (low_wavelen, high_wavelen) = (old / low_freq_factor, old / high_freq_factor);
+                for f in inv_freq.iter_mut() {
+                    let wavelen = 2.0 * std::f32::consts::PI / *f;
+                    if wavelen > low_wavelen {
+                        *f /= factor;
+                    } else if wavelen >= high_wavelen {
+                        let smooth = (old / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor);
+                        *f = (1.0 - smooth) * *f / factor + smooth * *f;
+                    }
+                }
+            }
+            RopeScaling::Factors { factors } => inv_freq.iter_mut().zip(factors).for_each(|(f, d)| *f /= d),
+        }
+    }
+
+    /// The `rope_scaling` entry of a Hugging Face `config.json`, where it has one (per-frequency factors have
+    /// none).
+    pub fn to_hf(&self) -> Option<serde_json::Value> {
+        match self {
+            RopeScaling::Factors { .. } => None,
+            other => serde_json::to_value(other).ok(),
+        }
+    }
+}
+
+/// `inv_freq[i] = theta^(-2i/d)` for the `head_dim / 2` rotated pairs, computed in f32 as transformers, then
+/// scaled.
+pub fn inv_freqs(head_dim: usize, theta: f32, scaling: Option<&RopeScaling>) -> Vec<f32> {
+    let mut inv: Vec<f32> = (0..head_dim / 2).map(|i| 1.0f32 / theta.powf((2 * i) as f32 / head_dim as f32)).collect();
+    if let Some(s) = scaling {
+        s.apply(&mut inv);
+    }
+    inv
+}
+
+/// RoPE's `cos` and `sin` tables, `[max_pos, head_dim]` each (the frequencies repeated over both halves, as
+/// transformers), computed on the host.
+pub fn rope_tables(cfg: &super::ModelConfig, max_pos: usize) -> (Vec<f32>, Vec<f32>) {
+    let hd = cfg.head_dim;
+    let half = hd / 2;
+    let inv = inv_freqs(hd, cfg.rope_theta, cfg.rope_scaling.as_ref());
+    let mut cos = vec![0f32; max_pos * hd];
+    let mut sin = vec![0f32; max_pos * hd];
+    for (i, &inv_freq) in inv.iter().enumerate() {
+        for p in 0..max_pos {
+            let angle = p as f32 * inv_freq;
+            let (s, c) = angle.sin_cos();
+            cos[p * hd + i] = c;
+            cos[p * hd + i + half] = c;
+            sin[p * hd + i] = s;
+            sin[p * hd + i + half] = s;
+        }
+    }
+    (cos, sin)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Llama 3.1's parameters (factor 8, low 1, high 4, 8,192 positions) on a head of 8 with theta 10,000, worked
+    /// by hand: inv_freq = 1, 0.1, 0.01, 0.001; wavelengths 2 pi = 6.28, 62.8, 628, 6,283 against the bounds
+    /// 8192 / 4 = 2,048 and 8192 / 1 = 8,192. The first three are below 2,048: kept. The last is between: smooth =
+    /// (8192 / 6283.19 - 1) / 3 = 0.101266, inv_freq = 0.001 * ((1 - 0.101266) / 8 + 0.101266) = 0.00021361.
+    #[test]
+    fn llama3_scaling_worked_by_hand() {
+        let s = RopeScaling::Llama3 {
+            factor: 8.0,
+            low_freq_factor: 1.0,
+            high_freq_factor: 4.0,
+            original_max_position_embeddings: 8192,
+        };
+        let inv = inv_freqs(8, 10_000.0, Some(&s));
+        for (got, want) in inv.iter().zip([1.0, 0.1, 0.01, 0.000_213_61]) {
+            assert!((got - want).abs() <= 1e-4 * want, "{inv:?}");
+        }
+        // with 512 positions the bounds are 128 and 512: 62.8 kept, 628 and 6,283 divided by 8
+        let s = RopeScaling::Llama3 {
+            factor: 8.0,
+            low_freq_factor: 1.0,
+            high_freq_factor: 4.0,
+            original_max_position_embeddings: 512,
+        };
+        let inv = inv_freqs(8, 10_000.0, Some(&s));
+        for (got, want) in inv.iter().zip([1.0, 0.1, 0.001_25, 0.000_125]) {
+            assert!((got - want).abs() <= 1e-6 * want, "{inv:?}");
+        }
+        // 64 positions: bounds 16 and 64; 62.8 is between: smooth = (64 / 62.832 - 1) / 3 = 0.0061972,
+        // inv_freq = 0.1 * ((1 - 0.0061972) / 8 + 0.0061972) = 0.013042; 6.28 kept, 628 and 6,283 divided
+        let s = RopeScaling::Llama3 {
+            factor: 8.0,
+            low_freq_factor: 1.0,
+            high_freq_factor: 4.0,
+            original_max_position_embeddings: 64,
+        };
+        let inv = inv_freqs(8, 10_000.0, Some(&s));
+        for (got, want) in inv.iter().zip([1.0, 0.013_042, 0.001_25, 0.000_125]) {
+            assert!((got - want).abs() <= 1e-4 * want, "{inv:?}");
+        }
+    }
+
+    #[test]
+    fn linear_and_factors_divide() {
+        let plain = inv_freqs(8, 10_000.0, None);
+        let lin = inv_freqs(8, 10_000.0, Some(&RopeScaling::Linear { factor: 4.0 }));
+        let fac = inv_freqs(8, 10_000.0, Some(&RopeScaling::Factors { factors: vec![1.0, 2.0, 4.0, 8.0] }));
+        for i in 0..4 {
+            assert_eq!(lin[i], plain[i] / 4.0);
+            assert_eq!(fac[i], plain[i] / [1.0, 2.0, 4.0, 8.0][i]);
+        }
+    }
+
+    #[test]
+    fn bad_values_are_refused() {
+        let l3 = |low, high, old| RopeScaling::Llama3 {
+            factor: 8.0,
+            low_freq_factor: low,
+            high_freq_factor: high,
+            original_max_position_embeddings: old,
+        };
+        assert_eq!(l3(4.0, 1.0, 8192).check(8).unwrap_err().0, "rope_scaling.high_freq_factor");
+        assert_eq!(l3(1.0, 4.0, 0).check(8).unwrap_err().0, "rope_scaling.original_max_position_embeddings");
+        assert!(l3(1.0, 4.0, 8192).check(8).is_ok());
+        assert_eq!(RopeScaling::Linear { factor: 0.0 }.check(8).unwrap_err().0, "rope_scaling.factor");
+        let e = RopeScaling::Factors { factors: vec![1.0; 3] }.check(8).unwrap_err();
+        assert_eq!((e.0, e.1.as_str()), ("rope_freqs", "3 factors"));
+        assert!(RopeScaling::Factors { factors: vec![1.0, f32::NAN, 1.0, 1.0] }.check(8).is_err());
+    }
+
+    #[test]
+    fn hugging_face_entry() {
+        let s = RopeScaling::Llama3 {
+            factor: 32.0,
+            low_freq_factor: 1.0,
+            high_freq_factor: 4.0,
+            original_max_position_embeddings: 8192,
+        };
+        let v = s.to_hf().unwrap();
+        assert_eq!(v["rope_type"], "llama3");
+        assert_eq!(v["original_max_position_embeddings"], 8192);
+        assert_eq!(RopeScaling::Linear { factor: 2.0 }.to_hf().unwrap()["rope_type"], "linear");
+        assert!(RopeScaling::Factors { factors: vec![1.0] }.to_hf().is_none());
+    }
+}
