@@ -169,11 +169,28 @@ pub fn write_tiny_gguf_with(
     extra: &[(&str, candle_core::quantized::gguf_file::Value)],
     dir: &std::path::Path,
 ) -> std::path::PathBuf {
-    use candle_core::quantized::{gguf_file, GgmlDType, QTensor};
-    use candle_core::{Device, Tensor};
     let cfg = ModelConfig::tiny(arch, vocab);
-    let w: HashMap<String, ragtime::model::weights::HostTensor> = random_weights(&cfg, 11).into_iter().collect();
+    let w: HashMap<String, HostTensor> = random_weights(&cfg, 11).into_iter().collect();
     let a = if arch == Arch::Llama { "llama" } else { "qwen2" };
+    write_gguf(&cfg, &w, extra, &[], true, &dir.join(format!("tiny-{a}.gguf")))
+}
+
+/// Writes the model `cfg` with Hugging Face weights `w` as a GGUF file at `path`, as llama.cpp's converter lays it
+/// out: its names, `llama` Q/K rows permuted; `extra` metadata entries after the model's own and `tensors` (F32)
+/// after its weights. `quantized`: the linear weights in several block formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) and
+/// the embedding in Q8_0; otherwise every tensor in F32.
+pub fn write_gguf(
+    cfg: &ModelConfig,
+    w: &HashMap<String, HostTensor>,
+    extra: &[(&str, candle_core::quantized::gguf_file::Value)],
+    tensors_extra: &[(&str, HostTensor)],
+    quantized: bool,
+    path: &std::path::Path,
+) -> std::path::PathBuf {
+    use candle_core::quantized::gguf_file;
+    use candle_core::{Device, Tensor};
+    let arch = cfg.arch;
+    let a = arch.name();
     let mut meta: Vec<(String, gguf_file::Value)> = vec![
         ("general.architecture".into(), gguf_file::Value::String(a.into())),
         (format!("{a}.embedding_length"), gguf_file::Value::U32(cfg.hidden_size as u32)),
@@ -187,7 +204,7 @@ pub fn write_tiny_gguf_with(
     ];
     meta.extend(extra.iter().map(|(k, v)| (k.to_string(), v.clone())));
     // llama.cpp's permutation for `llama` Q/K: original row (h, j, i) is stored at (h, i, j)
-    let permute = |t: &ragtime::model::weights::HostTensor, n_head: usize| -> Vec<f32> {
+    let permute = |t: &HostTensor, n_head: usize| -> Vec<f32> {
         let (rows, cols) = (t.shape[0], t.shape[1]);
         let (hd, half) = (rows / n_head, rows / n_head / 2);
         let mut out = vec![0f32; rows * cols];
@@ -203,6 +220,7 @@ pub fn write_tiny_gguf_with(
     };
     let mut tensors: Vec<(String, QTensor)> = Vec::new();
     let mut put = |name: String, data: Vec<f32>, shape: &[usize], dtype: GgmlDType| {
+        let dtype = if quantized { dtype } else { GgmlDType::F32 };
         let t = Tensor::from_vec(data, shape, &Device::Cpu).unwrap();
         tensors.push((name, QTensor::quantize(&t, dtype).unwrap()));
     };
@@ -245,12 +263,14 @@ pub fn write_tiny_gguf_with(
             GgmlDType::F32,
         );
     }
-    let path = dir.join(format!("tiny-{a}.gguf"));
-    let mut f = std::fs::File::create(&path).unwrap();
+    for (name, t) in tensors_extra {
+        put(name.to_string(), t.data.clone(), &t.shape, GgmlDType::F32);
+    }
+    let mut f = std::fs::File::create(path).unwrap();
     let meta_refs: Vec<(&str, &gguf_file::Value)> = meta.iter().map(|(k, v)| (k.as_str(), v)).collect();
     let tensor_refs: Vec<(&str, &QTensor)> = tensors.iter().map(|(k, v)| (k.as_str(), v)).collect();
     gguf_file::write(&mut f, &meta_refs, &tensor_refs).unwrap();
-    path
+    path.to_path_buf()
 }
 
 /// The records of a JSON-lines file, each without the keys in `drop` (timings that differ between two runs).
