@@ -76,6 +76,34 @@ impl ModelConfig {
                 .into())
             }
         };
+        // options these families can carry that the forward pass does not implement: refused, not ignored
+        let refuse = |what: String, supported: &str| -> anyhow::Error {
+            ModelError::Unsupported { file: path.display().to_string(), what, supported: supported.into() }.into()
+        };
+        let flag = |k: &str| v.get(k).and_then(|x| x.as_bool()).unwrap_or(false);
+        if let Some(act) = v.get("hidden_act").and_then(|x| x.as_str()).filter(|a| *a != "silu") {
+            return Err(refuse(format!("hidden_act '{act}'"), "silu"));
+        }
+        if arch == Arch::Llama && flag("attention_bias") {
+            return Err(refuse(
+                "attention_bias true".into(),
+                "llama's projections without biases, qwen2's q/k/v biases",
+            ));
+        }
+        if flag("mlp_bias") {
+            return Err(refuse("mlp_bias true".into(), "MLP projections without biases"));
+        }
+        if let Some(f) = v.get("partial_rotary_factor").and_then(|x| x.as_f64()).filter(|f| *f != 1.0) {
+            return Err(refuse(format!("partial_rotary_factor {f} (RoPE on part of a head)"), "1"));
+        }
+        // sliding-window attention equals full attention while the sequence fits in the window: ragtime runs
+        // sequences up to the window (a longer one is a context overflow, not another model's attention)
+        let window = match model_type {
+            "mistral" => v.get("sliding_window").and_then(|x| x.as_u64()),
+            "qwen2" if flag("use_sliding_window") => v.get("sliding_window").and_then(|x| x.as_u64()),
+            _ => None,
+        }
+        .filter(|&w| w > 0);
         let hidden_size = get("hidden_size")?;
         let num_heads = get("num_attention_heads")?;
         let num_kv_heads =
@@ -105,7 +133,11 @@ impl ModelConfig {
             num_kv_heads,
             head_dim,
             vocab_size: get("vocab_size")?,
-            max_position_embeddings: v.get("max_position_embeddings").and_then(|x| x.as_u64()).unwrap_or(4096) as usize,
+            max_position_embeddings: v
+                .get("max_position_embeddings")
+                .and_then(|x| x.as_u64())
+                .unwrap_or(4096)
+                .min(window.unwrap_or(u64::MAX)) as usize,
             rope_theta,
             rope_scaling,
             rms_norm_eps: v.get("rms_norm_eps").and_then(|x| x.as_f64()).unwrap_or(1e-6) as f32,
@@ -265,6 +297,37 @@ fn hf_rope_scaling(v: &serde_json::Value, path: &Path) -> Result<Option<RopeScal
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Options the forward pass does not implement are refused by name; a sliding window bounds the positions.
+    #[test]
+    fn unimplemented_options_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        for (fields, want) in [
+            (r#""hidden_act": "gelu""#, "hidden_act 'gelu' is not supported (silu)"),
+            (r#""attention_bias": true"#, "attention_bias true is not supported"),
+            (r#""mlp_bias": true"#, "mlp_bias true is not supported"),
+            (r#""partial_rotary_factor": 0.5"#, "partial_rotary_factor 0.5 (RoPE on part of a head) is not supported"),
+        ] {
+            let p = hf_config(dir.path(), &format!(r#""num_attention_heads": 4, {fields}"#));
+            let e = format!("{:#}", ModelConfig::from_hf_config(&p).unwrap_err());
+            assert!(e.contains("config.json") && e.contains(want), "{fields}: {e}");
+        }
+        let ok =
+            r#""num_attention_heads": 4, "hidden_act": "silu", "attention_bias": false, "partial_rotary_factor": 1.0"#;
+        assert!(ModelConfig::from_hf_config(&hf_config(dir.path(), ok)).is_ok());
+        let max_pos = |fields: &str| {
+            let p = hf_config(
+                dir.path(),
+                &format!(r#""num_attention_heads": 4, "max_position_embeddings": 32768, {fields}"#),
+            );
+            ModelConfig::from_hf_config(&p).unwrap().max_position_embeddings
+        };
+        // Mistral 7B v0.1: a 4,096-position window; Qwen2.5 ships one switched off; llama has none
+        assert_eq!(max_pos(r#""model_type": "mistral", "sliding_window": 4096"#), 4096);
+        assert_eq!(max_pos(r#""model_type": "mistral", "sliding_window": null"#), 32768);
+        assert_eq!(max_pos(r#""model_type": "qwen2", "use_sliding_window": false, "sliding_window": 4096"#), 32768);
+        assert_eq!(max_pos(r#""model_type": "qwen2", "use_sliding_window": true, "sliding_window": 4096"#), 4096);
+    }
 
     /// A config.json ragtime writes (checkpoints, exports) reads back with the same RoPE scaling.
     #[test]
