@@ -2,7 +2,8 @@
 //! Llama (`tests/data/rope_scaling_reference.json`, written by `scripts/make_rope_scaling_reference.py`): the
 //! same weights, made here from the script's formula, loaded as a Hugging Face folder (`rope_scaling` in its
 //! config.json) and as a GGUF file (llama.cpp's `rope_freqs.weight` divisors, or `rope.scaling.type` metadata),
-//! on every CPU engine, fed whole and a token at a time.
+//! on every CPU engine, fed whole and a token at a time. And what is refused rather than run as another model:
+//! scalings ragtime does not implement, RoPE on part of a head, a llama file with biases.
 
 mod common;
 
@@ -192,10 +193,11 @@ fn scaled_rope_matches_transformers() {
     }
 }
 
-/// Scalings ragtime does not implement are refused by name, in config.json and in GGUF metadata; a config.json
-/// cannot carry GGUF's per-frequency divisors, so training from such a file stops before it starts.
+/// Scalings ragtime does not implement are refused by name, in config.json and in GGUF metadata, and so is a llama
+/// GGUF with biases; a config.json cannot carry GGUF's per-frequency divisors, so training from such a file stops
+/// before it starts.
 #[test]
-fn unsupported_scalings_are_named() {
+fn unsupported_options_are_named() {
     let dir = tempfile::tempdir().unwrap();
     let base = r#""model_type": "llama", "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
         "num_attention_heads": 2, "vocab_size": 100"#;
@@ -235,6 +237,14 @@ fn unsupported_scalings_are_named() {
     let g = common::write_tiny_gguf_with(ragtime::model::Arch::Llama, 49152, &partial, dir.path());
     let e = format!("{:#}", ragtime::model::gguf::GgufFile::open(&g).err().unwrap());
     assert!(e.contains("RoPE on 4 of a head's 8 dimensions (llama.rope.dimension_count) is not supported"), "{e}");
+
+    // a llama file with biases is refused rather than run without them
+    let cfg = ModelConfig::tiny(ragtime::model::Arch::Llama, 100);
+    let mut w: HashMap<String, HostTensor> = ragtime::model::random_weights(&cfg, 1).into_iter().collect();
+    w.insert("model.layers.0.self_attn.q_proj.bias".into(), HostTensor { data: vec![0.0; 32], shape: vec![32] });
+    let g = common::write_gguf(&cfg, &w, &[], &[], false, &dir.path().join("bias.gguf"));
+    let e = format!("{:#}", ragtime::model::gguf::GgufFile::open(&g).err().unwrap());
+    assert!(e.contains("a llama file with biases (blk.0.attn_q.bias) is not supported"), "{e}");
 
     let mut cfg = ModelConfig::tiny(ragtime::model::Arch::Llama, 100);
     cfg.rope_scaling = Some(ragtime::model::rope::RopeScaling::Factors { factors: vec![1.0, 1.0, 2.0, 8.0] });

@@ -89,6 +89,18 @@ impl GgufFile {
             }
         };
         let a = arch_name.as_str();
+        // llama's projections have no biases in ragtime's forward pass: a file that carries some is refused, not
+        // run without them
+        if arch == Arch::Llama {
+            if let Some(name) = content.tensor_infos.keys().filter(|n| n.ends_with(".bias")).min() {
+                return Err(super::ModelError::Unsupported {
+                    file: path.display().to_string(),
+                    what: format!("a llama file with biases ({name})"),
+                    supported: "llama's projections without biases, qwen2's q/k/v biases".into(),
+                }
+                .into());
+            }
+        }
         let need = |key: String| -> Result<usize> {
             meta_u64(&content, &key)
                 .map(|x| x as usize)
