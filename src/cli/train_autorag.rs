@@ -243,10 +243,12 @@ fn open_base(
             match file {
                 Some(tj) => {
                     let mut tok = Tokenizer::from_file(&tj)?;
-                    if tok.default_system.is_none() {
-                        // A bare tokenizer.json has no chat template; the GGUF's own says which system prompt
-                        // inference with this model inserts, and training must render the same.
-                        tok.default_system = Tokenizer::gguf_default_system(&g);
+                    // A bare tokenizer.json has no chat template; the GGUF's own says which layout and system
+                    // prompt inference with this model uses, and training must render the same.
+                    match g.meta_str("tokenizer.chat_template") {
+                        Some(own) if tok.chat_template.is_none() => tok.adopt_template(&own),
+                        _ if tok.default_system.is_none() => tok.default_system = Tokenizer::gguf_default_system(&g),
+                        _ => {}
                     }
                     (Box::new(g), cfg, tok, TokenizerJson::File(tj))
                 }

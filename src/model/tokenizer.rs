@@ -1,5 +1,6 @@
 //! Tokenizers: Hugging Face `tokenizer.json`, or one built from a GGUF file's own vocabulary and merges, plus the
-//! ChatML chat template and per-token byte strings (so streamed text never splits a UTF-8 character).
+//! chat layout (ChatML or Llama 3's, [`ChatFormat`]) and per-token byte strings (so streamed text never splits a
+//! UTF-8 character).
 
 use std::collections::HashSet;
 use std::path::Path;
@@ -13,6 +14,34 @@ use super::gguf::GgufFile;
 pub struct Message {
     pub role: String,
     pub content: String,
+}
+
+/// The conversation layout a model was trained on, read from its chat template (`tokenizer_config.json`'s
+/// `chat_template`, a GGUF's `tokenizer.chat_template`). ragtime runs no Jinja: it writes the layouts it knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ChatFormat {
+    /// `<|im_start|>role\ncontent<|im_end|>\n` (SmolLM2, Qwen2.5), with the template's default system prompt;
+    /// also where a model ships no template.
+    #[default]
+    ChatMl,
+    /// Llama 3: `<|start_header_id|>role<|end_header_id|>\n\ncontent<|eot_id|>`, each content trimmed.
+    /// `dated_system`: the templates of Llama 3.1 and later open with a system block, `Cutting Knowledge Date:
+    /// December 2023\nToday Date: 26 Jul 2024\n\n` and then the system message (empty where there is none);
+    /// 3.2's template dates it the day it renders, ragtime keeps 3.1's fixed date so a prompt is the same any day.
+    Llama3 { dated_system: bool },
+}
+
+impl ChatFormat {
+    /// The layout a Jinja chat template writes, or `None` for one ragtime does not know.
+    pub fn of_template(template: &str) -> Option<ChatFormat> {
+        if template.contains("<|start_header_id|>") {
+            Some(ChatFormat::Llama3 { dated_system: template.contains("Cutting Knowledge Date") })
+        } else if template.contains("<|im_start|>") {
+            Some(ChatFormat::ChatMl)
+        } else {
+            None
+        }
+    }
 }
 
 /// Token ids and the character span `(start, end)` of each.
@@ -36,6 +65,10 @@ pub struct Tokenizer {
     pub add_bos: bool,
     /// System prompt the model's template inserts when none is given.
     pub default_system: Option<String>,
+    /// The conversation layout [`Tokenizer::apply_chat_template`] writes.
+    pub chat: ChatFormat,
+    /// The model's own chat template (Jinja), where it has one: an export of a Llama 3 model ships it again.
+    pub chat_template: Option<String>,
     pub source: String,
 }
 
@@ -78,7 +111,7 @@ impl Tokenizer {
                         tok.add_bos = b;
                     }
                     if let Some(tpl) = v.get("chat_template").and_then(|x| x.as_str()) {
-                        tok.default_system = default_system_from_template(tpl);
+                        tok.adopt_template(tpl);
                     }
                 }
             }
@@ -107,8 +140,25 @@ impl Tokenizer {
                 }
             }
         }
-        tok.default_system = Self::gguf_default_system(g);
+        if let Some(tpl) = g.meta_str("tokenizer.chat_template") {
+            tok.adopt_template(&tpl);
+        }
         Ok(tok)
+    }
+
+    /// Takes the layout, the default system prompt and the text of a model's chat template. A template in a
+    /// layout ragtime does not know gets a warning: chat prompts are then written in ChatML.
+    pub fn adopt_template(&mut self, template: &str) {
+        self.default_system = default_system_from_template(template);
+        self.chat = ChatFormat::of_template(template).unwrap_or_else(|| {
+            eprintln!(
+                "warning: {}: the chat template is neither ChatML nor Llama 3's; chat prompts (synth, autorag, \
+                 generate --chat) are written in ChatML",
+                self.source
+            );
+            ChatFormat::ChatMl
+        });
+        self.chat_template = Some(template.to_string());
     }
 
     /// The system prompt the GGUF's chat template (`tokenizer.chat_template`) inserts by default, if any.
@@ -219,6 +269,8 @@ impl Tokenizer {
             bos_id: None,
             add_bos: false,
             default_system: None,
+            chat: ChatFormat::ChatMl,
+            chat_template: None,
             source,
         })
     }
@@ -271,10 +323,17 @@ impl Tokenizer {
         self.stop_ids.contains(&id)
     }
 
-    /// ChatML (`<|im_start|>role\ncontent<|im_end|>\n`), the template of SmolLM2 and Qwen2.5, with the model's
-    /// default system prompt when the messages have none; ends with the assistant header when
-    /// `add_generation_prompt`.
+    /// The conversation in the model's layout ([`ChatFormat`]), ending with the assistant header when
+    /// `add_generation_prompt`. ChatML: the model's default system prompt when the messages have none. Llama 3:
+    /// as the model's template renders it without tools; BOS only where encoding does not add it.
     pub fn apply_chat_template(&self, messages: &[Message], add_generation_prompt: bool) -> String {
+        match self.chat {
+            ChatFormat::ChatMl => self.chatml(messages, add_generation_prompt),
+            ChatFormat::Llama3 { dated_system } => self.llama3(messages, add_generation_prompt, dated_system),
+        }
+    }
+
+    fn chatml(&self, messages: &[Message], add_generation_prompt: bool) -> String {
         let mut out = String::new();
         if messages.first().is_none_or(|m| m.role != "system") {
             if let Some(sys) = &self.default_system {
@@ -286,6 +345,34 @@ impl Tokenizer {
         }
         if add_generation_prompt {
             out.push_str("<|im_start|>assistant\n");
+        }
+        out
+    }
+
+    fn llama3(&self, messages: &[Message], add_generation_prompt: bool, dated_system: bool) -> String {
+        let turn =
+            |role: &str, content: &str| format!("<|start_header_id|>{role}<|end_header_id|>\n\n{content}<|eot_id|>");
+        let mut out = String::new();
+        if !self.add_bos {
+            out.push_str("<|begin_of_text|>");
+        }
+        let mut rest = messages;
+        if dated_system {
+            let system = match messages.first() {
+                Some(m) if m.role == "system" => {
+                    rest = &messages[1..];
+                    m.content.trim()
+                }
+                _ => "",
+            };
+            let dated = format!("Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n{system}");
+            out.push_str(&turn("system", &dated));
+        }
+        for m in rest {
+            out.push_str(&turn(&m.role, m.content.trim()));
+        }
+        if add_generation_prompt {
+            out.push_str("<|start_header_id|>assistant<|end_header_id|>\n\n");
         }
         out
     }
@@ -387,5 +474,53 @@ mod tests {
             default_system_from_template(tpl).unwrap(),
             "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
         );
+    }
+
+    #[test]
+    fn chat_format_is_read_from_template() {
+        let l30 = "{% set content = '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' %}";
+        let l31 = "{{- \"<|start_header_id|>system<|end_header_id|>\\n\\n\" }}{{- \"Cutting Knowledge Date: December 2023\\n\" }}";
+        assert_eq!(ChatFormat::of_template(l30), Some(ChatFormat::Llama3 { dated_system: false }));
+        assert_eq!(ChatFormat::of_template(l31), Some(ChatFormat::Llama3 { dated_system: true }));
+        assert_eq!(ChatFormat::of_template("{{ '<|im_start|>' + message['role'] }}"), Some(ChatFormat::ChatMl));
+        assert_eq!(ChatFormat::of_template("{{ bos_token + '[INST] ' + message['content'] + ' [/INST]' }}"), None);
+    }
+
+    /// Llama 3's layouts as transformers' `apply_chat_template` renders Llama 3's template (3.0) and Llama 3.1's
+    /// (no tools, its default date), `bos_token` `<|begin_of_text|>`: a user question with the generation prompt,
+    /// and a system, user and assistant turn with spaces to trim. Where encoding adds BOS the text leaves it out.
+    #[test]
+    fn llama3_layouts_match_transformers() {
+        let Some(p) = crate::testing::require("models/smollm2-135m-instruct/tokenizer.json") else { return };
+        let mut tok = Tokenizer::from_file(&p).unwrap();
+        let ask = [Message::new("user", "What is the capital of France?")];
+        let turns = [
+            Message::new("system", "  Answer briefly. "),
+            Message::new("user", " Who wrote Hamlet? "),
+            Message::new("assistant", "Shakespeare.\n"),
+        ];
+        let dated = "<|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n";
+        for (dated_system, want_ask, want_turns) in [
+            (
+                false,
+                "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nWhat is the capital of France?<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n".to_string(),
+                "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nAnswer briefly.<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nWho wrote Hamlet?<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\nShakespeare.<|eot_id|>".to_string(),
+            ),
+            (
+                true,
+                format!("<|begin_of_text|>{dated}<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nWhat is the capital of France?<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"),
+                format!("<|begin_of_text|>{dated}Answer briefly.<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nWho wrote Hamlet?<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\nShakespeare.<|eot_id|>"),
+            ),
+        ] {
+            tok.chat = ChatFormat::Llama3 { dated_system };
+            tok.add_bos = false;
+            assert_eq!(tok.apply_chat_template(&ask, true), want_ask);
+            assert_eq!(tok.apply_chat_template(&turns, false), want_turns);
+            tok.add_bos = true;
+            assert_eq!(tok.apply_chat_template(&ask, true), want_ask.trim_start_matches("<|begin_of_text|>"));
+            // the prompt of a turn is a prefix of the conversation with it (what training's masks rely on)
+            let prompt = tok.apply_chat_template(&turns[..2], true);
+            assert!(tok.apply_chat_template(&turns, false).starts_with(&prompt), "{prompt}");
+        }
     }
 }

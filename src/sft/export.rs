@@ -2,7 +2,7 @@
 //! (`AutoModelForCausalLM.from_pretrained`) load: `config.json`, `model.safetensors` (f32, HF names and
 //! `[out, in]` layout, `{"format": "pt"}` metadata, which transformers requires), `tokenizer.json`,
 //! `tokenizer_config.json` (ChatML template with the base model's default system prompt, so ragtime reads the
-//! same default back) and `generation_config.json`.
+//! same default back; a Llama 3 base's own template) and `generation_config.json`.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -12,6 +12,7 @@ use burn::prelude::Backend;
 
 use crate::model::llama::Llama;
 use crate::model::safetensors::write_safetensors;
+use crate::model::tokenizer::ChatFormat;
 use crate::model::weights::HostTensor;
 use crate::model::{export_llama, ModelConfig, Tokenizer};
 
@@ -101,7 +102,11 @@ pub fn export_hf<B: Backend>(
         "bos_token": name(tok.bos_id.or(cfg.bos_token_id)),
         "eos_token": name(eos),
         "pad_token": name(pad),
-        "chat_template": chatml_template(tok.default_system.as_deref()),
+        "chat_template": match (tok.chat, &tok.chat_template) {
+            // the base model's own template, in the layout the fine-tune was trained on
+            (ChatFormat::Llama3 { .. }, Some(own)) => own.clone(),
+            _ => chatml_template(tok.default_system.as_deref()),
+        },
         "clean_up_tokenization_spaces": false,
     });
     std::fs::write(out.join("tokenizer_config.json"), serde_json::to_string_pretty(&tc)?)?;
