@@ -131,40 +131,30 @@ mod tests {
     /// by hand: inv_freq = 1, 0.1, 0.01, 0.001; wavelengths 2 pi = 6.28, 62.8, 628, 6,283 against the bounds
     /// 8192 / 4 = 2,048 and 8192 / 1 = 8,192. The first three are below 2,048: kept. The last is between: smooth =
     /// (8192 / 6283.19 - 1) / 3 = 0.101266, inv_freq = 0.001 * ((1 - 0.101266) / 8 + 0.101266) = 0.00021361.
+    /// Then fewer original positions, which move the bounds.
     #[test]
     fn llama3_scaling_worked_by_hand() {
-        let s = RopeScaling::Llama3 {
-            factor: 8.0,
-            low_freq_factor: 1.0,
-            high_freq_factor: 4.0,
-            original_max_position_embeddings: 8192,
+        let at = |old: usize| {
+            let s = RopeScaling::Llama3 {
+                factor: 8.0,
+                low_freq_factor: 1.0,
+                high_freq_factor: 4.0,
+                original_max_position_embeddings: old,
+            };
+            inv_freqs(8, 10_000.0, Some(&s))
         };
-        let inv = inv_freqs(8, 10_000.0, Some(&s));
-        for (got, want) in inv.iter().zip([1.0, 0.1, 0.01, 0.000_213_61]) {
-            assert!((got - want).abs() <= 1e-4 * want, "{inv:?}");
-        }
-        // with 512 positions the bounds are 128 and 512: 62.8 kept, 628 and 6,283 divided by 8
-        let s = RopeScaling::Llama3 {
-            factor: 8.0,
-            low_freq_factor: 1.0,
-            high_freq_factor: 4.0,
-            original_max_position_embeddings: 512,
-        };
-        let inv = inv_freqs(8, 10_000.0, Some(&s));
-        for (got, want) in inv.iter().zip([1.0, 0.1, 0.001_25, 0.000_125]) {
-            assert!((got - want).abs() <= 1e-6 * want, "{inv:?}");
-        }
-        // 64 positions: bounds 16 and 64; 62.8 is between: smooth = (64 / 62.832 - 1) / 3 = 0.0061972,
-        // inv_freq = 0.1 * ((1 - 0.0061972) / 8 + 0.0061972) = 0.013042; 6.28 kept, 628 and 6,283 divided
-        let s = RopeScaling::Llama3 {
-            factor: 8.0,
-            low_freq_factor: 1.0,
-            high_freq_factor: 4.0,
-            original_max_position_embeddings: 64,
-        };
-        let inv = inv_freqs(8, 10_000.0, Some(&s));
-        for (got, want) in inv.iter().zip([1.0, 0.013_042, 0.001_25, 0.000_125]) {
-            assert!((got - want).abs() <= 1e-4 * want, "{inv:?}");
+        for (old, want) in [
+            (8192, [1.0, 0.1, 0.01, 0.000_213_61]),
+            // bounds 128 and 512: 62.8 kept, 628 and 6,283 divided by 8
+            (512, [1.0, 0.1, 0.001_25, 0.000_125]),
+            // bounds 16 and 64: 6.28 kept; 62.8 between: smooth = (64 / 62.832 - 1) / 3 = 0.0061972, inv_freq =
+            // 0.1 * ((1 - 0.0061972) / 8 + 0.0061972) = 0.013042; 628 and 6,283 divided by 8
+            (64, [1.0, 0.013_042, 0.001_25, 0.000_125]),
+        ] {
+            let inv = at(old);
+            for (got, want) in inv.iter().zip(want) {
+                assert!((got - want).abs() <= 1e-4 * want, "{old}: {inv:?}");
+            }
         }
     }
 
