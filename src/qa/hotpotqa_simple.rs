@@ -6,7 +6,7 @@ use std::path::Path;
 use anyhow::{bail, Result};
 use serde_json::Value;
 
-use super::{non_empty_answers, read_json, str_field, AnswerKind, At, Example};
+use super::{id_or_index, non_empty_answers, read_json, str_field, AnswerKind, At, Example};
 
 pub fn load(path: &Path) -> Result<Vec<Example>> {
     let Value::Array(items) = read_json(path)? else { bail!("{}: expected a JSON array of questions", path.display()) };
@@ -15,15 +15,12 @@ pub fn load(path: &Path) -> Result<Vec<Example>> {
         .enumerate()
         .map(|(index, v)| {
             let at = At { path, line: None, index };
-            Ok(Example {
-                id: v.get("_id").and_then(Value::as_str).map(str::to_string).unwrap_or_else(|| index.to_string()),
-                question: str_field(v, "question", &at)?,
-                answers: non_empty_answers(vec![str_field(v, "answer", &at)?], &at)?,
-                kind: AnswerKind::Span,
-                supporting: vec![],
-                contexts: vec![],
-                entries: vec![],
-            })
+            Ok(Example::bare(
+                id_or_index(v, &["_id"], &at)?,
+                str_field(v, "question", &at)?,
+                non_empty_answers(vec![str_field(v, "answer", &at)?], &at)?,
+                AnswerKind::Span,
+            ))
         })
         .collect()
 }

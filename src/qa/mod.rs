@@ -102,6 +102,11 @@ pub struct Example {
 }
 
 impl Example {
+    /// A question with its gold answers and nothing else (no paragraphs, no list entries).
+    pub fn bare(id: String, question: String, answers: Vec<String>, kind: AnswerKind) -> Example {
+        Example { id, question, answers, kind, supporting: vec![], contexts: vec![], entries: vec![] }
+    }
+
     /// Whether `title`/`text` is one of this question's supporting paragraphs. Titles and texts are compared
     /// after trimming and collapsing runs of whitespace (the shared corpus collapses whitespace).
     pub fn is_supporting(&self, title: &str, text: &str) -> bool {
@@ -327,6 +332,24 @@ pub(crate) fn read_jsonl(path: &Path) -> Result<Vec<(usize, Value)>> {
     crate::io::read_jsonl(path, "JSON line")?.strict()
 }
 
+/// JSON lines of short-answer questions `{id?, question, ANSWERS: alias or [aliases]}` (NQ-open, TriviaQA): the id
+/// [`id_or_index`], other fields ignored.
+pub(crate) fn read_span_questions(path: &Path, answers: &str) -> Result<Vec<Example>> {
+    read_jsonl(path)?
+        .into_iter()
+        .enumerate()
+        .map(|(index, (line, v))| {
+            let at = At { path, line: Some(line), index };
+            Ok(Example::bare(
+                id_or_index(&v, &["id"], &at)?,
+                str_field(&v, "question", &at)?,
+                non_empty_answers(str_list(&v, answers, &at)?, &at)?,
+                AnswerKind::Span,
+            ))
+        })
+        .collect()
+}
+
 /// Where a record came from, for error messages: "file:line" or "file: record N".
 #[derive(Clone)]
 pub(crate) struct At<'a> {
@@ -354,6 +377,17 @@ pub(crate) fn str_field(v: &Value, key: &str, at: &At) -> Result<String> {
         Value::Number(n) => Ok(n.to_string()),
         other => bail!("{at}: field '{key}' should be a string, found {}", kind_of(other)),
     }
+}
+
+/// A record's id: the first of `keys` the record has, a string or a number ([`str_field`], not empty); the 0-based
+/// record index where it has none.
+pub(crate) fn id_or_index(v: &Value, keys: &[&str], at: &At) -> Result<String> {
+    let Some(key) = keys.iter().find(|k| v.get(**k).is_some()) else { return Ok(at.index.to_string()) };
+    let id = str_field(v, key, at)?;
+    if id.is_empty() {
+        bail!("{at}: field '{key}' is empty");
+    }
+    Ok(id)
 }
 
 /// A string or a list of strings, as a list.
@@ -413,6 +447,21 @@ pub(crate) fn non_empty_answers(answers: Vec<String>, at: &At) -> Result<Vec<Str
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ids_are_strings_or_numbers_or_the_index() {
+        let at = At { path: Path::new("q.json"), line: None, index: 7 };
+        let id = |v: Value| id_or_index(&v, &["_id", "test_id"], &at);
+        assert_eq!(id(serde_json::json!({"_id": "a1", "test_id": "b"})).unwrap(), "a1");
+        assert_eq!(id(serde_json::json!({"test_id": 42})).unwrap(), "42");
+        assert_eq!(id(serde_json::json!({"question": "q"})).unwrap(), "7");
+        let e = id(serde_json::json!({"_id": true})).unwrap_err().to_string();
+        assert_eq!(e, "q.json: record 7: field '_id' should be a string, found a boolean");
+        assert_eq!(
+            id(serde_json::json!({"test_id": ""})).unwrap_err().to_string(),
+            "q.json: record 7: field 'test_id' is empty"
+        );
+    }
 
     #[test]
     fn kind_names_are_the_spec_names() {

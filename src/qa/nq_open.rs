@@ -1,29 +1,15 @@
 //! NQ-open (and the EfficientQA files in the same layout): JSON lines `{question, answer: [aliases]}`; extra fields
-//! (EfficientQA's def_correct_predictions, ...) are ignored. The id is the 0-based line index among questions.
+//! (EfficientQA's def_correct_predictions, ...) are ignored. The id is `id` where a line has one, else the 0-based
+//! line index among questions.
 
 use std::path::Path;
 
 use anyhow::Result;
 
-use super::{non_empty_answers, read_jsonl, str_field, str_list, AnswerKind, At, Example};
+use super::Example;
 
 pub fn load(path: &Path) -> Result<Vec<Example>> {
-    read_jsonl(path)?
-        .into_iter()
-        .enumerate()
-        .map(|(index, (line, v))| {
-            let at = At { path, line: Some(line), index };
-            Ok(Example {
-                id: v.get("id").and_then(|x| x.as_str()).map(str::to_string).unwrap_or_else(|| index.to_string()),
-                question: str_field(&v, "question", &at)?,
-                answers: non_empty_answers(str_list(&v, "answer", &at)?, &at)?,
-                kind: AnswerKind::Span,
-                supporting: vec![],
-                contexts: vec![],
-                entries: vec![],
-            })
-        })
-        .collect()
+    super::read_span_questions(path, "answer")
 }
 
 #[cfg(test)]

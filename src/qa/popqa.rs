@@ -1,14 +1,14 @@
 //! PopQA: a table (TSV or CSV with a header row, RFC 4180 quoting) or JSON lines, with the columns `question`,
 //! `possible_answers` (a JSON list written as a string, as in the released popQA.tsv; a real list in JSON lines)
 //! or `answers`, and `s_wiki_title` (the subject's Wikipedia title; read but not needed for scoring). The id is the
-//! `id` column when present, else the 0-based row index.
+//! `id` column when present and not blank, else the 0-based row index.
 
 use std::path::Path;
 
 use anyhow::{bail, Result};
 use serde_json::Value;
 
-use super::{non_empty_answers, read_jsonl, read_text, str_field, str_list, AnswerKind, At, Example};
+use super::{id_or_index, non_empty_answers, read_jsonl, read_text, str_field, str_list, AnswerKind, At, Example};
 
 /// A parsed CSV row: its line number and fields.
 type CsvRow = (usize, Vec<String>);
@@ -37,19 +37,11 @@ fn answers_of(v: &Value, at: &At) -> Result<Vec<String>> {
 
 fn example(v: &Value, index: usize, at: &At) -> Result<Example> {
     let id = match v.get("id") {
-        Some(Value::String(s)) if !s.is_empty() => s.clone(),
-        Some(Value::Number(n)) => n.to_string(),
-        _ => index.to_string(),
+        // a table's blank cell
+        Some(Value::String(s)) if s.is_empty() => index.to_string(),
+        _ => id_or_index(v, &["id"], at)?,
     };
-    Ok(Example {
-        id,
-        question: str_field(v, "question", at)?,
-        answers: non_empty_answers(answers_of(v, at)?, at)?,
-        kind: AnswerKind::Span,
-        supporting: vec![],
-        contexts: vec![],
-        entries: vec![],
-    })
+    Ok(Example::bare(id, str_field(v, "question", at)?, non_empty_answers(answers_of(v, at)?, at)?, AnswerKind::Span))
 }
 
 fn load_jsonl(path: &Path) -> Result<Vec<Example>> {

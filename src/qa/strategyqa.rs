@@ -26,15 +26,7 @@ pub fn load_bigbench(path: &Path) -> Result<Vec<Example>> {
             (Some(y), Some(n)) if n > y => "no",
             _ => bail!("{at}: 'target_scores' should score exactly one of Yes and No higher"),
         };
-        out.push(Example {
-            id: index.to_string(),
-            question: str_field(v, "input", &at)?,
-            answers: vec![answer.to_string()],
-            kind: AnswerKind::YesNo,
-            supporting: vec![],
-            contexts: vec![],
-            entries: vec![],
-        });
+        out.push(Example::bare(index.to_string(), str_field(v, "input", &at)?, vec![answer.into()], AnswerKind::YesNo));
     }
     Ok(out)
 }
@@ -51,15 +43,12 @@ pub fn load_original(path: &Path) -> Result<Vec<Example>> {
                 Value::Bool(false) => "no",
                 _ => bail!("{at}: 'answer' should be true or false"),
             };
-            Ok(Example {
-                id: str_field(v, "qid", &at)?,
-                question: str_field(v, "question", &at)?,
-                answers: vec![answer.to_string()],
-                kind: AnswerKind::YesNo,
-                supporting: vec![],
-                contexts: vec![],
-                entries: vec![],
-            })
+            Ok(Example::bare(
+                str_field(v, "qid", &at)?,
+                str_field(v, "question", &at)?,
+                vec![answer.into()],
+                AnswerKind::YesNo,
+            ))
         })
         .collect()
 }

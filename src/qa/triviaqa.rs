@@ -4,26 +4,10 @@ use std::path::Path;
 
 use anyhow::Result;
 
-use super::{non_empty_answers, read_jsonl, str_field, str_list, AnswerKind, At, Example};
+use super::Example;
 
 pub fn load(path: &Path) -> Result<Vec<Example>> {
-    read_jsonl(path)?
-        .into_iter()
-        .enumerate()
-        .map(|(index, (line, v))| {
-            let at = At { path, line: Some(line), index };
-            let id = if v.get("id").is_some() { str_field(&v, "id", &at)? } else { index.to_string() };
-            Ok(Example {
-                id,
-                question: str_field(&v, "question", &at)?,
-                answers: non_empty_answers(str_list(&v, "answers", &at)?, &at)?,
-                kind: AnswerKind::Span,
-                supporting: vec![],
-                contexts: vec![],
-                entries: vec![],
-            })
-        })
-        .collect()
+    super::read_span_questions(path, "answers")
 }
 
 #[cfg(test)]

@@ -8,18 +8,14 @@ use std::path::Path;
 use anyhow::{bail, Result};
 use serde_json::Value;
 
-use super::{field, non_empty_answers, read_json, str_field, str_list, AnswerKind, At, Doc, Example};
+use super::{field, id_or_index, non_empty_answers, read_json, str_field, str_list, AnswerKind, At, Doc, Example};
 
 pub fn load(path: &Path) -> Result<Vec<Example>> {
     let Value::Array(items) = read_json(path)? else { bail!("{}: expected a JSON array of questions", path.display()) };
     let mut out = Vec::with_capacity(items.len());
     for (index, v) in items.iter().enumerate() {
         let at = At { path, line: None, index };
-        let id = match (v.get("_id"), v.get("test_id")) {
-            (Some(_), _) => str_field(v, "_id", &at)?,
-            (None, Some(_)) => str_field(v, "test_id", &at)?,
-            _ => index.to_string(),
-        };
+        let id = id_or_index(v, &["_id", "test_id"], &at)?;
         let mut contexts = Vec::new();
         if let Some(ctx) = v.get("context") {
             let Value::Array(ctx) = ctx else { bail!("{at}: 'context' should be a list of [title, sentences]") };
