@@ -3,7 +3,8 @@
 //! same weights, made here from the script's formula, loaded as a Hugging Face folder (`rope_scaling` in its
 //! config.json) and as a GGUF file (llama.cpp's `rope_freqs.weight` divisors, or `rope.scaling.type` metadata),
 //! on every CPU engine, fed whole and a token at a time. And what is refused rather than run as another model:
-//! scalings ragtime does not implement, RoPE on part of a head, a llama file with biases.
+//! scalings ragtime does not implement, RoPE on part of a head, a GGUF pre-tokenizer ragtime does not build, a
+//! llama file with biases.
 
 mod common;
 
@@ -193,8 +194,8 @@ fn scaled_rope_matches_transformers() {
     }
 }
 
-/// Scalings ragtime does not implement are refused by name, in config.json and in GGUF metadata, and so is a llama
-/// GGUF with biases; a config.json cannot carry GGUF's per-frequency divisors, so training from such a file stops
+/// Scalings ragtime does not implement are refused by name, in config.json and in GGUF metadata, and so are a GGUF
+/// pre-tokenizer ragtime does not build and a llama GGUF with biases; a config.json cannot carry GGUF's per-frequency divisors, so training from such a file stops
 /// before it starts.
 #[test]
 fn unsupported_options_are_named() {
@@ -237,6 +238,29 @@ fn unsupported_options_are_named() {
     let g = common::write_tiny_gguf_with(ragtime::model::Arch::Llama, 49152, &partial, dir.path());
     let e = format!("{:#}", ragtime::model::gguf::GgufFile::open(&g).err().unwrap());
     assert!(e.contains("RoPE on 4 of a head's 8 dimensions (llama.rope.dimension_count) is not supported"), "{e}");
+
+    // a GGUF vocabulary whose pre-tokenizer ragtime does not build is refused (it would split text differently)
+    let vocab = |pre: &str| -> Vec<(&str, Meta)> {
+        let strings = |v: &[&str]| Meta::Array(v.iter().map(|t| Meta::String(t.to_string())).collect());
+        vec![
+            ("tokenizer.ggml.model", Meta::String("gpt2".into())),
+            ("tokenizer.ggml.pre", Meta::String(pre.into())),
+            ("tokenizer.ggml.tokens", strings(&["a", "b", "ab", "c"])),
+            ("tokenizer.ggml.merges", strings(&["a b"])),
+        ]
+    };
+    for (pre, refused) in [("gpt2", false), ("llama-bpe", false), ("tekken", true), ("deepseek-llm", true)] {
+        let g = common::write_tiny_gguf_with(ragtime::model::Arch::Llama, 4, &vocab(pre), dir.path());
+        let tok = ragtime::model::Tokenizer::from_gguf(&ragtime::model::gguf::GgufFile::open(&g).unwrap());
+        match (refused, tok) {
+            (false, Ok(t)) => assert_eq!(t.encode("abc", false).unwrap(), vec![2, 3], "{pre}"),
+            (true, Err(e)) => {
+                let e = format!("{e:#}");
+                assert!(e.contains(&format!("GGUF pre-tokenizer '{pre}' (tokenizer.ggml.pre) is not one")), "{e}");
+            }
+            (_, other) => panic!("{pre}: {:?}", other.map(|_| ()).map_err(|e| e.to_string())),
+        }
+    }
 
     // a llama file with biases is refused rather than run without them
     let cfg = ModelConfig::tiny(ragtime::model::Arch::Llama, 100);

@@ -213,7 +213,14 @@ impl Tokenizer {
                     split(r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"),
                     byte_level(false, true)]}),
             ),
-            _ => (serde_json::Value::Null, byte_level(true, true)),
+            // GPT-2's own pre-tokenizer is the byte-level one with its regex
+            "default" | "gpt2" => (serde_json::Value::Null, byte_level(true, true)),
+            // another regex (DeepSeek's, StarCoder's, Mistral's tekken, ...) would split text differently: the
+            // model would read other tokens than it was trained on
+            other => bail!(
+                "{file}: GGUF pre-tokenizer '{other}' (tokenizer.ggml.pre) is not one ragtime builds (default, gpt2, \
+                 llama-bpe, qwen2, smollm); pass --tokenizer PATH/tokenizer.json"
+            ),
         };
         let json = serde_json::json!({
             "version": "1.0", "truncation": null, "padding": null,
