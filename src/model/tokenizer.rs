@@ -102,6 +102,12 @@ impl Tokenizer {
         let inner = tokenizers::Tokenizer::from_bytes(text.as_bytes())
             .map_err(|e| anyhow::anyhow!("{}: not a valid tokenizer.json ({e})", path.display()))?;
         let mut tok = Self::assemble(inner, &json, path.display().to_string())?;
+        // a post-processor that puts a special token before every text is how Llama 2 and 3's tokenizer.json add
+        // BOS (encoding here runs without the post-processor, so the flag says it)
+        if let Some(bos) = leading_special(&json).and_then(|t| tok.token_id(&t)) {
+            tok.add_bos = true;
+            tok.bos_id = Some(bos);
+        }
         // tokenizer_config.json beside it says whether BOS is added and which token ends a turn.
         if let Some(dir) = path.parent() {
             let cfg = dir.join("tokenizer_config.json");
@@ -385,6 +391,27 @@ impl Tokenizer {
     }
 }
 
+/// The special token a tokenizer.json's post-processor puts before every single text (`TemplateProcessing`, alone
+/// or in a `Sequence`), where it puts one there and nothing after the text (a BOS, not an encoder's `[CLS] .. [SEP]`).
+fn leading_special(json: &serde_json::Value) -> Option<String> {
+    let post = json.get("post_processor")?;
+    let template = match post.get("type")?.as_str()? {
+        "TemplateProcessing" => post,
+        "Sequence" => post
+            .get("processors")?
+            .as_array()?
+            .iter()
+            .find(|p| p.get("type").and_then(|t| t.as_str()) == Some("TemplateProcessing"))?,
+        _ => return None,
+    };
+    let single = template.get("single")?.as_array()?;
+    let [first, rest @ ..] = single.as_slice() else { return None };
+    if rest.iter().any(|p| p.get("SpecialToken").is_some()) {
+        return None;
+    }
+    first.get("SpecialToken")?.get("id")?.as_str().map(str::to_string)
+}
+
 /// The system prompt a Jinja chat template inserts when the conversation has none (SmolLM2's and Qwen2.5's
 /// templates hard-code one). We do not run Jinja; we read the literal.
 fn default_system_from_template(tpl: &str) -> Option<String> {
@@ -481,6 +508,48 @@ mod tests {
             default_system_from_template(tpl).unwrap(),
             "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
         );
+    }
+
+    /// Llama 2 and 3's tokenizer.json add BOS in a post-processor; tokenizer_config.json's `add_bos_token` still
+    /// has the last word. SmolLM2's file (no post-processor) stays without.
+    #[test]
+    fn bos_from_the_post_processor() {
+        let Some(p) = crate::testing::require("models/smollm2-135m-instruct/tokenizer.json") else { return };
+        let plain = Tokenizer::from_file(&p).unwrap();
+        assert!(!plain.add_bos);
+        let mut json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let bos = serde_json::json!({"SpecialToken": {"id": "<|im_start|>", "type_id": 0}});
+        let a = serde_json::json!({"Sequence": {"id": "A", "type_id": 0}});
+        let eos = serde_json::json!({"SpecialToken": {"id": "<|im_end|>", "type_id": 0}});
+        let template = |single: serde_json::Value| serde_json::json!({"type": "TemplateProcessing", "single": single, "pair": [], "special_tokens": {}});
+        let im_start = plain.token_id("<|im_start|>").unwrap();
+        for (post, with_config, want) in [
+            (template(serde_json::json!([bos, a])), None, Some(im_start)),
+            (
+                serde_json::json!({"type": "Sequence", "processors": [{"type": "ByteLevel", "add_prefix_space": false,
+                    "trim_offsets": true, "use_regex": true}, template(serde_json::json!([bos, a]))]}),
+                None,
+                Some(im_start),
+            ),
+            (template(serde_json::json!([bos, a, eos])), None, None),
+            (template(serde_json::json!([bos, a])), Some(r#"{"add_bos_token": false}"#), None),
+        ] {
+            json["post_processor"] = post;
+            let tj = dir.path().join("tokenizer.json");
+            std::fs::write(&tj, json.to_string()).unwrap();
+            let config = dir.path().join("tokenizer_config.json");
+            match with_config {
+                Some(c) => std::fs::write(&config, c).unwrap(),
+                None => {
+                    let _ = std::fs::remove_file(&config);
+                }
+            }
+            let tok = Tokenizer::from_file(&tj).unwrap();
+            let ids = tok.encode("Hi", true).unwrap();
+            assert_eq!(ids.first().copied().filter(|_| tok.add_bos), want, "{}", json["post_processor"]);
+            assert_eq!(&ids[ids.len() - 1..], &plain.encode("Hi", true).unwrap()[..]);
+        }
     }
 
     #[test]
