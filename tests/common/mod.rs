@@ -171,13 +171,12 @@ pub fn write_tiny_gguf_with(
 ) -> std::path::PathBuf {
     let cfg = ModelConfig::tiny(arch, vocab);
     let w: HashMap<String, HostTensor> = random_weights(&cfg, 11).into_iter().collect();
-    let a = if arch == Arch::Llama { "llama" } else { "qwen2" };
-    write_gguf(&cfg, &w, extra, &[], true, &dir.join(format!("tiny-{a}.gguf")))
+    write_gguf(&cfg, &w, extra, &[], true, &dir.join(format!("tiny-{}.gguf", arch.name())))
 }
 
 /// Writes the model `cfg` with Hugging Face weights `w` as a GGUF file at `path`, as llama.cpp's converter lays it
-/// out: its names, `llama` Q/K rows permuted; `extra` metadata entries after the model's own and `tensors` (F32)
-/// after its weights. `quantized`: the linear weights in several block formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) and
+/// out: its names, `llama` Q/K rows permuted; `extra` metadata entries after the model's own and `tensors_extra`
+/// (F32) after its weights. `quantized`: the linear weights in several block formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) and
 /// the embedding in Q8_0; otherwise every tensor in F32.
 pub fn write_gguf(
     cfg: &ModelConfig,
