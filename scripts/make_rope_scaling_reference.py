@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Writes tests/data/rope_scaling_reference.json: what Hugging Face transformers computes for a tiny Llama whose
-RoPE is scaled as Llama 3.1 and 3.2 scale it (`rope_scaling` type `llama3`) and as position interpolation does
-(`linear`). The Rust test `tests/rope_scaling.rs` builds the same model from the same formula (weights from a
-hash of each tensor's name and each element's index, so none are stored) as a Hugging Face folder and as a GGUF
-file, and checks ragtime's RoPE frequencies, next-token entropies and final hidden states against these.
+RoPE is scaled as Llama 3.1 and 3.2 scale it (`rope_scaling` type `llama3`), as position interpolation does
+(`linear`) and as YaRN does (`yarn`, Qwen2.5's long-context option). The Rust test `tests/rope_scaling.rs` builds the same model from the same formula (weights from a
+hash of each tensor's name and each element's index, so none are stored) as a Hugging Face folder and (llama3,
+linear) as a GGUF file, and checks ragtime's RoPE frequencies, next-token entropies and final hidden states against these.
 
     scripts/make_rope_scaling_reference.py [--out tests/data/rope_scaling_reference.json]
 
@@ -108,8 +108,12 @@ for name, rs in [
     ("llama3", {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                 "original_max_position_embeddings": 64}),
     ("linear", {"rope_type": "linear", "factor": 4.0}),
+    # YaRN over 32 original positions: pairs 0..2 ramp from kept to divided by 4, cos and sin times 0.1 ln 4 + 1
+    ("yarn", {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32}),
 ]:
     cfg = config(rs)
+    if name == "yarn":
+        cfg["max_position_embeddings"] = 4 * 32  # the extended context YaRN's factor implies
     model = LlamaForCausalLM(LlamaConfig.from_dict(dict(cfg), attn_implementation="eager")).eval()
     missing, unexpected = model.load_state_dict(weights, strict=False)
     assert not unexpected and all(k == "lm_head.weight" for k in missing), (missing, unexpected)
@@ -122,15 +126,18 @@ for name, rs in [
     hidden = out.hidden_states[-1][0]  # after the final norm
     plain = [1.0 / THETA ** (2 * i / HEAD_DIM) for i in range(HEAD_DIM // 2)]
     gguf = {"rope_freqs": llama_cpp_factors(plain, rs)} if name == "llama3" else \
-        {"metadata": {"llama.rope.scaling.type": "linear", "llama.rope.scaling.factor": rs["factor"]}}
+        {"metadata": {"llama.rope.scaling.type": "linear", "llama.rope.scaling.factor": rs["factor"]}} \
+        if name == "linear" else None  # YaRN: no GGUF form ragtime reads
+    attention_scaling = model.model.rotary_emb.attention_scaling
     cases.append({
-        "name": name, "config": cfg, "gguf": gguf, "inv_freq": inv_freq, "entropy": entropy,
+        "name": name, "config": cfg, "gguf": gguf, "inv_freq": inv_freq, "attention_scaling": attention_scaling,
+        "entropy": entropy,
         "hidden_final": {str(p): hidden[p].tolist() for p in range(3, SEQ, 4)},
     })
 
 doc = {
     "about": "transformers' outputs for a tiny Llama with scaled RoPE (scripts/make_rope_scaling_reference.py): "
-             "inv_freq, the entropy of the next-token distribution at every position, the final hidden state "
+             "inv_freq and the factor cos and sin are multiplied by, the entropy of the next-token distribution at every position, the final hidden state "
              "(after the last norm) at every fourth position",
     "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
     "ids": ids, "cases": cases,

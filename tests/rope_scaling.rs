@@ -1,7 +1,8 @@
-//! Scaled RoPE (`llama3`, as Llama 3.1 and 3.2 ship it, and `linear`) against Hugging Face transformers on a tiny
-//! Llama (`tests/data/rope_scaling_reference.json`, written by `scripts/make_rope_scaling_reference.py`): the
-//! same weights, made here from the script's formula, loaded as a Hugging Face folder (`rope_scaling` in its
-//! config.json) and as a GGUF file (llama.cpp's `rope_freqs.weight` divisors, or `rope.scaling.type` metadata),
+//! Scaled RoPE (`llama3`, as Llama 3.1 and 3.2 ship it, `linear` and `yarn`) against Hugging Face transformers on
+//! a tiny Llama (`tests/data/rope_scaling_reference.json`, written by `scripts/make_rope_scaling_reference.py`):
+//! the same weights, made here from the script's formula, loaded as a Hugging Face folder (`rope_scaling` in its
+//! config.json) and, for `llama3` and `linear`, as a GGUF file (llama.cpp's `rope_freqs.weight` divisors, or
+//! `rope.scaling.type` metadata),
 //! on every CPU engine, fed whole and a token at a time. And what is refused rather than run as another model:
 //! scalings ragtime does not implement, RoPE on part of a head, a GGUF pre-tokenizer ragtime does not build, a
 //! llama file with biases.
@@ -141,7 +142,11 @@ fn scaled_rope_matches_transformers() {
             assert!((a - b).abs() <= 1e-6 * b, "{name}: inv_freq {inv:?} against {want:?}");
         }
 
-        // the same model as a GGUF file, its scaling as llama.cpp's converter writes it
+        let scale = cfg.rope_scaling.as_ref().map_or(1.0, |s| s.attention_factor());
+        let want = case["attention_scaling"].as_f64().unwrap() as f32;
+        assert!((scale - want).abs() <= 1e-6, "{name}: cos and sin times {scale}, transformers' {want}");
+
+        // the same model as a GGUF file, its scaling as llama.cpp's converter writes it (where ragtime reads one)
         let meta: Vec<(&str, Meta)> = case["gguf"]["metadata"]
             .as_object()
             .into_iter()
@@ -161,14 +166,12 @@ fn scaled_rope_matches_transformers() {
             })
             .unwrap_or_default();
         let gguf = common::write_gguf(&cfg, &w, &meta, &freqs, false, &dir.path().join(format!("{name}.gguf")));
+        let mut runs = vec![(&hf, EngineKind::Auto), (&hf, EngineKind::Reference), (&hf, EngineKind::Batched)];
+        if !case["gguf"].is_null() {
+            runs.extend([(&gguf, EngineKind::Auto), (&gguf, EngineKind::Reference)]);
+        }
 
-        for (path, engine) in [
-            (&hf, EngineKind::Auto),
-            (&hf, EngineKind::Reference),
-            (&hf, EngineKind::Batched),
-            (&gguf, EngineKind::Auto),
-            (&gguf, EngineKind::Reference),
-        ] {
+        for (path, engine) in runs {
             let lm = Lm::load_on(path, DeviceKind::Cpu, engine, Some(&tokenizer)).unwrap();
             if path == &gguf {
                 let table = |c: &ModelConfig| ragtime::model::rope::rope_tables(c, 128);
@@ -204,8 +207,8 @@ fn unsupported_options_are_named() {
         "num_attention_heads": 2, "vocab_size": 100"#;
     for (scaling, want) in [
         (
-            r#"{"rope_type": "yarn", "factor": 4.0}"#,
-            "rope_scaling type 'yarn' is not supported (default, linear, llama3)",
+            r#"{"rope_type": "longrope", "factor": 4.0}"#,
+            "rope_scaling type 'longrope' is not supported (default, linear, llama3, yarn)",
         ),
         (r#"{"type": "dynamic", "factor": 2.0}"#, "rope_scaling type 'dynamic' is not supported"),
         (

@@ -4,7 +4,7 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 
-use super::rope::RopeScaling;
+use super::rope::{yarn_attention_factor, RopeScaling};
 use super::ModelError;
 
 /// The decoder families ragtime runs: they differ only in biases and in how GGUF stores Q/K.
@@ -259,7 +259,8 @@ impl ModelConfig {
 }
 
 /// A `config.json`'s RoPE scaling: `rope_scaling` (or, in the newer layout, `rope_parameters`) with `rope_type`
-/// (or `type`) `linear` or `llama3`; `default` or none: no scaling. Any other type is refused by name.
+/// (or `type`) `linear`, `llama3` or `yarn`, their defaults as transformers'; `default` or none: no scaling. Any
+/// other type is refused by name.
 fn hf_rope_scaling(v: &serde_json::Value, path: &Path) -> Result<Option<RopeScaling>> {
     let Some(s) = v.get("rope_scaling").filter(|s| !s.is_null()).or_else(|| v.get("rope_parameters")) else {
         return Ok(None);
@@ -270,6 +271,15 @@ fn hf_rope_scaling(v: &serde_json::Value, path: &Path) -> Result<Option<RopeScal
             .and_then(|x| x.as_f64())
             .with_context(|| format!("{}: rope_scaling of type '{kind}' lacks the number '{k}'", path.display()))
     };
+    let opt = |k: &str| s.get(k).and_then(|x| x.as_f64());
+    let max_pos = v.get("max_position_embeddings").and_then(|x| x.as_u64()).unwrap_or(0);
+    // transformers: a top-level original_max_position_embeddings (Phi-3 keeps one there) wins, then the scaling's
+    // own, then max_position_embeddings
+    let original = v
+        .get("original_max_position_embeddings")
+        .or_else(|| s.get("original_max_position_embeddings"))
+        .and_then(|x| x.as_u64())
+        .unwrap_or(max_pos) as usize;
     Ok(match kind {
         "default" => None,
         "linear" => Some(RopeScaling::Linear { factor: num("factor")? as f32 }),
@@ -277,17 +287,27 @@ fn hf_rope_scaling(v: &serde_json::Value, path: &Path) -> Result<Option<RopeScal
             factor: num("factor")? as f32,
             low_freq_factor: num("low_freq_factor")? as f32,
             high_freq_factor: num("high_freq_factor")? as f32,
-            // transformers falls back to max_position_embeddings
-            original_max_position_embeddings: match s.get("original_max_position_embeddings") {
-                Some(_) => num("original_max_position_embeddings")? as usize,
-                None => v.get("max_position_embeddings").and_then(|x| x.as_u64()).unwrap_or(0) as usize,
-            },
+            original_max_position_embeddings: original,
         }),
+        "yarn" => {
+            // transformers: without a factor, the ratio of the positions
+            let factor = opt("factor").unwrap_or(max_pos as f64 / original.max(1) as f64);
+            let attention_factor = opt("attention_factor")
+                .unwrap_or_else(|| yarn_attention_factor(factor, opt("mscale"), opt("mscale_all_dim")));
+            Some(RopeScaling::Yarn {
+                factor: factor as f32,
+                original_max_position_embeddings: original,
+                beta_fast: opt("beta_fast").filter(|b| *b != 0.0).unwrap_or(32.0) as f32,
+                beta_slow: opt("beta_slow").filter(|b| *b != 0.0).unwrap_or(1.0) as f32,
+                attention_factor: attention_factor as f32,
+                truncate: s.get("truncate").and_then(|x| x.as_bool()).unwrap_or(true),
+            })
+        }
         other => {
             return Err(ModelError::Unsupported {
                 file: path.display().to_string(),
                 what: format!("rope_scaling type '{other}'"),
-                supported: "default, linear, llama3".into(),
+                supported: "default, linear, llama3, yarn".into(),
             }
             .into())
         }
@@ -329,6 +349,31 @@ mod tests {
         assert_eq!(max_pos(r#""model_type": "qwen2", "use_sliding_window": true, "sliding_window": 4096"#), 4096);
     }
 
+    /// Qwen2.5's YaRN setting as its model card gives it (factor 4 over 32,768 positions), with transformers'
+    /// defaults; a top-level original_max_position_embeddings wins over the scaling's own.
+    #[test]
+    fn yarn_reads_with_transformers_defaults() {
+        let dir = tempfile::tempdir().unwrap();
+        let qwen = r#""num_attention_heads": 4, "max_position_embeddings": 131072, "rope_scaling": {"factor": 4.0,
+            "original_max_position_embeddings": 32768, "type": "yarn"}"#;
+        let c = ModelConfig::from_hf_config(&hf_config(dir.path(), qwen)).unwrap();
+        let want = RopeScaling::Yarn {
+            factor: 4.0,
+            original_max_position_embeddings: 32768,
+            beta_fast: 32.0,
+            beta_slow: 1.0,
+            attention_factor: (0.1 * 4f64.ln() + 1.0) as f32,
+            truncate: true,
+        };
+        assert_eq!(c.rope_scaling, Some(want));
+        let phi = r#""num_attention_heads": 4, "max_position_embeddings": 4096, "original_max_position_embeddings": 1024,
+            "rope_scaling": {"rope_type": "yarn", "original_max_position_embeddings": 2048}"#;
+        let c = ModelConfig::from_hf_config(&hf_config(dir.path(), phi)).unwrap();
+        let Some(RopeScaling::Yarn { factor, original_max_position_embeddings, .. }) = c.rope_scaling else { panic!() };
+        // no factor: the ratio of the positions, with the top-level original
+        assert_eq!((factor, original_max_position_embeddings), (4.0, 1024));
+    }
+
     /// A config.json ragtime writes (checkpoints, exports) reads back with the same RoPE scaling.
     #[test]
     fn rope_scaling_round_trips_through_config_json() {
@@ -342,6 +387,14 @@ mod tests {
                 low_freq_factor: 1.0,
                 high_freq_factor: 4.0,
                 original_max_position_embeddings: 8192,
+            }),
+            Some(RopeScaling::Yarn {
+                factor: 4.0,
+                original_max_position_embeddings: 32768,
+                beta_fast: 32.0,
+                beta_slow: 1.0,
+                attention_factor: 1.25,
+                truncate: false,
             }),
         ] {
             let c = ModelConfig { rope_scaling: scaling, ..ModelConfig::tiny(Arch::Llama, 10) };

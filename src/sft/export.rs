@@ -32,7 +32,7 @@ pub fn hf_config(cfg: &ModelConfig) -> Result<serde_json::Value> {
     v["rms_norm_eps"] = short(cfg.rms_norm_eps);
     v["rope_theta"] = short(cfg.rope_theta);
     if let Some(scaling) = v["rope_scaling"].as_object_mut() {
-        for k in ["factor", "low_freq_factor", "high_freq_factor"] {
+        for k in ["factor", "low_freq_factor", "high_freq_factor", "beta_fast", "beta_slow", "attention_factor"] {
             if let Some(x) = scaling.get(k).and_then(|x| x.as_f64()) {
                 scaling.insert(k.to_string(), short(x as f32));
             }
