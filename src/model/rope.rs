@@ -1,6 +1,7 @@
 //! Rotary position embeddings (RoPE, Su et al. 2021) and the frequency scalings long-context checkpoints ship
 //! with. Position `p` rotates the pair `(i, i + d/2)` of every query and key head by the angle `p * inv_freq[i]`,
-//! `inv_freq[i] = theta^(-2i/d)` (rotate-half, as transformers). A scaling only changes `inv_freq`:
+//! `inv_freq[i] = theta^(-2i/d)` (rotate-half, as transformers). A scaling changes `inv_freq` (YaRN also the
+//! scale of `cos` and `sin`):
 //!
 //! - `linear` (position interpolation, Chen et al. 2023): every frequency divided by `factor`;
 //! - `llama3` (Llama 3.1 and 3.2): frequencies whose wavelength `2 pi / inv_freq` exceeds
@@ -14,9 +15,9 @@
 //! - per-frequency divisors, as llama.cpp's GGUF converter stores `llama3` (the tensor `rope_freqs.weight`, one
 //!   factor per pair: `inv_freq[i] / factors[i]`).
 //!
-//! Scalings that depend on the sequence length or on its own factor tables (`longrope`, `dynamic`) are refused at
-//! load ([`super::config`], [`super::gguf`]), and so is YaRN in a GGUF, whose llama.cpp variant ragtime has no
-//! reference for.
+//! Scalings that depend on the sequence length (`dynamic`) or switch between factor tables with it (`longrope`)
+//! are refused at load ([`super::config`], [`super::gguf`]), and so is YaRN in a GGUF, whose llama.cpp variant
+//! ragtime has no reference for.
 
 /// How a checkpoint rescales RoPE's frequencies (`None` in [`super::ModelConfig`]: the plain `theta^(-2i/d)`).
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
