@@ -18,10 +18,8 @@ use ragtime::model::weights::HostTensor;
 use ragtime::model::{EngineKind, Lm, ModelConfig};
 use serde_json::Value;
 
-const M64: u64 = u64::MAX;
-
 fn fnv1a(name: &str) -> u64 {
-    name.bytes().fold(0xCBF2_9CE4_8422_2325, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01B3) & M64)
+    name.bytes().fold(0xCBF2_9CE4_8422_2325, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01B3))
 }
 
 /// The script's numbers: splitmix64 of `fnv1a(name) + index`, mapped to [-1, 1).

@@ -68,17 +68,17 @@ impl ModelConfig {
             "llama" | "mistral" => Arch::Llama,
             "qwen2" => Arch::Qwen2,
             other => {
-                return Err(ModelError::Unsupported {
-                    file: path.display().to_string(),
-                    what: format!("model_type '{other}'"),
-                    supported: "llama, mistral, qwen2".into(),
-                }
+                return Err(ModelError::unsupported(
+                    path.display(),
+                    format!("model_type '{other}'"),
+                    "llama, mistral, qwen2",
+                )
                 .into())
             }
         };
         // options these families can carry that the forward pass does not implement: refused, not ignored
         let refuse = |what: String, supported: &str| -> anyhow::Error {
-            ModelError::Unsupported { file: path.display().to_string(), what, supported: supported.into() }.into()
+            ModelError::unsupported(path.display(), what, supported).into()
         };
         let flag = |k: &str| v.get(k).and_then(|x| x.as_bool()).unwrap_or(false);
         if let Some(act) = v.get("hidden_act").and_then(|x| x.as_str()).filter(|a| *a != "silu") {
@@ -205,12 +205,13 @@ impl ModelConfig {
         };
         let rope_scaling = match &self.rope_scaling {
             None => serde_json::Value::Null,
-            Some(s) => s.to_hf().ok_or_else(|| ModelError::Unsupported {
-                file: "config.json".into(),
-                what: "RoPE scaled by per-frequency factors (a GGUF's rope_freqs.weight)".into(),
-                supported: "config.json states linear and llama3 scaling by their parameters; start from the \
-                            model's Hugging Face folder, whose config.json has them"
-                    .into(),
+            Some(s) => s.to_hf().ok_or_else(|| {
+                ModelError::unsupported(
+                    "config.json",
+                    "RoPE scaled by per-frequency factors (a GGUF's rope_freqs.weight)",
+                    "config.json states linear, llama3 and yarn scaling by their parameters; start from the model's \
+                     Hugging Face folder, whose config.json has them",
+                )
             })?,
         };
         Ok(serde_json::json!({
@@ -266,12 +267,10 @@ fn hf_rope_scaling(v: &serde_json::Value, path: &Path) -> Result<Option<RopeScal
         return Ok(None);
     };
     let kind = s.get("rope_type").or_else(|| s.get("type")).and_then(|x| x.as_str()).unwrap_or("default");
-    let num = |k: &str| -> Result<f64> {
-        s.get(k)
-            .and_then(|x| x.as_f64())
-            .with_context(|| format!("{}: rope_scaling of type '{kind}' lacks the number '{k}'", path.display()))
-    };
     let opt = |k: &str| s.get(k).and_then(|x| x.as_f64());
+    let num = |k: &str| -> Result<f64> {
+        opt(k).with_context(|| format!("{}: rope_scaling of type '{kind}' lacks the number '{k}'", path.display()))
+    };
     let max_pos = v.get("max_position_embeddings").and_then(|x| x.as_u64()).unwrap_or(0);
     // transformers: a top-level original_max_position_embeddings (Phi-3 keeps one there) wins, then the scaling's
     // own, then max_position_embeddings
@@ -304,12 +303,8 @@ fn hf_rope_scaling(v: &serde_json::Value, path: &Path) -> Result<Option<RopeScal
             })
         }
         other => {
-            return Err(ModelError::Unsupported {
-                file: path.display().to_string(),
-                what: format!("rope_scaling type '{other}'"),
-                supported: "default, linear, llama3, yarn".into(),
-            }
-            .into())
+            let what = format!("rope_scaling type '{other}'");
+            return Err(ModelError::unsupported(path.display(), what, "default, linear, llama3, yarn").into());
         }
     })
 }

@@ -18,6 +18,7 @@ use super::config::{Arch, ModelConfig};
 use super::params::gguf_name;
 use super::rope::RopeScaling;
 use super::weights::{HostTensor, WeightSource};
+use super::ModelError;
 
 pub struct GgufFile {
     path: PathBuf,
@@ -80,11 +81,11 @@ impl GgufFile {
             "llama" => Arch::Llama,
             "qwen2" => Arch::Qwen2,
             other => {
-                return Err(super::ModelError::Unsupported {
-                    file: path.display().to_string(),
-                    what: format!("GGUF architecture '{other}'"),
-                    supported: "llama, qwen2".into(),
-                }
+                return Err(ModelError::unsupported(
+                    path.display(),
+                    format!("GGUF architecture '{other}'"),
+                    "llama, qwen2",
+                )
                 .into())
             }
         };
@@ -93,12 +94,9 @@ impl GgufFile {
         // run without them
         if arch == Arch::Llama {
             if let Some(name) = content.tensor_infos.keys().filter(|n| n.ends_with(".bias")).min() {
-                return Err(super::ModelError::Unsupported {
-                    file: path.display().to_string(),
-                    what: format!("a llama file with biases ({name})"),
-                    supported: "llama's projections without biases, qwen2's q/k/v biases".into(),
-                }
-                .into());
+                let what = format!("a llama file with biases ({name})");
+                let supported = "llama's projections without biases, qwen2's q/k/v biases";
+                return Err(ModelError::unsupported(path.display(), what, supported).into());
             }
         }
         let need = |key: String| -> Result<usize> {
@@ -205,28 +203,38 @@ impl GgufFile {
     }
 
     fn read_qtensor(&self, gguf_name: &str) -> Result<Option<candle_core::quantized::QTensor>> {
-        let Some(info) = self.content.tensor_infos.get(gguf_name) else { return Ok(None) };
-        let file = File::open(&self.path).with_context(|| format!("{}: cannot open", self.path.display()))?;
-        let mut reader = BufReader::new(file);
-        let q = info
-            .read(&mut reader, self.content.tensor_data_offset, &candle_core::Device::Cpu)
-            .map_err(|e| anyhow::anyhow!("{}: tensor '{gguf_name}': {e}", self.path.display()))?;
-        Ok(Some(q))
+        read_qtensor(&self.content, &self.path, gguf_name)
     }
 
     fn read_raw(&self, gguf_name: &str) -> Result<Option<HostTensor>> {
-        let Some(q) = self.read_qtensor(gguf_name)? else { return Ok(None) };
-        let t = q
-            .dequantize(&candle_core::Device::Cpu)
-            .map_err(|e| anyhow::anyhow!("{}: tensor '{gguf_name}': cannot de-quantize ({e})", self.path.display()))?;
-        let shape = t.dims().to_vec();
-        let data = t
-            .flatten_all()
-            .and_then(|t| t.to_dtype(candle_core::DType::F32))
-            .and_then(|t| t.to_vec1::<f32>())
-            .map_err(|e| anyhow::anyhow!("{}: tensor '{gguf_name}': {e}", self.path.display()))?;
-        Ok(Some(HostTensor { data, shape }))
+        read_raw(&self.content, &self.path, gguf_name)
     }
+}
+
+/// Tensor `gguf_name` of the file at `path` (described by `content`) as stored, or `None` when it has none.
+fn read_qtensor(content: &Content, path: &Path, gguf_name: &str) -> Result<Option<candle_core::quantized::QTensor>> {
+    let Some(info) = content.tensor_infos.get(gguf_name) else { return Ok(None) };
+    let file = File::open(path).with_context(|| format!("{}: cannot open", path.display()))?;
+    let mut reader = BufReader::new(file);
+    let q = info
+        .read(&mut reader, content.tensor_data_offset, &candle_core::Device::Cpu)
+        .map_err(|e| anyhow::anyhow!("{}: tensor '{gguf_name}': {e}", path.display()))?;
+    Ok(Some(q))
+}
+
+/// Tensor `gguf_name` de-quantized to f32, with its GGUF shape, or `None` when the file has none.
+fn read_raw(content: &Content, path: &Path, gguf_name: &str) -> Result<Option<HostTensor>> {
+    let Some(q) = read_qtensor(content, path, gguf_name)? else { return Ok(None) };
+    let t = q
+        .dequantize(&candle_core::Device::Cpu)
+        .map_err(|e| anyhow::anyhow!("{}: tensor '{gguf_name}': cannot de-quantize ({e})", path.display()))?;
+    let shape = t.dims().to_vec();
+    let data = t
+        .flatten_all()
+        .and_then(|t| t.to_dtype(candle_core::DType::F32))
+        .and_then(|t| t.to_vec1::<f32>())
+        .map_err(|e| anyhow::anyhow!("{}: tensor '{gguf_name}': {e}", path.display()))?;
+    Ok(Some(HostTensor { data, shape }))
 }
 
 /// The file's RoPE scaling ([`RopeScaling`]): `{arch}.rope.scaling.type` `linear` (or the older
@@ -235,7 +243,7 @@ impl GgufFile {
 /// (`yarn`, `longrope`) and rotating fewer dimensions than a head has are refused by name.
 fn rope_scaling(content: &Content, path: &Path, a: &str, head_dim: usize) -> Result<Option<RopeScaling>> {
     let unsupported = |what: String, supported: &str| -> anyhow::Error {
-        super::ModelError::Unsupported { file: path.display().to_string(), what, supported: supported.into() }.into()
+        ModelError::unsupported(path.display(), what, supported).into()
     };
     if let Some(rotated) = meta_u64(content, &format!("{a}.rope.dimension_count")) {
         if rotated != head_dim as u64 {
@@ -255,20 +263,7 @@ fn rope_scaling(content: &Content, path: &Path, a: &str, head_dim: usize) -> Res
             return Err(unsupported(what, "none, linear, and per-frequency factors in rope_freqs.weight"));
         }
     };
-    let factors = match content.tensor_infos.get("rope_freqs.weight") {
-        None => None,
-        Some(info) => {
-            let file = File::open(path).with_context(|| format!("{}: cannot open", path.display()))?;
-            let t = info
-                .read(&mut BufReader::new(file), content.tensor_data_offset, &candle_core::Device::Cpu)
-                .and_then(|q| q.dequantize(&candle_core::Device::Cpu))
-                .and_then(|t| t.flatten_all())
-                .and_then(|t| t.to_dtype(candle_core::DType::F32))
-                .and_then(|t| t.to_vec1::<f32>())
-                .map_err(|e| anyhow::anyhow!("{}: tensor 'rope_freqs.weight': {e}", path.display()))?;
-            Some(t)
-        }
-    };
+    let factors = read_raw(content, path, "rope_freqs.weight")?.map(|t| t.data);
     Ok(match (factors, linear) {
         (Some(f), Some(l)) => Some(RopeScaling::Factors { factors: f.iter().map(|x| x * l).collect() }),
         (Some(factors), None) => Some(RopeScaling::Factors { factors }),

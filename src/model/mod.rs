@@ -200,6 +200,13 @@ pub enum ModelError {
     Unsupported { file: String, what: String, supported: String },
 }
 
+impl ModelError {
+    /// [`ModelError::Unsupported`]: `what` in `file` is not implemented; `supported` says what is.
+    pub fn unsupported(file: impl std::fmt::Display, what: impl Into<String>, supported: impl Into<String>) -> Self {
+        ModelError::Unsupported { file: file.to_string(), what: what.into(), supported: supported.into() }
+    }
+}
+
 /// The model at `path` must be there: [`ModelError::NotFound`] when nothing is, the OS's reason when it refuses
 /// the path (permission denied, a path through a file).
 pub fn require_model(path: &Path) -> Result<()> {

@@ -62,6 +62,14 @@ impl RopeScaling {
                 Err((k, v.to_string(), "expected a finite number above 0".to_string()))
             }
         };
+        let at_least_one = |positions: usize| {
+            let k = "rope_scaling.original_max_position_embeddings";
+            if positions == 0 {
+                Err((k, "0".to_string(), "expected 1 or more".to_string()))
+            } else {
+                Ok(())
+            }
+        };
         match self {
             RopeScaling::Linear { factor } => positive("rope_scaling.factor", *factor),
             RopeScaling::Llama3 { factor, low_freq_factor, high_freq_factor, original_max_position_embeddings } => {
@@ -72,11 +80,7 @@ impl RopeScaling {
                     let detail = format!("expected more than rope_scaling.low_freq_factor = {low_freq_factor}");
                     return Err(("rope_scaling.high_freq_factor", high_freq_factor.to_string(), detail));
                 }
-                if *original_max_position_embeddings == 0 {
-                    let k = "rope_scaling.original_max_position_embeddings";
-                    return Err((k, "0".into(), "expected 1 or more".into()));
-                }
-                Ok(())
+                at_least_one(*original_max_position_embeddings)
             }
             RopeScaling::Yarn {
                 factor,
@@ -90,11 +94,7 @@ impl RopeScaling {
                 positive("rope_scaling.beta_fast", *beta_fast)?;
                 positive("rope_scaling.beta_slow", *beta_slow)?;
                 positive("rope_scaling.attention_factor", *attention_factor)?;
-                if *original_max_position_embeddings == 0 {
-                    let k = "rope_scaling.original_max_position_embeddings";
-                    return Err((k, "0".into(), "expected 1 or more".into()));
-                }
-                Ok(())
+                at_least_one(*original_max_position_embeddings)
             }
             RopeScaling::Factors { factors } => {
                 if factors.len() != head_dim / 2 {
